@@ -1,0 +1,155 @@
+"""Job lifecycle events outside the allocation cycle: submit, start, stop completed, finish, terminate.
+
+Each function takes a QueueState and returns a new one; none does I/O. The allocator applies them when
+tasks report, the simulator when its clock says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from airflow_quota.engine.model import (
+    Job,
+    JobQueue,
+    JobRequest,
+    JobStatus,
+    QueueState,
+    ShareState,
+    StopCause,
+)
+
+
+class LifecycleError(ValueError):
+    """An event that does not apply to the job in its current state."""
+
+
+def next_submission_seq(state: QueueState) -> int:
+    return 1 + max((job.submitted[1] for job in state.jobs.values()), default=0)
+
+
+def submit_job(
+    state: QueueState, job_id: str, request: JobRequest, at: float, seq: int | None = None
+) -> QueueState:
+    """Add a job as RUNNABLE, or as FAILED with a reason when its share is DISABLED or unknown.
+
+    ``seq`` orders submissions made at the same time; by default it follows the latest one in ``state``.
+    """
+    if job_id in state.jobs:
+        raise LifecycleError(f"job {job_id!r} was already submitted to job queue {state.queue.name!r}")
+    order = (at, next_submission_seq(state) if seq is None else seq)
+    job = Job(job_id=job_id, request=request, submitted=order)
+    share_names = state.queue.share_names()
+    if request.quota_share_name not in share_names:
+        job = replace(
+            job,
+            status=JobStatus.FAILED,
+            status_reason=(
+                f"Quota share {request.quota_share_name!r} does not exist in job queue "
+                f"{state.queue.name!r}; use one of: {', '.join(share_names)}"
+            ),
+        )
+    elif state.queue.share(request.quota_share_name).state is ShareState.DISABLED:
+        job = replace(
+            job,
+            status=JobStatus.FAILED,
+            status_reason=(
+                f"Quota share {request.quota_share_name!r} is DISABLED and accepts no new jobs; "
+                f"enable it or submit to another share"
+            ),
+        )
+    return _with(state, job)
+
+
+def set_status(state: QueueState, job_id: str, status: JobStatus) -> QueueState:
+    """Move a granted job along SCHEDULED -> STARTING -> RUNNING."""
+    job = _job(state, job_id)
+    if not (job.status.holds_capacity and status.holds_capacity):
+        raise LifecycleError(f"job {job_id!r} is {job.status}; only a granted job can become {status}")
+    return _with(state, replace(job, status=status))
+
+
+def complete_stop(state: QueueState, job_id: str) -> QueueState:
+    """A stop finished: a preempted job is requeued at its place (or FAILED when out of retries)."""
+    job = _job(state, job_id)
+    if not job.is_stopping or not job.status.holds_capacity:
+        raise LifecycleError(f"job {job_id!r} is not being stopped")
+    if job.stop_cause is StopCause.TERMINATED:
+        stopped = replace(job, status=JobStatus.FAILED, status_reason="Terminated by request")
+        return _with(state, _cleared(stopped))
+    count = job.preempted_attempt_count + 1
+    retries = job.request.preemption_retries_before_termination
+    preemptor = job.preempted_by or "a job that is gone"
+    if retries is not None and count > retries:
+        stopped = replace(
+            job,
+            status=JobStatus.FAILED,
+            preempted_attempt_count=count,
+            status_reason=(
+                f"Preempted by {preemptor}: preempted {count} time(s), more than "
+                f"preemptionRetriesBeforeTermination={retries}"
+            ),
+        )
+    else:
+        stopped = replace(
+            job,
+            status=JobStatus.RUNNABLE,
+            preempted_attempt_count=count,
+            status_reason=f"Preempted by {preemptor}; requeued at its original position",
+        )
+    return _with(state, _cleared(stopped))
+
+
+def finish_job(state: QueueState, job_id: str, *, succeeded: bool, reason: str = "") -> QueueState:
+    """The job's own work ended. A job that finishes while being stopped is not counted as preempted."""
+    job = _job(state, job_id)
+    if not job.status.holds_capacity:
+        raise LifecycleError(f"job {job_id!r} is {job.status}; only a granted job can finish")
+    status = JobStatus.SUCCEEDED if succeeded else JobStatus.FAILED
+    return _with(state, _cleared(replace(job, status=status, status_reason=reason)))
+
+
+def terminate_job(state: QueueState, job_id: str, reason: str = "Terminated by request") -> QueueState:
+    """A waiting job fails at once (its reservation is dropped); a granted one is stopped first."""
+    job = _job(state, job_id)
+    if job.status.is_final:
+        return state
+    if job.status.holds_capacity:
+        return _with(state, replace(job, stop_cause=StopCause.TERMINATED, status_reason=f"Stopping: {reason}"))
+    jobs = dict(state.jobs)
+    jobs[job_id] = _cleared(replace(job, status=JobStatus.FAILED, status_reason=reason))
+    for victim_id in job.awaiting_victims:
+        victim = jobs.get(victim_id)
+        if victim is not None and victim.preempted_by == job_id:
+            jobs[victim_id] = replace(victim, preempted_by=None)
+    return QueueState(state.queue, jobs)
+
+
+def update_priority(state: QueueState, job_id: str, priority: int) -> QueueState:
+    job = _job(state, job_id)
+    return _with(state, replace(job, request=replace(job.request, scheduling_priority=priority)))
+
+
+def update_queue(state: QueueState, queue: JobQueue) -> QueueState:
+    """A new configuration; usage above a lowered limit is left to drain (or to be reclaimed)."""
+    return QueueState(queue, dict(state.jobs))
+
+
+def without_final_jobs(state: QueueState) -> QueueState:
+    return QueueState(state.queue, {k: j for k, j in state.jobs.items() if not j.status.is_final})
+
+
+def _cleared(job: Job) -> Job:
+    return replace(job, started=None, stop_cause=None, preempted_by=None, awaiting_victims=frozenset())
+
+
+def _job(state: QueueState, job_id: str) -> Job:
+    try:
+        return state.jobs[job_id]
+    except KeyError:
+        raise LifecycleError(f"no job {job_id!r} in job queue {state.queue.name!r}") from None
+
+
+def _with(state: QueueState, job: Job) -> QueueState:
+    jobs = dict(state.jobs)
+    jobs[job.job_id] = job
+    return QueueState(state.queue, jobs)

@@ -1,0 +1,230 @@
+"""One allocation cycle: a pure function from a queue's state to the grants and preemptions it calls for.
+
+Decisions are made one after another on a state updated after each (a job granted a moment ago is a
+possible victim of the next decision):
+
+1. Preemptors whose victims have all stopped get the capacity they reserved.
+2. Jobs that fit within their share's own limit, each share in its own order (priority descending,
+   then submission order), are granted, or reclaim what their share lent.
+3. The remaining jobs, which would borrow, merged across shares by submission order, are granted
+   idle capacity or preempt strictly lower-priority jobs of their own share.
+
+A job that cannot start does not stop later jobs of its share. Every RUNNABLE job leaves the cycle with
+a statusReason that says what it waits for. Same state in, same decisions out.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from dataclasses import replace
+
+from airflow_quota.engine.model import (
+    CyclePlan,
+    Decision,
+    Grant,
+    Job,
+    JobStatus,
+    OrderKey,
+    Preemption,
+    QueueState,
+    StopCause,
+)
+from airflow_quota.engine.reasons import awaiting_victims_reason, never_fits_reason, waiting_reason
+from airflow_quota.engine.usage import Usage
+from airflow_quota.engine.victims import VictimChoice, choose_victims
+
+
+def share_order_key(job: Job) -> tuple[int, OrderKey, str]:
+    """Within a share: priority descending, then submission order (a requeued job keeps its place)."""
+    return (-job.priority, job.submitted, job.job_id)
+
+
+def plan_cycle(state: QueueState, now: float) -> CyclePlan:
+    """Run one allocation cycle at time ``now`` and return its decisions and the resulting state."""
+    cycle = _Cycle(state, now)
+    cycle.grant_ready_reservations()
+    deferred = cycle.admit_within_own_limits()
+    cycle.admit_borrowers(deferred)
+    return cycle.finish()
+
+
+class _Cycle:
+    """The working state of one cycle: a private copy of the jobs and exact usage counters."""
+
+    def __init__(self, state: QueueState, now: float) -> None:
+        self.queue = state.queue
+        self.now = now
+        self.jobs: dict[str, Job] = dict(state.jobs)
+        self.usage = Usage(self.queue, self.jobs.values())
+        self.decisions: list[Decision] = []
+        self.next_start_seq = 1 + max((job.started[1] for job in self.jobs.values() if job.started), default=0)
+        #: Per unit, the jobs that could be stopped: running and not stopping, or stopping orphans.
+        self.preemptable: dict[str, dict[str, Job]] = defaultdict(dict)
+        self.orphan_ids: set[str] = set()
+        for job in self.jobs.values():
+            if not job.status.holds_capacity:
+                continue
+            if not job.is_stopping:
+                self.preemptable[job.unit][job.job_id] = job
+            elif self._is_orphan(job):
+                self.orphan_ids.add(job.job_id)
+                self.preemptable[job.unit][job.job_id] = job
+        #: Failed (count, priority) attempts per (share, unit) since the last decision; a job needing at
+        #: least as much with no higher priority cannot succeed either.
+        self.failures: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
+        self.misconfigurations: dict[tuple[str, str, int], str | None] = {}
+
+    def _is_orphan(self, job: Job) -> bool:
+        preemptor = self.jobs.get(job.preempted_by) if job.preempted_by else None
+        return preemptor is None or not (
+            preemptor.holds_reservation and job.job_id in preemptor.awaiting_victims
+        )
+
+    # -- the three steps -----------------------------------------------------------------------------
+
+    def grant_ready_reservations(self) -> None:
+        waiting = [job for job in self.jobs.values() if job.holds_reservation]
+        for job in sorted(waiting, key=lambda job: (job.submitted, job.job_id)):
+            if not self._stopping_victims(job):
+                self._grant(job)
+
+    def admit_within_own_limits(self) -> dict[str, list[Job]]:
+        """Step 2; returns, per share and in share order, the jobs left for step 3."""
+        queues = self._waiting_jobs_by_share()
+        deferred: dict[str, list[Job]] = {}
+        for share_name in sorted(queues):
+            share = self.usage.shares[share_name]
+            left: list[Job] = []
+            for job in queues[share_name]:
+                if self.usage.usage(share_name, job.unit) + job.count <= share.own_limit(job.unit):
+                    self._admit(job)
+                else:
+                    left.append(job)
+            deferred[share_name] = left
+        return deferred
+
+    def admit_borrowers(self, deferred: dict[str, list[Job]]) -> None:
+        """Step 3: merge the shares' remaining queues by submission order of their heads."""
+        heads: list[tuple[OrderKey, str, str, int]] = []
+        for share_name, jobs in deferred.items():
+            if jobs:
+                heads.append((jobs[0].submitted, jobs[0].job_id, share_name, 0))
+        heapq.heapify(heads)
+        while heads:
+            _, _, share_name, index = heapq.heappop(heads)
+            jobs = deferred[share_name]
+            self._admit(jobs[index])
+            if index + 1 < len(jobs):
+                following = jobs[index + 1]
+                heapq.heappush(heads, (following.submitted, following.job_id, share_name, index + 1))
+
+    def finish(self) -> CyclePlan:
+        reasons: dict[tuple[str, str, int], str] = {}
+        for job_id, job in self.jobs.items():
+            if job.status is not JobStatus.RUNNABLE:
+                continue
+            if job.holds_reservation:
+                reason = awaiting_victims_reason(self._stopping_victims(job))
+            else:
+                key = (job.share_name, job.unit, job.count)
+                if key not in reasons:
+                    reasons[key] = self._misconfiguration(job) or waiting_reason(
+                        self.usage, self.usage.shares[job.share_name], job
+                    )
+                reason = reasons[key]
+            if reason != job.status_reason:
+                self.jobs[job_id] = replace(job, status_reason=reason)
+        return CyclePlan(tuple(self.decisions), QueueState(self.queue, self.jobs))
+
+    # -- one job -------------------------------------------------------------------------------------
+
+    def _waiting_jobs_by_share(self) -> dict[str, list[Job]]:
+        by_share: dict[str, list[Job]] = defaultdict(list)
+        for job in self.jobs.values():
+            if job.status is JobStatus.RUNNABLE and not job.holds_reservation:
+                if self._misconfiguration(job) is None:
+                    by_share[job.share_name].append(job)
+        for jobs in by_share.values():
+            jobs.sort(key=share_order_key)
+        return by_share
+
+    def _misconfiguration(self, job: Job) -> str | None:
+        key = (job.share_name, job.unit, job.count)
+        if key not in self.misconfigurations:
+            share = self.usage.shares.get(job.share_name)
+            self.misconfigurations[key] = never_fits_reason(self.queue, share, job.unit, job.count)
+        return self.misconfigurations[key]
+
+    def _admit(self, job: Job) -> None:
+        if self.usage.fits(job.share_name, job.unit, job.count):
+            self._grant(job)
+            return
+        key = (job.share_name, job.unit)
+        if any(count <= job.count and priority >= job.priority for count, priority in self.failures[key]):
+            return
+        choice = choose_victims(
+            self.usage,
+            job,
+            self.preemptable[job.unit].values(),
+            frozenset(self.orphan_ids),
+        )
+        if choice is None:
+            self.failures[key].append((job.count, job.priority))
+        else:
+            self._preempt(job, choice)
+
+    def _stopping_victims(self, preemptor: Job) -> list[str]:
+        return [
+            job_id
+            for job_id in preemptor.awaiting_victims
+            if (victim := self.jobs.get(job_id)) is not None
+            and victim.is_stopping
+            and victim.status.holds_capacity
+            and victim.preempted_by == preemptor.job_id
+        ]
+
+    # -- applying decisions ----------------------------------------------------------------------------
+
+    def _decided(self, decision: Decision) -> None:
+        self.decisions.append(decision)
+        self.failures.clear()
+
+    def _grant(self, job: Job) -> None:
+        share = self.usage.shares[job.share_name]
+        if not job.holds_reservation:
+            self.usage.add_to_share(job.share_name, job.unit, job.count)
+            self.usage.add_occupancy(job.unit, job.count)
+        used_after = self.usage.usage(job.share_name, job.unit)
+        borrowed = max(0, min(job.count, used_after - share.own_limit(job.unit)))
+        granted = replace(
+            job,
+            status=JobStatus.SCHEDULED,
+            status_reason="",
+            started=(self.now, self.next_start_seq),
+            awaiting_victims=frozenset(),
+        )
+        self.next_start_seq += 1
+        self.jobs[job.job_id] = granted
+        self.preemptable[job.unit][job.job_id] = granted
+        self._decided(Grant(job.job_id, job.unit, job.count, borrowed))
+
+    def _preempt(self, preemptor: Job, choice: VictimChoice) -> None:
+        held_by_victims = 0
+        for victim in choice.victims:
+            held_by_victims += victim.count
+            if victim.counts_in_share:
+                self.usage.add_to_share(victim.share_name, victim.unit, -victim.count)
+            self.jobs[victim.job_id] = replace(
+                victim,
+                stop_cause=victim.stop_cause or StopCause.PREEMPTED,
+                preempted_by=preemptor.job_id,
+                status_reason=f"Being stopped: preempted by {preemptor.job_id} ({choice.rule})",
+            )
+            self.preemptable[victim.unit].pop(victim.job_id, None)
+            self.orphan_ids.discard(victim.job_id)
+        self.usage.add_to_share(preemptor.share_name, preemptor.unit, preemptor.count)
+        self.usage.add_occupancy(preemptor.unit, max(0, preemptor.count - held_by_victims))
+        victim_ids = tuple(victim.job_id for victim in choice.victims)
+        self.jobs[preemptor.job_id] = replace(preemptor, awaiting_victims=frozenset(victim_ids))
+        self._decided(Preemption(preemptor.job_id, victim_ids, choice.rule, preemptor.unit))

@@ -1,0 +1,73 @@
+"""Why a job waits: AWS's misconfiguration codes for jobs that can never start, plain words otherwise."""
+
+from __future__ import annotations
+
+from airflow_quota.engine.model import (
+    QUOTA_MANAGEMENT_LIMIT_EXCEEDED,
+    SERVICE_ENVIRONMENT_MAX_RESOURCE,
+    Job,
+    JobQueue,
+    QuotaShare,
+)
+from airflow_quota.engine.usage import Usage
+
+
+def never_fits_reason(queue: JobQueue, share: QuotaShare | None, unit: str, count: int) -> str | None:
+    """The AWS misconfiguration code when ``count`` units of ``unit`` can never start in ``share``.
+
+    SERVICE_ENVIRONMENT_MAX_RESOURCE (the queue lacks the unit or has fewer than asked) wins over
+    QUOTA_MANAGEMENT_LIMIT_EXCEEDED (more than the share can ever hold: the smaller of its ceiling and its
+    own limit plus the other lending shares' limits plus unowned capacity).
+    """
+    capacity = queue.capacity.get(unit)
+    if capacity is None or count > capacity:
+        return SERVICE_ENVIRONMENT_MAX_RESOURCE
+    if share is None or not share.has_limit_for(unit):
+        return QUOTA_MANAGEMENT_LIMIT_EXCEEDED
+    if count > most_share_can_hold(queue, share, unit):
+        return QUOTA_MANAGEMENT_LIMIT_EXCEEDED
+    return None
+
+
+def most_share_can_hold(queue: JobQueue, share: QuotaShare, unit: str) -> int:
+    own = share.own_limit(unit)
+    if not share.borrows:
+        return own
+    owned = sum(other.own_limit(unit) for other in queue.shares)
+    unowned = max(0, queue.capacity.get(unit, 0) - owned)
+    lent_by_others = sum(other.own_limit(unit) for other in queue.shares if other.lends and other is not share)
+    reachable = own + lent_by_others + unowned
+    ceiling = share.ceiling(unit)
+    return reachable if ceiling is None else min(ceiling, reachable)
+
+
+def waiting_reason(usage: Usage, share: QuotaShare, job: Job) -> str:
+    """A plain-words statusReason for a RUNNABLE job that could not start in this cycle."""
+    unit, count = job.unit, job.count
+    used, own = usage.usage(share.name, unit), share.own_limit(unit)
+    in_use = f"quota share {share.name} is using {used} of its {own} {unit}"
+    if used + count <= own:
+        return (
+            f"Waiting for capacity: {in_use} and this job needs {count}; the free units are still held "
+            f"by jobs being stopped or lent to other shares"
+        )
+    if not share.borrows:
+        return (
+            f"Waiting for capacity: {in_use} and this job needs {count}; a {share.strategy} share "
+            f"does not borrow"
+        )
+    ceiling = share.ceiling(unit)
+    if ceiling is not None and used + count > ceiling:
+        return (
+            f"Waiting for capacity: {in_use} and this job needs {count}, which would pass the share's "
+            f"borrow ceiling of {ceiling}"
+        )
+    return (
+        f"Waiting for capacity to borrow: {in_use} and this job needs {count}; "
+        f"{min(usage.borrowable(unit), usage.idle(unit))} idle {unit} can be borrowed from other shares now"
+    )
+
+
+def awaiting_victims_reason(stopping: list[str]) -> str:
+    names = ", ".join(sorted(stopping))
+    return f"Waiting for {len(stopping)} preempted job(s) to stop: {names}"

@@ -1,0 +1,180 @@
+"""Capacity accounting for one job queue: who uses what, who borrows, and whether a job fits.
+
+Two ledgers are kept per capacity unit:
+
+* *share usage*: what counts against each share's limits. A running job counts in its share until it
+  is chosen as a victim; from that decision on its preemptor counts instead (two-phase preemption).
+* *occupancy*: what is physically held. A job being stopped still holds its units until the stop
+  completes; a waiting preemptor holds whatever of its request its victims do not already hold.
+
+A job fits when, after adding it: its share has a limit for the unit, stays within its ceiling (its own
+limit for RESERVE and LEND shares), the queue is not exceeded physically, and the lending rule holds:
+the total borrowed on the unit does not exceed the lenders' idle capacity plus the unowned capacity (or,
+where a configuration change already broke that, the overdraft does not grow).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from airflow_quota.engine.model import Job, JobQueue, QueueState, QuotaShare
+
+
+@dataclass(frozen=True, slots=True)
+class Removal:
+    """Jobs hypothetically taken away: units per share (share usage) and units freed physically."""
+
+    by_share: Mapping[str, int]
+    physical: int
+
+    @staticmethod
+    def of(jobs: Iterable[Job]) -> Removal:
+        by_share: dict[str, int] = defaultdict(int)
+        physical = 0
+        for job in jobs:
+            physical += job.count
+            if job.counts_in_share:
+                by_share[job.share_name] += job.count
+        return Removal(by_share, physical)
+
+
+NO_REMOVAL = Removal({}, 0)
+
+
+class Usage:
+    """Mutable usage counters for one cycle, kept exact as decisions are applied."""
+
+    def __init__(self, queue: JobQueue, jobs: Iterable[Job]) -> None:
+        self.queue = queue
+        self.shares: dict[str, QuotaShare] = {share.name: share for share in queue.shares}
+        self.share_usage: dict[tuple[str, str], int] = defaultdict(int)
+        self.occupancy: dict[str, int] = defaultdict(int)
+        self._borrowed_total: dict[str, int] = defaultdict(int)
+        self._lendable_idle: dict[str, int] = defaultdict(int)
+        self._unowned: dict[str, int] = {}
+        for unit, capacity in queue.capacity.items():
+            owned = sum(share.own_limit(unit) for share in queue.shares)
+            self._unowned[unit] = max(0, capacity - owned)
+
+        job_list = list(jobs)
+        victims_held: dict[str, int] = defaultdict(int)
+        for job in job_list:
+            if job.status.holds_capacity:
+                self.occupancy[job.unit] += job.count
+                if job.is_stopping and job.preempted_by is not None:
+                    victims_held[job.preempted_by] += job.count
+            if job.counts_in_share:
+                self.share_usage[(job.share_name, job.unit)] += job.count
+        for job in job_list:
+            if job.holds_reservation:
+                self.occupancy[job.unit] += max(0, job.count - victims_held.get(job.job_id, 0))
+
+        units_in_use: dict[str, set[str]] = defaultdict(set)
+        for share_name, unit in self.share_usage:
+            units_in_use[share_name].add(unit)
+        for share in queue.shares:
+            for unit in units_in_use[share.name] | set(share.capacity_limits):
+                borrowed, lendable = self._share_terms(share, unit, self.usage(share.name, unit))
+                self._borrowed_total[unit] += borrowed
+                self._lendable_idle[unit] += lendable
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def usage(self, share_name: str, unit: str) -> int:
+        return self.share_usage.get((share_name, unit), 0)
+
+    def capacity(self, unit: str) -> int:
+        return self.queue.capacity.get(unit, 0)
+
+    def idle(self, unit: str) -> int:
+        """Units nobody holds physically."""
+        return max(0, self.capacity(unit) - self.occupancy.get(unit, 0))
+
+    def is_borrowing(self, share_name: str, unit: str) -> bool:
+        share = self.shares.get(share_name)
+        own = share.own_limit(unit) if share else 0
+        return self.usage(share_name, unit) > own
+
+    def borrowable(self, unit: str) -> int:
+        """Idle capacity a borrower could still take on ``unit`` under the pooled lending rule."""
+        return max(0, -self._excess(unit, {}))
+
+    def unowned(self, unit: str) -> int:
+        return self._unowned.get(unit, 0)
+
+    # -- the fit rule --------------------------------------------------------------------------------
+
+    def fits(
+        self,
+        share_name: str,
+        unit: str,
+        count: int,
+        removal: Removal = NO_REMOVAL,
+        *,
+        within_own_limit: bool = False,
+    ) -> bool:
+        """Whether ``count`` units of ``unit`` can go to ``share_name`` once ``removal`` is taken away.
+
+        With ``within_own_limit`` the share must also end within its own limit (the reclaim search).
+        """
+        share = self.shares.get(share_name)
+        if share is None or not share.has_limit_for(unit):
+            return False
+        if self.occupancy.get(unit, 0) - removal.physical + count > self.capacity(unit):
+            return False
+        new_usage = self.usage(share_name, unit) - removal.by_share.get(share_name, 0) + count
+        if within_own_limit and new_usage > share.own_limit(unit):
+            return False
+        ceiling = share.ceiling(unit)
+        if ceiling is not None and new_usage > ceiling:
+            return False
+        changes = {name: -units for name, units in removal.by_share.items() if units}
+        changes[share_name] = changes.get(share_name, 0) + count
+        return self._excess(unit, changes) <= max(0, self._excess(unit, {}))
+
+    # -- applying decisions --------------------------------------------------------------------------
+
+    def add_to_share(self, share_name: str, unit: str, units: int) -> None:
+        share = self.shares.get(share_name)
+        before = self.usage(share_name, unit)
+        self.share_usage[(share_name, unit)] = before + units
+        if share is None:
+            return
+        old_borrowed, old_lendable = self._share_terms(share, unit, before)
+        new_borrowed, new_lendable = self._share_terms(share, unit, before + units)
+        self._borrowed_total[unit] += new_borrowed - old_borrowed
+        self._lendable_idle[unit] += new_lendable - old_lendable
+
+    def add_occupancy(self, unit: str, units: int) -> None:
+        self.occupancy[unit] += units
+
+    # -- internals -----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _share_terms(share: QuotaShare, unit: str, usage: int) -> tuple[int, int]:
+        """(units borrowed, idle units lent to the pool) for ``share`` at ``usage``."""
+        own = share.own_limit(unit)
+        borrowed = max(0, usage - own)
+        lendable = max(0, own - usage) if share.lends else 0
+        return borrowed, lendable
+
+    def _excess(self, unit: str, changes: Mapping[str, int]) -> int:
+        """Borrowed beyond what lenders' idle and unowned capacity cover, after ``changes`` to usage."""
+        borrowed = self._borrowed_total.get(unit, 0)
+        lendable = self._lendable_idle.get(unit, 0)
+        for share_name, delta in changes.items():
+            share = self.shares.get(share_name)
+            if share is None or not delta:
+                continue
+            before = self.usage(share_name, unit)
+            old_borrowed, old_lendable = self._share_terms(share, unit, before)
+            new_borrowed, new_lendable = self._share_terms(share, unit, before + delta)
+            borrowed += new_borrowed - old_borrowed
+            lendable += new_lendable - old_lendable
+        return borrowed - lendable - self.unowned(unit)
+
+
+def usage_of(state: QueueState) -> Usage:
+    return Usage(state.queue, state.jobs.values())

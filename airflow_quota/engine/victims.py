@@ -1,0 +1,158 @@
+"""Choosing preemption victims: who may be taken, in which order, and the smallest set that suffices.
+
+The rules (README, "Victim order"):
+
+* Search 1, *reclaim*: only when the preemptor's share is below its own limit on the unit and another
+  share is borrowing there. Candidates are the borrowing shares' jobs and, with in-share preemption, the
+  share's own strictly lower-priority jobs. A job of another share is taken only while that share, after
+  the victims already taken, is still above its own limit. The preemptor must fit with its share ending
+  within its own limit.
+* Search 2, *in-share priority*: only with in-share preemption; the share's own strictly lower-priority
+  jobs; the preemptor must fit (its share may end up borrowing, within its ceiling).
+* Jobs already being stopped whose preemptor is gone cost nothing to take and come first in any search;
+  when no other search applies they may still be adopted alone.
+* Order: stopping orphans, then other shares' jobs before the preemptor's own, lowest priority first,
+  most recently started first, most recently submitted first, then job id.
+* Then minimize: walk the chosen victims from last to first and drop each one without which the job
+  still fits under the same search's rule. If no set makes the job fit, nothing is preempted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from airflow_quota.engine.model import Job, PreemptionRule
+from airflow_quota.engine.usage import Removal, Usage
+
+VictimKey = tuple[bool, bool, int, float, int, float, int, str]
+
+
+def victim_order_key(candidate: Job, preemptor_share: str, orphan: bool) -> VictimKey:
+    started_at, started_seq = candidate.started or (0.0, 0)
+    submitted_at, submitted_seq = candidate.submitted
+    return (
+        not orphan,
+        candidate.share_name == preemptor_share,
+        candidate.priority,
+        -started_at,
+        -started_seq,
+        -submitted_at,
+        -submitted_seq,
+        candidate.job_id,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class VictimChoice:
+    rule: PreemptionRule
+    victims: tuple[Job, ...]
+
+
+def choose_victims(
+    usage: Usage,
+    preemptor: Job,
+    candidates: Iterable[Job],
+    orphan_ids: frozenset[str],
+) -> VictimChoice | None:
+    """The victims that let ``preemptor`` fit, or None when no allowed set does.
+
+    ``candidates`` are the jobs of the preemptor's unit that could be stopped: running jobs not being
+    stopped, and stopping jobs whose preemptor is gone (``orphan_ids``).
+    """
+    share_name, unit = preemptor.share_name, preemptor.unit
+    share = usage.shares.get(share_name)
+    if share is None:
+        return None
+    pool = [job for job in candidates if job.unit == unit and job.job_id != preemptor.job_id]
+    orphans = [job for job in pool if job.job_id in orphan_ids]
+
+    def lower_own(job: Job) -> bool:
+        return job.share_name == share_name and job.priority < preemptor.priority
+
+    def ordered(jobs: Iterable[Job]) -> list[Job]:
+        return sorted(jobs, key=lambda job: victim_order_key(job, share_name, job.job_id in orphan_ids))
+
+    own_limit = share.own_limit(unit)
+    others_borrowing = any(
+        usage.is_borrowing(name, unit) for name in usage.shares if name != share_name
+    )
+    if usage.usage(share_name, unit) < own_limit and others_borrowing:
+        reclaimable = [
+            job
+            for job in pool
+            if job.job_id in orphan_ids
+            or (job.share_name != share_name and usage.is_borrowing(job.share_name, unit))
+            or (share.in_share_preemption and lower_own(job))
+        ]
+        found = _search(usage, preemptor, ordered(reclaimable), orphan_ids, within_own_limit=True)
+        if found:
+            return VictimChoice(PreemptionRule.RECLAIM, found)
+    if share.in_share_preemption:
+        own_lower = [job for job in pool if job.job_id in orphan_ids or lower_own(job)]
+        found = _search(usage, preemptor, ordered(own_lower), orphan_ids, within_own_limit=False)
+        if found:
+            return VictimChoice(PreemptionRule.IN_SHARE_PRIORITY, found)
+    if orphans:
+        found = _search(usage, preemptor, ordered(orphans), orphan_ids, within_own_limit=False)
+        if found:
+            return VictimChoice(PreemptionRule.ADOPT_STOPPING, found)
+    return None
+
+
+def _search(
+    usage: Usage,
+    preemptor: Job,
+    ordered_candidates: Sequence[Job],
+    orphan_ids: frozenset[str],
+    *,
+    within_own_limit: bool,
+) -> tuple[Job, ...] | None:
+    """Take candidates in order until the preemptor fits, then minimize; None if it never fits."""
+    share_name, unit = preemptor.share_name, preemptor.unit
+
+    def fits_without(victims: Sequence[Job]) -> bool:
+        return usage.fits(
+            share_name, unit, preemptor.count, Removal.of(victims), within_own_limit=within_own_limit
+        )
+
+    if sum(job.count for job in ordered_candidates) + usage.idle(unit) < preemptor.count:
+        return None
+    taken: list[Job] = []
+    taken_by_share: dict[str, int] = {}
+    for candidate in ordered_candidates:
+        if _protected(usage, candidate, share_name, taken_by_share, orphan_ids):
+            continue
+        taken.append(candidate)
+        if candidate.counts_in_share:
+            taken_by_share[candidate.share_name] = (
+                taken_by_share.get(candidate.share_name, 0) + candidate.count
+            )
+        if fits_without(taken):
+            return tuple(_minimize(taken, fits_without))
+    return None
+
+
+def _protected(
+    usage: Usage,
+    candidate: Job,
+    preemptor_share: str,
+    taken_by_share: dict[str, int],
+    orphan_ids: frozenset[str],
+) -> bool:
+    """A job of another share is safe once its share, after the victims taken, is within its limit."""
+    if candidate.job_id in orphan_ids or candidate.share_name == preemptor_share:
+        return False
+    share = usage.shares.get(candidate.share_name)
+    own = share.own_limit(candidate.unit) if share else 0
+    remaining = usage.usage(candidate.share_name, candidate.unit) - taken_by_share.get(candidate.share_name, 0)
+    return remaining <= own
+
+
+def _minimize(taken: list[Job], fits_without: Callable[[Sequence[Job]], bool]) -> list[Job]:
+    chosen = list(taken)
+    for index in range(len(chosen) - 1, -1, -1):
+        trial = chosen[:index] + chosen[index + 1 :]
+        if trial and fits_without(trial):
+            chosen = trial
+    return chosen

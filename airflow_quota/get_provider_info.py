@@ -1,0 +1,12 @@
+"""Provider metadata Airflow reads through the ``apache_airflow_provider`` entry point."""
+
+from typing import Any
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "airflow-quota",
+        "name": "airflow-quota",
+        "description": "AWS Batch-style GPU quota management: quota shares, lending, borrowing and preemption.",
+        "versions": ["0.1.0"],
+    }
