@@ -26,8 +26,8 @@ from airflow_quota.engine.model import (
     PreemptionRule,
     QueueState,
     QuotaShare,
-    SharingStrategy,
     ShareState,
+    SharingStrategy,
     StopCause,
 )
 from airflow_quota.engine.planner import plan_cycle

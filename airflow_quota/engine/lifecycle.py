@@ -114,7 +114,9 @@ def terminate_job(state: QueueState, job_id: str, reason: str = "Terminated by r
     if job.status.is_final:
         return state
     if job.status.holds_capacity:
-        return _with(state, replace(job, stop_cause=StopCause.TERMINATED, status_reason=f"Stopping: {reason}"))
+        return _with(
+            state, replace(job, stop_cause=StopCause.TERMINATED, status_reason=f"Stopping: {reason}")
+        )
     jobs = dict(state.jobs)
     jobs[job_id] = _cleared(replace(job, status=JobStatus.FAILED, status_reason=reason))
     for victim_id in job.awaiting_victims:

@@ -58,7 +58,9 @@ class _Cycle:
         self.jobs: dict[str, Job] = dict(state.jobs)
         self.usage = Usage(self.queue, self.jobs.values())
         self.decisions: list[Decision] = []
-        self.next_start_seq = 1 + max((job.started[1] for job in self.jobs.values() if job.started), default=0)
+        self.next_start_seq = 1 + max(
+            (job.started[1] for job in self.jobs.values() if job.started), default=0
+        )
         #: Per unit, the jobs that could be stopped: running and not stopping, or stopping orphans.
         self.preemptable: dict[str, dict[str, Job]] = defaultdict(dict)
         self.orphan_ids: set[str] = set()
@@ -142,9 +144,9 @@ class _Cycle:
     def _waiting_jobs_by_share(self) -> dict[str, list[Job]]:
         by_share: dict[str, list[Job]] = defaultdict(list)
         for job in self.jobs.values():
-            if job.status is JobStatus.RUNNABLE and not job.holds_reservation:
-                if self._misconfiguration(job) is None:
-                    by_share[job.share_name].append(job)
+            waiting_to_start = job.status is JobStatus.RUNNABLE and not job.holds_reservation
+            if waiting_to_start and self._misconfiguration(job) is None:
+                by_share[job.share_name].append(job)
         for jobs in by_share.values():
             jobs.sort(key=share_order_key)
         return by_share

@@ -35,7 +35,9 @@ def most_share_can_hold(queue: JobQueue, share: QuotaShare, unit: str) -> int:
         return own
     owned = sum(other.own_limit(unit) for other in queue.shares)
     unowned = max(0, queue.capacity.get(unit, 0) - owned)
-    lent_by_others = sum(other.own_limit(unit) for other in queue.shares if other.lends and other is not share)
+    lent_by_others = sum(
+        other.own_limit(unit) for other in queue.shares if other.lends and other is not share
+    )
     reachable = own + lent_by_others + unowned
     ceiling = share.ceiling(unit)
     return reachable if ceiling is None else min(ceiling, reachable)

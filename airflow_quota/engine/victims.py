@@ -74,9 +74,7 @@ def choose_victims(
         return sorted(jobs, key=lambda job: victim_order_key(job, share_name, job.job_id in orphan_ids))
 
     own_limit = share.own_limit(unit)
-    others_borrowing = any(
-        usage.is_borrowing(name, unit) for name in usage.shares if name != share_name
-    )
+    others_borrowing = any(usage.is_borrowing(name, unit) for name in usage.shares if name != share_name)
     if usage.usage(share_name, unit) < own_limit and others_borrowing:
         reclaimable = [
             job
@@ -145,7 +143,9 @@ def _protected(
         return False
     share = usage.shares.get(candidate.share_name)
     own = share.own_limit(candidate.unit) if share else 0
-    remaining = usage.usage(candidate.share_name, candidate.unit) - taken_by_share.get(candidate.share_name, 0)
+    remaining = usage.usage(candidate.share_name, candidate.unit) - taken_by_share.get(
+        candidate.share_name, 0
+    )
     return remaining <= own
 
 

@@ -1,0 +1,557 @@
+"""Validate quota files and job requests written with AWS Batch's field names, and turn them into the model.
+
+Pydantic checks each object on its own (types, ranges, allowed values, unknown keys, borrowLimit against
+strategy); the cross-checks then look across objects (duplicate names and units, share units the queue
+lacks, shares adding up to more than the queue holds), using every well-formed piece, so one typo does not
+hide the other mistakes. Every problem becomes a ``ConfigIssue`` whose path reads like
+``jobQueues[0].quotaShares[2].resourceSharingConfiguration.borrowLimit`` and whose message says what is
+wrong and how to fix it; all of them are raised together in one ``QuotaConfigError``. No file I/O here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError
+
+from airflow_quota.engine.model import (
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    UNLIMITED_BORROW,
+    JobQueue,
+    JobRequest,
+    QuotaShare,
+    ShareState,
+    SharingStrategy,
+)
+
+#: What AWS Batch accepts (we accept more, and warn).
+AWS_MAX_SHARES_PER_QUEUE = 20
+AWS_MAX_CAPACITY_LIMITS_PER_SHARE = 5
+
+_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
+_NAME_RULE = "1 to 128 letters, digits, '-' or '_'"
+Name = Annotated[StrictStr, Field(pattern=_NAME_PATTERN)]
+Count = Annotated[StrictInt, Field(ge=0)]
+
+#: What each field must hold, in the words the error messages use.
+_EXPECTED: dict[str, str] = {
+    "jobQueues": "a list of job queues (at least one)",
+    "jobQueueName": f"a name of {_NAME_RULE}, e.g. gpu-training",
+    "quotaShares": "a list of quota shares (at least one: every job names the share it runs in)",
+    "quotaShareName": f"a name of {_NAME_RULE}, e.g. team-a",
+    "jobName": f"a name of {_NAME_RULE}, e.g. llama-finetune-7",
+    "capacityLimits": "a list of {capacityUnit, maxCapacity} entries (at least one)",
+    "capacityUnit": "an instance type such as ml.p4d.24xlarge",
+    "maxCapacity": "a whole number >= 0 (how many instances of this capacity unit)",
+    "strategy": "one of RESERVE, LEND, LEND_AND_BORROW",
+    "borrowLimit": (
+        "a whole number >= 0 (the percentage of the share's own maxCapacity it may borrow on top of it), "
+        "or -1 for no limit"
+    ),
+    "inSharePreemption": "ENABLED or DISABLED",
+    "state": "ENABLED or DISABLED",
+    "schedulingPriority": f"a whole number from {MIN_PRIORITY} to {MAX_PRIORITY} (higher runs first)",
+    "instanceCount": "a whole number >= 1",
+    "preemptionRetriesBeforeTermination": "a whole number >= 0, or left out to requeue without limit",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigIssue:
+    """One problem (or warning): where it is in the document and what to do about it."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class QuotaConfigError(ValueError):
+    """A quota file (or job request) is invalid; ``issues`` lists every problem found, not just the first."""
+
+    def __init__(self, source: str, issues: Sequence[ConfigIssue]) -> None:
+        self.source = source
+        self.issues = list(issues)
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        count = len(self.issues)
+        heading = f"{self.source}: {count} error{'s' if count != 1 else ''}"
+        return "\n".join([heading, *(f"  {issue}" for issue in self.issues)])
+
+
+class JobRequestError(QuotaConfigError):
+    """A job request is invalid (same shape as a quota file error)."""
+
+
+class _AwsModel(BaseModel):
+    """Fields are read by their AWS name only, unknown keys are refused, and parsed objects never change."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_by_alias=True, validate_by_name=False)
+
+
+class CapacityLimit(_AwsModel):
+    capacity_unit: StrictStr = Field(alias="capacityUnit", min_length=1)
+    max_capacity: Count = Field(alias="maxCapacity")
+
+
+class ResourceSharingConfiguration(_AwsModel):
+    strategy: SharingStrategy
+    #: None when absent; only a LEND_AND_BORROW share may set it, and absent means -1 (no limit).
+    borrow_limit: StrictInt | None = Field(None, alias="borrowLimit", ge=UNLIMITED_BORROW)
+
+    @field_validator("borrow_limit")
+    @classmethod
+    def _only_when_borrowing(cls, borrow_limit: int | None, info: ValidationInfo) -> int | None:
+        strategy = info.data.get("strategy")
+        if (
+            borrow_limit is not None
+            and strategy is not None
+            and strategy is not SharingStrategy.LEND_AND_BORROW
+        ):
+            raise PydanticCustomError(
+                "quota_borrow_limit_without_borrowing",
+                "borrowLimit is only allowed with strategy LEND_AND_BORROW (this share's strategy is "
+                "{strategy}): remove borrowLimit or set strategy: LEND_AND_BORROW",
+                {"strategy": strategy.value},
+            )
+        return borrow_limit
+
+    @property
+    def effective_borrow_limit(self) -> int:
+        return UNLIMITED_BORROW if self.borrow_limit is None else self.borrow_limit
+
+
+class PreemptionConfiguration(_AwsModel):
+    in_share_preemption: Literal["ENABLED", "DISABLED"] = Field("DISABLED", alias="inSharePreemption")
+
+
+_NO_IN_SHARE_PREEMPTION = PreemptionConfiguration.model_validate({})
+
+
+class QuotaShareConfig(_AwsModel):
+    """One quota share as AWS Batch's CreateQuotaShare takes it (without jobQueue and tags)."""
+
+    quota_share_name: Name = Field(alias="quotaShareName")
+    capacity_limits: list[CapacityLimit] = Field(alias="capacityLimits", min_length=1)
+    resource_sharing_configuration: ResourceSharingConfiguration = Field(alias="resourceSharingConfiguration")
+    preemption_configuration: PreemptionConfiguration = Field(
+        _NO_IN_SHARE_PREEMPTION, alias="preemptionConfiguration"
+    )
+    state: ShareState = ShareState.ENABLED
+
+    def to_quota_share(self) -> QuotaShare:
+        sharing = self.resource_sharing_configuration
+        return QuotaShare(
+            name=self.quota_share_name,
+            capacity_limits={limit.capacity_unit: limit.max_capacity for limit in self.capacity_limits},
+            strategy=sharing.strategy,
+            borrow_limit=sharing.effective_borrow_limit,
+            in_share_preemption=self.preemption_configuration.in_share_preemption == "ENABLED",
+            state=self.state,
+        )
+
+
+class JobQueueConfig(_AwsModel):
+    """A job queue's name and total capacity per unit (the simulator's ``jobQueue:`` holds exactly this)."""
+
+    job_queue_name: Name = Field(alias="jobQueueName")
+    capacity_limits: list[CapacityLimit] = Field(alias="capacityLimits", min_length=1)
+
+    def with_shares(self, shares: Sequence[QuotaShareConfig]) -> JobQueue:
+        return JobQueue(
+            name=self.job_queue_name,
+            capacity={limit.capacity_unit: limit.max_capacity for limit in self.capacity_limits},
+            shares=tuple(share.to_quota_share() for share in shares),
+        )
+
+
+class JobQueueWithShares(JobQueueConfig):
+    """A job queue of the quota file: its capacity and the quota shares that divide it."""
+
+    quota_shares: list[QuotaShareConfig] = Field(alias="quotaShares", min_length=1)
+
+    def to_job_queue(self) -> JobQueue:
+        return self.with_shares(self.quota_shares)
+
+
+class QuotaConfig(_AwsModel):
+    """The whole quota file. Build it with ``parse_quota_config``, which adds the cross-object checks."""
+
+    job_queues: list[JobQueueWithShares] = Field(alias="jobQueues", min_length=1)
+
+    def to_job_queues(self) -> list[JobQueue]:
+        return [queue.to_job_queue() for queue in self.job_queues]
+
+
+class _QueueAndShares(_AwsModel):
+    """A scenario's queue and shares, given side by side."""
+
+    job_queue: JobQueueConfig = Field(alias="jobQueue")
+    quota_shares: list[QuotaShareConfig] = Field(alias="quotaShares", min_length=1)
+
+
+class JobRequestConfig(_AwsModel):
+    """What a task submits: the fields of AWS Batch's SubmitServiceJob that quotas look at."""
+
+    job_name: Name = Field(alias="jobName")
+    quota_share_name: Name = Field(alias="quotaShareName")
+    scheduling_priority: StrictInt = Field(
+        MIN_PRIORITY, alias="schedulingPriority", ge=MIN_PRIORITY, le=MAX_PRIORITY
+    )
+    capacity_unit: StrictStr = Field(alias="capacityUnit", min_length=1)
+    instance_count: StrictInt = Field(alias="instanceCount", ge=1)
+    preemption_retries_before_termination: Count | None = Field(
+        None, alias="preemptionRetriesBeforeTermination"
+    )
+
+    def to_job_request(self) -> JobRequest:
+        return JobRequest(
+            job_name=self.job_name,
+            quota_share_name=self.quota_share_name,
+            capacity_unit=self.capacity_unit,
+            instance_count=self.instance_count,
+            scheduling_priority=self.scheduling_priority,
+            preemption_retries_before_termination=self.preemption_retries_before_termination,
+        )
+
+
+# --- public entry points -----------------------------------------------------------------------------
+
+
+def parse_quota_config(raw: object, source: str) -> QuotaConfig:
+    """Validate a loaded quota file; raise ``QuotaConfigError`` listing every problem."""
+    config, issues = _validate(QuotaConfig, raw)
+    raw_queues = _get(raw, "jobQueues")
+    if isinstance(raw_queues, list):
+        issues += _duplicate_queue_names(raw_queues)
+        for index, raw_queue in enumerate(raw_queues):
+            issues += _queue_cross_issues(
+                raw_queue,
+                _get(raw_queue, "quotaShares"),
+                f"jobQueues[{index}]",
+                f"jobQueues[{index}].quotaShares",
+            )
+    if issues or config is None:
+        raise QuotaConfigError(source, issues)
+    return config
+
+
+def parse_queue_with_shares(
+    queue_raw: object, shares_raw: object, source: str, path_prefix: str = ""
+) -> JobQueue:
+    """Validate a queue (``{jobQueueName, capacityLimits}``) and its shares given apart, as scenarios do.
+
+    Problems are reported at ``jobQueue...`` and ``quotaShares[i]...``, under ``path_prefix`` when given
+    (``path_prefix="scenario"`` gives ``scenario.jobQueue.capacityLimits[0]``).
+    """
+    both, issues = _validate(_QueueAndShares, {"jobQueue": queue_raw, "quotaShares": shares_raw}, path_prefix)
+    issues += _queue_cross_issues(
+        queue_raw, shares_raw, _join(path_prefix, "jobQueue"), _join(path_prefix, "quotaShares")
+    )
+    if issues or both is None:
+        raise QuotaConfigError(source, issues)
+    return both.job_queue.with_shares(both.quota_shares)
+
+
+def validate_job_request(raw: Mapping[str, Any], source: str = "request") -> JobRequest:
+    """Validate one job request; raise ``JobRequestError`` listing every problem."""
+    request, issues = _validate(JobRequestConfig, raw)
+    if issues or request is None:
+        raise JobRequestError(source, issues)
+    return request.to_job_request()
+
+
+def aws_batch_warnings(config: QuotaConfig) -> list[ConfigIssue]:
+    """What AWS Batch would refuse although we accept it: too many shares, too many limits per share."""
+    warnings: list[ConfigIssue] = []
+    for queue_index, queue in enumerate(config.job_queues):
+        shares_path = f"jobQueues[{queue_index}].quotaShares"
+        if len(queue.quota_shares) > AWS_MAX_SHARES_PER_QUEUE:
+            what = f"job queue {queue.job_queue_name} has {len(queue.quota_shares)} quota shares"
+            limit = f"at most {AWS_MAX_SHARES_PER_QUEUE} per job queue"
+            warnings.append(ConfigIssue(shares_path, _aws_refuses(what, limit, "merge shares")))
+        for share_index, share in enumerate(queue.quota_shares):
+            if len(share.capacity_limits) > AWS_MAX_CAPACITY_LIMITS_PER_SHARE:
+                what = (
+                    f"quota share {share.quota_share_name} has {len(share.capacity_limits)} capacity limits"
+                )
+                limit = f"at most {AWS_MAX_CAPACITY_LIMITS_PER_SHARE} per quota share"
+                path = f"{shares_path}[{share_index}].capacityLimits"
+                warnings.append(ConfigIssue(path, _aws_refuses(what, limit, "split the share")))
+    return warnings
+
+
+def _aws_refuses(what: str, limit: str, fix: str) -> str:
+    return f"{what}; AWS Batch allows {limit}: fine here, but {fix} before applying this design to AWS Batch"
+
+
+# --- cross-object checks, on the raw document ------------------------------------------------------------
+
+
+def _duplicate_queue_names(raw_queues: list[object]) -> list[ConfigIssue]:
+    names = [(index, _get(raw_queue, "jobQueueName")) for index, raw_queue in enumerate(raw_queues)]
+    return [
+        ConfigIssue(
+            f"jobQueues[{index}].jobQueueName",
+            f"job queue name {name} is already used by jobQueues[{first}]: give each job queue its own name",
+        )
+        for index, first, name in _repeats(names)
+    ]
+
+
+def _queue_cross_issues(
+    queue_raw: object, shares_raw: object, queue_path: str, shares_path: str
+) -> list[ConfigIssue]:
+    """Duplicate units and share names, share units the queue lacks, shares over the queue's capacity."""
+    queue_limits, queue_limits_complete = _well_formed_limits(_get(queue_raw, "capacityLimits"))
+    queue_capacity = {unit: limit.max_capacity for unit, (_, limit) in _first_per_unit(queue_limits).items()}
+    queue_name = _get(queue_raw, "jobQueueName")
+    raw_shares = shares_raw if isinstance(shares_raw, list) else []
+
+    issues = _duplicate_units(queue_limits, f"{queue_path}.capacityLimits")
+    issues += _duplicate_share_names(raw_shares, shares_path)
+    share_limits_per_unit: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for share_index, raw_share in enumerate(raw_shares):
+        limits_path = f"{shares_path}[{share_index}].capacityLimits"
+        share_name = _get(raw_share, "quotaShareName")
+        share_label = share_name if isinstance(share_name, str) else f"quotaShares[{share_index}]"
+        share_limits, _ = _well_formed_limits(_get(raw_share, "capacityLimits"))
+        issues += _duplicate_units(share_limits, limits_path)
+        for unit, (limit_index, limit) in _first_per_unit(share_limits).items():
+            share_limits_per_unit[unit].append((share_label, limit.max_capacity))
+            if queue_limits_complete and unit not in queue_capacity:
+                unit_path = f"{limits_path}[{limit_index}].capacityUnit"
+                issues.append(_unknown_unit(unit, unit_path, queue_name, queue_capacity))
+    issues += _over_capacity(queue_capacity, share_limits_per_unit, shares_path)
+    return issues
+
+
+def _duplicate_share_names(raw_shares: list[object], shares_path: str) -> list[ConfigIssue]:
+    names = [(index, _get(raw_share, "quotaShareName")) for index, raw_share in enumerate(raw_shares)]
+    return [
+        ConfigIssue(
+            f"{shares_path}[{index}].quotaShareName",
+            f"quota share name {name} is already used by quotaShares[{first}] of this job queue: "
+            "give each quota share of a job queue its own name",
+        )
+        for index, first, name in _repeats(names)
+    ]
+
+
+def _over_capacity(
+    queue_capacity: Mapping[str, int],
+    share_limits_per_unit: Mapping[str, list[tuple[str, int]]],
+    shares_path: str,
+) -> list[ConfigIssue]:
+    """One issue per unit whose shares' maxCapacity adds up to more than the queue holds."""
+    issues: list[ConfigIssue] = []
+    for unit, queue_limit in queue_capacity.items():
+        share_limits = share_limits_per_unit.get(unit, [])
+        total = sum(max_capacity for _, max_capacity in share_limits)
+        if total > queue_limit:
+            parts = ", ".join(f"{name} {max_capacity}" for name, max_capacity in share_limits)
+            issues.append(
+                ConfigIssue(
+                    shares_path,
+                    f"the quota shares' maxCapacity for {unit} adds up to {total} ({parts}), more than "
+                    f"the job queue's capacity of {queue_limit} {unit}: lower the shares' maxCapacity "
+                    f"for {unit} or raise the job queue's",
+                )
+            )
+    return issues
+
+
+def _unknown_unit(unit: str, path: str, queue_name: object, queue_capacity: Mapping[str, int]) -> ConfigIssue:
+    known = ", ".join(queue_capacity) or "none"
+    queue = f"job queue {queue_name}" if isinstance(queue_name, str) else "the job queue"
+    return ConfigIssue(
+        path,
+        f"capacity unit {unit} has no capacity limit in {queue} (its units: {known}): add "
+        f"{{capacityUnit: {unit}, maxCapacity: N}} to the job queue's capacityLimits or use one of its units",
+    )
+
+
+def _well_formed_limits(raw_limits: object) -> tuple[list[tuple[int, CapacityLimit]], bool]:
+    """The entries of a capacityLimits list that parse, with their index, and whether all of them did."""
+    if not isinstance(raw_limits, list):
+        return [], False
+    parsed: list[tuple[int, CapacityLimit]] = []
+    for index, raw_limit in enumerate(raw_limits):
+        limit, issues = _validate(CapacityLimit, raw_limit)
+        if limit is not None and not issues:
+            parsed.append((index, limit))
+    return parsed, len(parsed) == len(raw_limits)
+
+
+def _duplicate_units(limits: list[tuple[int, CapacityLimit]], limits_path: str) -> list[ConfigIssue]:
+    units = [(index, limit.capacity_unit) for index, limit in limits]
+    return [
+        ConfigIssue(
+            f"{limits_path}[{index}].capacityUnit",
+            f"capacity unit {unit} is already listed in {limits_path.rsplit('.', 1)[-1]}[{first}]: "
+            "list each capacity unit once",
+        )
+        for index, first, unit in _repeats(units)
+    ]
+
+
+def _first_per_unit(limits: list[tuple[int, CapacityLimit]]) -> dict[str, tuple[int, CapacityLimit]]:
+    first: dict[str, tuple[int, CapacityLimit]] = {}
+    for index, limit in limits:
+        first.setdefault(limit.capacity_unit, (index, limit))
+    return first
+
+
+def _repeats(indexed_names: Sequence[tuple[int, object]]) -> list[tuple[int, int, str]]:
+    """(index, index of the first use, name) for each string name already used earlier in the list."""
+    first_use: dict[str, int] = {}
+    repeats: list[tuple[int, int, str]] = []
+    for index, name in indexed_names:
+        if not isinstance(name, str):
+            continue
+        if name in first_use:
+            repeats.append((index, first_use[name], name))
+        else:
+            first_use[name] = index
+    return repeats
+
+
+def _get(raw: object, key: str) -> object:
+    return raw.get(key) if isinstance(raw, Mapping) else None
+
+
+# --- pydantic errors, in our words -----------------------------------------------------------------------
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def _validate(
+    model: type[_Model], raw: object, path_prefix: str = ""
+) -> tuple[_Model | None, list[ConfigIssue]]:
+    """Validate ``raw`` as ``model``: the result and no issues, or None and every issue found."""
+    try:
+        return model.model_validate(raw), []
+    except ValidationError as error:
+        return None, [_issue(detail, model, path_prefix) for detail in error.errors()]
+
+
+def _issue(detail: ErrorDetails, target: type[BaseModel], path_prefix: str) -> ConfigIssue:
+    loc = detail["loc"]
+    path = _join(path_prefix, _format_loc(loc))
+    label = path.rsplit(".", 1)[-1] if path else "the top level"
+    field = next((step for step in reversed(loc) if isinstance(step, str)), "")
+    kind = detail["type"]
+    shown = _show(detail["input"])
+
+    if kind.startswith("quota_"):
+        return ConfigIssue(path, detail["msg"])
+    if kind == "extra_forbidden":
+        return ConfigIssue(path, _unknown_key_message(str(loc[-1]), _allowed_keys(target, loc[:-1])))
+    if kind == "missing":
+        return ConfigIssue(path, f"{field} is missing: add {field}, {_expectation(field, target, loc)}")
+    if kind in ("model_type", "dict_type", "model_attributes_type"):
+        return ConfigIssue(path, f"{label} is {shown}: it must be {_expectation(field, target, loc)}")
+    expected = _EXPECTED.get(field)
+    if expected is None:
+        return ConfigIssue(path, f"{label} is {shown}: {detail['msg']}")
+    return ConfigIssue(path, f"{label} is {shown}: it must be {expected}")
+
+
+def _expectation(field: str, target: type[BaseModel], loc: tuple[int | str, ...]) -> str:
+    model = _model_at(target, loc)
+    if model is not None:
+        return f"a mapping with the keys {', '.join(_aliases(model))}"
+    return _EXPECTED.get(field, "set")
+
+
+def _unknown_key_message(key: str, allowed: list[str]) -> str:
+    matches = [name for name in allowed if name.lower() == key.lower()] or difflib.get_close_matches(
+        key, allowed, n=1
+    )
+    hint = f" (did you mean {matches[0]}?)" if matches else ""
+    return f"unknown key {key!r}{hint}: remove it; the keys allowed here are {', '.join(allowed)}"
+
+
+def _allowed_keys(target: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    model = _model_at(target, loc)
+    return _aliases(model) if model is not None else []
+
+
+def _aliases(model: type[BaseModel]) -> list[str]:
+    return [field.alias or name for name, field in model.model_fields.items()]
+
+
+def _model_at(target: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The model that validates the value at ``loc`` inside ``target``, if a model does."""
+    current: Any = target
+    for step in loc:
+        current = _unwrap(current)
+        if isinstance(step, int):
+            current = get_args(current)[0] if get_origin(current) is list else None
+        elif isinstance(current, type) and issubclass(current, BaseModel):
+            fields = current.model_fields.values()
+            current = next((field.annotation for field in fields if field.alias == step), None)
+        else:
+            return None
+    current = _unwrap(current)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unwrap(annotation: Any) -> Any:
+    """``X`` from ``Annotated[X, ...]`` and from ``X | None``."""
+    if get_origin(annotation) is Annotated:
+        return _unwrap(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, types.UnionType):
+        options = [option for option in get_args(annotation) if option is not type(None)]
+        return _unwrap(options[0]) if len(options) == 1 else annotation
+    return annotation
+
+
+def _format_loc(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for step in loc:
+        path += f"[{step}]" if isinstance(step, int) else (f".{step}" if path else step)
+    return path
+
+
+def _join(prefix: str, path: str) -> str:
+    if not prefix:
+        return path
+    if not path or path.startswith("["):
+        return f"{prefix}{path}"
+    return f"{prefix}.{path}"
+
+
+def _show(value: object) -> str:
+    """A value the way the user wrote it in YAML, for messages."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null (empty)"
+    if isinstance(value, str):
+        return f"'{value}'" if value else "an empty string"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, list):
+        return "a list" if value else "an empty list"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    return f"a {type(value).__name__}"

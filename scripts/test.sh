@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Set up (if needed), then run the linters, the type checker and every test tier.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+echo "test: ruff"
+.venv/bin/ruff check airflow_quota tests benchmarks examples
+.venv/bin/ruff format --check airflow_quota tests benchmarks examples
+echo "test: mypy"
+.venv/bin/mypy
+echo "test: pytest"
+exec .venv/bin/pytest "$@"

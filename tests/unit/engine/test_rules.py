@@ -1,0 +1,560 @@
+"""Every rule of one allocation cycle, one table row each; the row's id states the rule it checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from airflow_quota.engine.model import (
+    QUOTA_MANAGEMENT_LIMIT_EXCEEDED,
+    SERVICE_ENVIRONMENT_MAX_RESOURCE,
+    Grant,
+    Job,
+    JobQueue,
+    JobStatus,
+    StopCause,
+)
+from airflow_quota.engine.planner import plan_cycle
+from tests.unit.engine.builders import (
+    BORROW,
+    LEND,
+    RESERVE,
+    Summary,
+    queue,
+    running,
+    share,
+    state,
+    summarize,
+    waiting,
+)
+
+Preempted = tuple[str, tuple[str, ...], str]
+
+
+@dataclass(frozen=True)
+class Case:
+    rule: str
+    queue: JobQueue
+    jobs: tuple[Job, ...]
+    granted: tuple[str, ...] = ()
+    preempted: tuple[Preempted, ...] = ()
+    reasons: dict[str, str] = field(default_factory=dict)
+
+
+CASES = [
+    # -- order ---------------------------------------------------------------------------------------
+    Case(
+        "higher_priority_starts_first_within_a_share",
+        queue(2, share("a", 2, RESERVE)),
+        (waiting("low", "a", 2, prio=1, at=0), waiting("high", "a", 2, prio=5, at=1)),
+        granted=("high",),
+    ),
+    Case(
+        "priority_zero_is_a_real_priority_below_one",
+        queue(1, share("a", 1, RESERVE)),
+        (waiting("zero", "a", 1, prio=0, at=0), waiting("one", "a", 1, prio=1, at=1)),
+        granted=("one",),
+    ),
+    Case(
+        "equal_priority_starts_in_submission_time_order",
+        queue(1, share("a", 1, RESERVE)),
+        (waiting("later", "a", 1, at=5), waiting("earlier", "a", 1, at=2)),
+        granted=("earlier",),
+    ),
+    Case(
+        "same_submission_time_starts_in_order_of_submission",
+        queue(1, share("a", 1, RESERVE)),
+        (waiting("second", "a", 1, at=3, seq=2), waiting("first", "a", 1, at=3, seq=1)),
+        granted=("first",),
+    ),
+    Case(
+        "requeued_job_keeps_its_original_place",
+        queue(1, share("a", 1, RESERVE)),
+        (waiting("newcomer", "a", 1, at=10), waiting("requeued", "a", 1, at=1)),
+        granted=("requeued",),
+    ),
+    Case(
+        "job_that_cannot_start_does_not_block_later_jobs_of_its_share",
+        queue(4, share("a", 4, RESERVE)),
+        (running("r", "a", 2), waiting("big", "a", 3, prio=9, at=1), waiting("small", "a", 2, at=2)),
+        granted=("small",),
+    ),
+    # -- fit -------------------------------------------------------------------------------------------
+    Case(
+        "job_needs_all_its_instances_or_none",
+        queue(4, share("a", 4, RESERVE)),
+        (running("r", "a", 3), waiting("w", "a", 2)),
+        granted=(),
+    ),
+    Case(
+        "zero_limit_with_unlimited_borrow_means_borrow_only",
+        queue(4, share("lender", 4, LEND), share("borrower", 0, BORROW)),
+        (waiting("w", "borrower", 3),),
+        granted=("w",),
+    ),
+    Case(
+        "borrower_uses_idle_capacity_of_lend_shares",
+        queue(4, share("lender", 2, LEND), share("b", 2, BORROW)),
+        (waiting("w", "b", 4),),
+        granted=("w",),
+    ),
+    Case(
+        "borrower_uses_idle_capacity_of_lend_and_borrow_shares",
+        queue(4, share("other", 2, BORROW), share("b", 2, BORROW)),
+        (waiting("w", "b", 4),),
+        granted=("w",),
+    ),
+    Case(
+        "borrower_uses_queue_capacity_no_share_owns",
+        queue(6, share("b", 2, BORROW)),
+        (waiting("w", "b", 6),),
+        granted=("w",),
+    ),
+    Case(
+        "reserve_capacity_is_never_borrowed",
+        queue(4, share("r", 2, RESERVE), share("b", 2, BORROW)),
+        (waiting("w", "b", 3),),
+        granted=(),
+        reasons={"w": QUOTA_MANAGEMENT_LIMIT_EXCEEDED},
+    ),
+    Case(
+        "reserve_capacity_is_never_borrowed_even_in_part",
+        queue(6, share("r", 2, RESERVE), share("l", 2, LEND), share("b", 2, BORROW)),
+        (running("l1", "l", 1), waiting("w", "b", 4)),
+        granted=(),
+    ),
+    Case(
+        "lend_share_never_borrows",
+        queue(4, share("l", 2, LEND), share("other", 2, LEND)),
+        (waiting("w", "l", 3),),
+        granted=(),
+        reasons={"w": QUOTA_MANAGEMENT_LIMIT_EXCEEDED},
+    ),
+    Case(
+        "reserve_share_never_exceeds_its_own_limit",
+        queue(8, share("r", 2, RESERVE)),
+        (running("r1", "r", 2), waiting("w", "r", 1)),
+        granted=(),
+    ),
+    Case(
+        "borrowing_stops_at_the_ceiling",
+        queue(8, share("lender", 6, LEND), share("b", 2, BORROW, borrow=100)),
+        (running("b1", "b", 3), waiting("w", "b", 2)),
+        granted=(),
+    ),
+    Case(
+        "ceiling_is_own_limit_times_one_plus_borrow_limit_rounded_down",
+        queue(8, share("lender", 5, LEND), share("b", 3, BORROW, borrow=50)),
+        (waiting("w5", "b", 5), waiting("w4", "b", 4, at=1)),
+        granted=("w4",),
+        reasons={"w5": QUOTA_MANAGEMENT_LIMIT_EXCEEDED},
+    ),
+    Case(
+        "borrow_limit_zero_means_no_borrowing",
+        queue(8, share("lender", 6, LEND), share("b", 2, BORROW, borrow=0)),
+        (waiting("w", "b", 3),),
+        granted=(),
+        reasons={"w": QUOTA_MANAGEMENT_LIMIT_EXCEEDED},
+    ),
+    Case(
+        "lending_is_pooled_across_borrowers",
+        queue(6, share("lender", 2, LEND), share("b1", 2, BORROW), share("b2", 2, BORROW)),
+        (running("x", "b1", 4), waiting("y", "b2", 3)),
+        granted=(),
+    ),
+    Case(
+        "share_lends_idle_capacity_even_while_its_own_jobs_cannot_fit",
+        queue(6, share("lender", 4, LEND), share("b", 2, BORROW)),
+        (running("l1", "lender", 2), waiting("l2", "lender", 3, at=1), waiting("w", "b", 4, at=2)),
+        granted=("w",),
+    ),
+    Case(
+        "queue_capacity_is_never_exceeded",
+        queue(4, share("b", 4, BORROW)),
+        (running("r", "b", 3), waiting("w", "b", 2)),
+        granted=(),
+    ),
+    Case(
+        "job_may_only_use_units_its_share_has_a_limit_for",
+        queue(4, share("a", 4, BORROW), tpu=4),
+        (waiting("w", "a", 1, unit="tpu"),),
+        granted=(),
+        reasons={"w": QUOTA_MANAGEMENT_LIMIT_EXCEEDED},
+    ),
+    # -- who gets idle capacity ---------------------------------------------------------------------
+    Case(
+        "jobs_within_own_limit_go_before_borrowers",
+        queue(4, share("a", 2, BORROW), share("b", 2, BORROW)),
+        (waiting("borrower", "a", 4, at=0), waiting("own", "b", 2, at=1)),
+        granted=("own",),
+    ),
+    Case(
+        "borrowers_are_merged_across_shares_by_submission_order",
+        queue(6, share("l", 4, LEND), share("a", 1, BORROW), share("b", 1, BORROW)),
+        (
+            running("a0", "a", 1),
+            running("b0", "b", 1),
+            waiting("b_first", "b", 3, at=1),
+            waiting("a_second", "a", 3, at=2),
+        ),
+        granted=("b_first",),
+    ),
+    Case(
+        "within_a_share_borrowers_keep_priority_order",
+        queue(6, share("l", 4, LEND), share("a", 2, BORROW)),
+        (
+            running("a0", "a", 2),
+            waiting("early_low", "a", 3, at=1),
+            waiting("late_high", "a", 3, prio=5, at=2),
+        ),
+        granted=("late_high",),
+    ),
+    # -- reclaim (search 1) -------------------------------------------------------------------------
+    Case(
+        "lender_reclaims_from_borrower_regardless_of_priority",
+        queue(4, share("lender", 2, LEND), share("b", 2, BORROW)),
+        (running("x", "b", 4, prio=9000), waiting("mine", "lender", 2, prio=0, at=1)),
+        preempted=(("mine", ("x",), "RECLAIM"),),
+    ),
+    Case(
+        "reclaim_needs_no_in_share_preemption",
+        queue(4, share("lender", 2, BORROW, preempt=False), share("b", 2, BORROW)),
+        (running("x", "b", 3), waiting("mine", "lender", 2, at=1)),
+        preempted=(("mine", ("x",), "RECLAIM"),),
+    ),
+    Case(
+        "lenders_jobs_within_own_limit_are_never_another_shares_victims",
+        queue(6, share("a", 3, BORROW), share("b", 3, LEND), share("c", 0, BORROW)),
+        (
+            running("a_own", "a", 3, prio=0),
+            running("b1", "b", 1),
+            running("c_borrowed", "c", 2, prio=9),
+            waiting("w", "b", 2, at=5),
+        ),
+        preempted=(("w", ("c_borrowed",), "RECLAIM"),),
+    ),
+    Case(
+        "reclaim_stops_taking_once_the_borrowing_share_is_within_its_limit",
+        queue(6, share("lender", 3, LEND), share("b", 3, BORROW)),
+        (
+            running("b1", "b", 2, started=1),
+            running("b2", "b", 2, started=2),
+            running("b3", "b", 2, started=3),
+            waiting("mine", "lender", 3, at=4),
+        ),
+        preempted=(("mine", ("b2", "b3"), "RECLAIM"),),
+    ),
+    Case(
+        "reclaim_only_when_preemptor_share_is_below_its_own_limit",
+        queue(6, share("a", 2, BORROW), share("b", 2, BORROW), share("l", 2, LEND)),
+        (running("a1", "a", 2), running("x", "b", 4), waiting("w", "a", 1, at=1)),
+        granted=(),
+    ),
+    Case(
+        "reclaim_must_leave_the_preemptor_share_within_its_own_limit",
+        queue(4, share("a", 2, BORROW), share("b", 2, BORROW)),
+        (running("x", "b", 4), waiting("w", "a", 3, at=1)),
+        granted=(),
+    ),
+    Case(
+        "share_above_a_lowered_limit_is_not_preempted_for_that_alone",
+        queue(4, share("a", 1, BORROW), share("b", 3, RESERVE)),
+        (running("a_big", "a", 3), waiting("a_more", "a", 1, at=1)),
+        granted=(),
+    ),
+    Case(
+        "share_above_a_lowered_limit_is_first_to_go_when_another_share_reclaims",
+        queue(4, share("a", 1, LEND), share("b", 3, RESERVE)),
+        (running("a_big", "a", 3), running("b1", "b", 1), waiting("b2", "b", 2, at=1)),
+        preempted=(("b2", ("a_big",), "RECLAIM"),),
+    ),
+    # -- in-share priority (search 2) -----------------------------------------------------------------
+    Case(
+        "in_share_preemption_takes_strictly_lower_priority_jobs",
+        queue(2, share("a", 2, RESERVE, preempt=True)),
+        (running("low", "a", 2, prio=1), waiting("high", "a", 2, prio=2, at=1)),
+        preempted=(("high", ("low",), "IN_SHARE_PRIORITY"),),
+    ),
+    Case(
+        "in_share_preemption_never_takes_equal_priority_jobs",
+        queue(2, share("a", 2, RESERVE, preempt=True)),
+        (running("same", "a", 2, prio=5), waiting("w", "a", 2, prio=5, at=1)),
+        granted=(),
+    ),
+    Case(
+        "in_share_preemption_disabled_means_higher_priority_waits",
+        queue(2, share("a", 2, RESERVE, preempt=False)),
+        (running("low", "a", 2, prio=1), waiting("high", "a", 2, prio=9, at=1)),
+        granted=(),
+    ),
+    Case(
+        "in_share_preemptor_may_end_up_borrowing_within_its_ceiling",
+        queue(4, share("a", 2, BORROW, preempt=True), share("l", 2, LEND)),
+        (running("low", "a", 2, prio=1), running("l1", "l", 1), waiting("high", "a", 3, prio=5, at=1)),
+        preempted=(("high", ("low",), "IN_SHARE_PRIORITY"),),
+    ),
+    Case(
+        "in_share_preemption_never_takes_other_shares_jobs",
+        queue(4, share("a", 2, RESERVE, preempt=True), share("b", 2, RESERVE)),
+        (running("a1", "a", 2, prio=5), running("b1", "b", 2, prio=0), waiting("w", "a", 2, prio=9, at=1)),
+        preempted=(("w", ("a1",), "IN_SHARE_PRIORITY"),),
+    ),
+    Case(
+        "job_of_one_unit_never_preempts_another_units_jobs",
+        queue(2, share("a", 2, RESERVE, preempt=True, tpu=2), tpu=2),
+        (
+            running("t", "a", 2, prio=0, unit="tpu"),
+            running("g", "a", 1, prio=0),
+            waiting("w", "a", 2, prio=9),
+        ),
+        preempted=(("w", ("g",), "IN_SHARE_PRIORITY"),),
+    ),
+    Case(
+        "preemption_that_cannot_make_the_job_fit_preempts_nothing",
+        queue(4, share("a", 4, RESERVE, preempt=True)),
+        (running("low", "a", 1, prio=0), running("high", "a", 3, prio=9), waiting("w", "a", 2, prio=5, at=1)),
+        granted=(),
+    ),
+    # -- victim order -------------------------------------------------------------------------------------
+    Case(
+        "other_shares_jobs_are_taken_before_the_preemptors_own",
+        queue(4, share("a", 2, BORROW, preempt=True), share("b", 2, BORROW)),
+        (
+            running("own_low", "a", 1, prio=0, started=5),
+            running("b_over", "b", 3, prio=9, started=1),
+            waiting("w", "a", 1, prio=5, at=6),
+        ),
+        preempted=(("w", ("b_over",), "RECLAIM"),),
+    ),
+    Case(
+        "lowest_priority_is_taken_first",
+        queue(2, share("a", 2, RESERVE, preempt=True)),
+        (running("p1", "a", 1, prio=1), running("p2", "a", 1, prio=2), waiting("w", "a", 1, prio=5, at=1)),
+        preempted=(("w", ("p1",), "IN_SHARE_PRIORITY"),),
+    ),
+    Case(
+        "most_recently_started_is_taken_first",
+        queue(2, share("a", 2, RESERVE, preempt=True)),
+        (
+            running("old", "a", 1, started=1),
+            running("new", "a", 1, started=2),
+            waiting("w", "a", 1, prio=5, at=3),
+        ),
+        preempted=(("w", ("new",), "IN_SHARE_PRIORITY"),),
+    ),
+    Case(
+        "started_at_the_same_time_the_later_grant_is_taken_first",
+        queue(2, share("a", 2, RESERVE, preempt=True)),
+        (
+            running("first", "a", 1, started=1, start_seq=1),
+            running("second", "a", 1, started=1, start_seq=2),
+            waiting("w", "a", 1, prio=5, at=3),
+        ),
+        preempted=(("w", ("second",), "IN_SHARE_PRIORITY"),),
+    ),
+    Case(
+        "started_together_the_most_recently_submitted_is_taken_first",
+        queue(2, share("a", 2, RESERVE, preempt=True)),
+        (
+            running("older", "a", 1, at=0, started=2),
+            running("newer", "a", 1, at=1, started=2),
+            waiting("w", "a", 1, prio=5, at=3),
+        ),
+        preempted=(("w", ("newer",), "IN_SHARE_PRIORITY"),),
+    ),
+    Case(
+        "victim_set_is_minimized_from_last_to_first",
+        queue(3, share("a", 3, RESERVE, preempt=True)),
+        (
+            running("small", "a", 1, prio=0),
+            running("big", "a", 2, prio=1),
+            waiting("w", "a", 2, prio=5, at=1),
+        ),
+        preempted=(("w", ("big",), "IN_SHARE_PRIORITY"),),
+    ),
+    # -- two-phase preemption ---------------------------------------------------------------------------
+    Case(
+        "victims_units_go_to_their_preemptor_and_nobody_else",
+        queue(4, share("lender", 2, LEND), share("b", 2, BORROW)),
+        (
+            running("x", "b", 2, stopping_for="mine"),
+            running("b1", "b", 2),
+            waiting("mine", "lender", 2, at=1, awaiting=frozenset({"x"})),
+            waiting("b2", "b", 2, at=0),
+        ),
+        granted=(),
+    ),
+    Case(
+        "job_being_stopped_is_not_chosen_again_for_another_preemptor",
+        queue(4, share("a", 4, RESERVE, preempt=True)),
+        (
+            running("x", "a", 2, prio=0, stopping_for="p1"),
+            running("y", "a", 2, prio=8),
+            waiting("p1", "a", 2, prio=5, at=1, awaiting=frozenset({"x"})),
+            waiting("p2", "a", 2, prio=9, at=2),
+        ),
+        preempted=(("p2", ("y",), "IN_SHARE_PRIORITY"),),
+    ),
+    Case(
+        "stopping_job_whose_preemptor_is_gone_is_adopted_first",
+        queue(4, share("a", 4, RESERVE, preempt=True)),
+        (
+            running("orphan", "a", 2, prio=9, stopping_for="gone"),
+            running("low", "a", 2, prio=0),
+            waiting("p", "a", 2, prio=5, at=1),
+        ),
+        preempted=(("p", ("orphan",), "IN_SHARE_PRIORITY"),),
+    ),
+    Case(
+        "stopping_job_whose_preemptor_is_gone_can_be_adopted_without_in_share_preemption",
+        queue(2, share("a", 2, RESERVE)),
+        (running("orphan", "a", 2, stop_cause=StopCause.TERMINATED), waiting("p", "a", 2, at=1)),
+        preempted=(("p", ("orphan",), "ADOPT_STOPPING"),),
+    ),
+    Case(
+        "preemptor_is_granted_once_its_victims_have_stopped",
+        queue(2, share("a", 2, RESERVE, preempt=True)),
+        (waiting("p", "a", 2, prio=5, at=1, awaiting=frozenset({"gone"})), waiting("older", "a", 2, at=0)),
+        granted=("p",),
+    ),
+    Case(
+        "preemptor_with_a_reservation_counts_in_its_share",
+        queue(4, share("a", 2, RESERVE, preempt=True), share("l", 2, LEND)),
+        (
+            running("low", "a", 2, prio=0, stopping_for="p"),
+            waiting("p", "a", 2, prio=5, at=1, awaiting=frozenset({"low"})),
+            waiting("other", "a", 1, prio=1, at=2),
+        ),
+        granted=(),
+    ),
+    Case(
+        "a_job_granted_a_moment_ago_is_a_possible_victim_of_the_next_decision",
+        queue(4, share("a", 2, BORROW, preempt=True), share("l", 2, LEND)),
+        (waiting("p", "a", 3, prio=9, at=0, awaiting=frozenset({"gone"})), waiting("l1", "l", 2, at=1)),
+        granted=("p",),
+        preempted=(("l1", ("p",), "RECLAIM"),),
+    ),
+    # -- status reasons -----------------------------------------------------------------------------------
+    Case(
+        "more_than_the_queue_has_is_service_environment_max_resource",
+        queue(4, share("a", 4, BORROW)),
+        (waiting("w", "a", 5),),
+        reasons={"w": SERVICE_ENVIRONMENT_MAX_RESOURCE},
+    ),
+    Case(
+        "a_unit_the_queue_lacks_is_service_environment_max_resource_even_if_the_share_lacks_it_too",
+        queue(4, share("a", 4, BORROW)),
+        (waiting("w", "a", 1, unit="tpu"),),
+        reasons={"w": SERVICE_ENVIRONMENT_MAX_RESOURCE},
+    ),
+    Case(
+        "more_than_the_share_can_ever_hold_is_quota_management_limit_exceeded",
+        queue(8, share("a", 2, BORROW, borrow=100), share("l", 6, LEND)),
+        (waiting("w", "a", 5),),
+        reasons={"w": QUOTA_MANAGEMENT_LIMIT_EXCEEDED},
+    ),
+    Case(
+        "a_job_that_can_never_fit_blocks_nobody",
+        queue(4, share("a", 4, RESERVE)),
+        (waiting("never", "a", 9, prio=9, at=0), waiting("fine", "a", 4, at=1)),
+        granted=("fine",),
+        reasons={"never": SERVICE_ENVIRONMENT_MAX_RESOURCE},
+    ),
+    Case(
+        "a_waiting_job_says_in_plain_words_what_it_waits_for",
+        queue(2, share("a", 2, RESERVE)),
+        (running("r", "a", 2), waiting("w", "a", 1, at=1)),
+        reasons={"w": "Waiting for capacity: quota share a is using 2 of its 2 gpu and this job needs 1"},
+    ),
+    Case(
+        "a_preemptor_waiting_for_its_victims_names_them",
+        queue(2, share("a", 2, RESERVE, preempt=True)),
+        (
+            running("low", "a", 2, stopping_for="p"),
+            waiting("p", "a", 2, prio=5, at=1, awaiting=frozenset({"low"})),
+        ),
+        reasons={"p": "Waiting for 1 preempted job(s) to stop: low"},
+    ),
+    Case(
+        "a_disabled_shares_existing_jobs_still_start_and_it_still_lends",
+        queue(4, share("off", 2, LEND, disabled=True), share("b", 2, BORROW)),
+        (waiting("old", "off", 1), waiting("w", "b", 3, at=1)),
+        granted=("old", "w"),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.rule for case in CASES])
+def test_rule(case: Case) -> None:
+    plan = plan_cycle(state(case.queue, *case.jobs), now=100.0)
+
+    assert summarize(plan.decisions) == Summary(case.granted, case.preempted)
+    for job_id, reason in case.reasons.items():
+        assert plan.state.jobs[job_id].status_reason.startswith(reason), plan.state.jobs[job_id].status_reason
+
+
+def test_rule_ids_are_unique() -> None:
+    assert len({case.rule for case in CASES}) == len(CASES)
+
+
+def test_granted_job_is_scheduled_with_an_empty_reason_and_a_start_order() -> None:
+    plan = plan_cycle(state(queue(2, share("a", 2, RESERVE)), waiting("w", "a", 1)), now=7.0)
+
+    job = plan.state.jobs["w"]
+    assert (job.status, job.status_reason, job.started) == (JobStatus.SCHEDULED, "", (7.0, 1))
+
+
+def test_grant_reports_how_many_units_are_borrowed() -> None:
+    plan = plan_cycle(
+        state(queue(4, share("a", 1, BORROW), share("l", 3, LEND)), waiting("w", "a", 3)), now=0
+    )
+
+    assert plan.decisions == (Grant("w", "gpu", 3, borrowed=2),)
+
+
+def test_victims_keep_their_status_until_the_stop_completes_and_say_who_preempted_them() -> None:
+    snapshot = state(
+        queue(2, share("a", 2, RESERVE, preempt=True)),
+        running("low", "a", 2, prio=0),
+        waiting("high", "a", 2, prio=9, at=1),
+    )
+
+    victim = plan_cycle(snapshot, now=5).state.jobs["low"]
+
+    assert (victim.status, victim.stop_cause, victim.preempted_by) == (
+        JobStatus.RUNNING,
+        StopCause.PREEMPTED,
+        "high",
+    )
+    assert "preempted by high" in victim.status_reason
+
+
+def test_a_preempted_job_is_not_admitted_again_in_the_cycle_that_preempted_it() -> None:
+    snapshot = state(
+        queue(4, share("a", 2, RESERVE, preempt=True), share("b", 2, BORROW)),
+        running("low", "a", 2, prio=0),
+        waiting("high", "a", 2, prio=9, at=1),
+    )
+
+    plan = plan_cycle(snapshot, now=5)
+
+    assert [d.job_id for d in plan.decisions if isinstance(d, Grant)] == []
+    assert plan.state.jobs["low"].status is JobStatus.RUNNING and plan.state.jobs["low"].stop_cause
+
+
+def test_same_state_gives_the_same_decisions_whatever_the_order_of_the_jobs() -> None:
+    jobs = [
+        running("x", "b", 3, prio=2, started=1),
+        running("y", "b", 1, prio=2, started=1),
+        waiting("m", "lender", 2, at=3),
+        waiting("n", "b", 1, prio=7, at=4),
+        waiting("o", "lender", 1, at=3),
+    ]
+    q = queue(4, share("lender", 2, LEND), share("b", 2, BORROW, preempt=True))
+
+    forward = plan_cycle(state(q, *jobs), now=10)
+    backward = plan_cycle(state(q, *reversed(jobs)), now=10)
+
+    assert forward.decisions == backward.decisions
+    assert forward.state.jobs == backward.state.jobs
