@@ -58,23 +58,27 @@ class _Cycle:
         self.jobs: dict[str, Job] = dict(state.jobs)
         self.usage = Usage(self.queue, self.jobs.values())
         self.decisions: list[Decision] = []
-        self.next_start_seq = 1 + max(
-            (job.started[1] for job in self.jobs.values() if job.started), default=0
-        )
-        #: Per unit, the jobs that could be stopped: running and not stopping, or stopping orphans.
-        self.preemptable: dict[str, dict[str, Job]] = defaultdict(dict)
-        self.orphan_ids: set[str] = set()
+        #: RUNNABLE jobs: those waiting to start, and preemptors holding a reservation.
+        self.waiting: list[Job] = []
+        self.reserved: list[Job] = []
+        #: Per unit and share, the jobs that could be stopped: holding capacity and not being stopped.
+        self.running: dict[str, dict[str, dict[str, Job]]] = defaultdict(lambda: defaultdict(dict))
+        #: Per unit, jobs being stopped whose preemptor is gone: free to take over.
+        self.orphans: dict[str, dict[str, Job]] = defaultdict(dict)
+        self.next_start_seq = 1
         for job in self.jobs.values():
-            if not job.status.holds_capacity:
-                continue
-            if not job.is_stopping:
-                self.preemptable[job.unit][job.job_id] = job
-            elif self._is_orphan(job):
-                self.orphan_ids.add(job.job_id)
-                self.preemptable[job.unit][job.job_id] = job
-        #: Failed (count, priority) attempts per (share, unit) since the last decision; a job needing at
-        #: least as much with no higher priority cannot succeed either.
-        self.failures: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
+            if job.status is JobStatus.RUNNABLE:
+                (self.reserved if job.awaiting_victims else self.waiting).append(job)
+            elif job.status.holds_capacity:
+                if job.started and job.started[1] >= self.next_start_seq:
+                    self.next_start_seq = job.started[1] + 1
+                if not job.is_stopping:
+                    self.running[job.unit][job.share_name][job.job_id] = job
+                elif self._is_orphan(job):
+                    self.orphans[job.unit][job.job_id] = job
+        #: Per unit and share, failed (count, priority) attempts since the last decision on that unit: a
+        #: job of the same share needing at least as much with no higher priority cannot succeed either.
+        self.failures: dict[str, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
         self.misconfigurations: dict[tuple[str, str, int], str | None] = {}
 
     def _is_orphan(self, job: Job) -> bool:
@@ -86,8 +90,7 @@ class _Cycle:
     # -- the three steps -----------------------------------------------------------------------------
 
     def grant_ready_reservations(self) -> None:
-        waiting = [job for job in self.jobs.values() if job.holds_reservation]
-        for job in sorted(waiting, key=lambda job: (job.submitted, job.job_id)):
+        for job in sorted(self.reserved, key=lambda job: (job.submitted, job.job_id)):
             if not self._stopping_victims(job):
                 self._grant(job)
 
@@ -98,8 +101,10 @@ class _Cycle:
         for share_name in sorted(queues):
             share = self.usage.shares[share_name]
             left: list[Job] = []
+            usage, own_limits = self.usage.share_usage, share.capacity_limits
             for job in queues[share_name]:
-                if self.usage.usage(share_name, job.unit) + job.count <= share.own_limit(job.unit):
+                unit, count = job.request.capacity_unit, job.request.instance_count
+                if usage.get((share_name, unit), 0) + count <= own_limits.get(unit, 0):
                     self._admit(job)
                 else:
                     left.append(job)
@@ -123,10 +128,11 @@ class _Cycle:
 
     def finish(self) -> CyclePlan:
         reasons: dict[tuple[str, str, int], str] = {}
-        for job_id, job in self.jobs.items():
+        for job_id in [job.job_id for job in self.reserved + self.waiting]:
+            job = self.jobs[job_id]
             if job.status is not JobStatus.RUNNABLE:
                 continue
-            if job.holds_reservation:
+            if job.awaiting_victims:
                 reason = awaiting_victims_reason(self._stopping_victims(job))
             else:
                 key = (job.share_name, job.unit, job.count)
@@ -136,16 +142,15 @@ class _Cycle:
                     )
                 reason = reasons[key]
             if reason != job.status_reason:
-                self.jobs[job_id] = replace(job, status_reason=reason)
+                self.jobs[job_id] = job.with_reason(reason)
         return CyclePlan(tuple(self.decisions), QueueState(self.queue, self.jobs))
 
     # -- one job -------------------------------------------------------------------------------------
 
     def _waiting_jobs_by_share(self) -> dict[str, list[Job]]:
         by_share: dict[str, list[Job]] = defaultdict(list)
-        for job in self.jobs.values():
-            waiting_to_start = job.status is JobStatus.RUNNABLE and not job.holds_reservation
-            if waiting_to_start and self._misconfiguration(job) is None:
+        for job in self.waiting:
+            if self._misconfiguration(job) is None:
                 by_share[job.share_name].append(job)
         for jobs in by_share.values():
             jobs.sort(key=share_order_key)
@@ -159,20 +164,22 @@ class _Cycle:
         return self.misconfigurations[key]
 
     def _admit(self, job: Job) -> None:
-        if self.usage.fits(job.share_name, job.unit, job.count):
+        """Grant ``job`` idle capacity, or preempt for it, or leave it waiting."""
+        request = job.request
+        failures = self.failures[request.capacity_unit][request.quota_share_name]
+        count, priority = request.instance_count, request.scheduling_priority
+        if any(
+            failed_count <= count and failed_priority >= priority
+            for failed_count, failed_priority in failures
+        ):
+            return
+        if self.usage.fits(request.quota_share_name, request.capacity_unit, count):
             self._grant(job)
             return
-        key = (job.share_name, job.unit)
-        if any(count <= job.count and priority >= job.priority for count, priority in self.failures[key]):
-            return
-        choice = choose_victims(
-            self.usage,
-            job,
-            self.preemptable[job.unit].values(),
-            frozenset(self.orphan_ids),
-        )
+        orphans = tuple(self.orphans[job.unit].values())
+        choice = choose_victims(self.usage, job, self.running[job.unit], orphans)
         if choice is None:
-            self.failures[key].append((job.count, job.priority))
+            failures.append((count, priority))
         else:
             self._preempt(job, choice)
 
@@ -190,7 +197,7 @@ class _Cycle:
 
     def _decided(self, decision: Decision) -> None:
         self.decisions.append(decision)
-        self.failures.clear()
+        self.failures.pop(decision.capacity_unit, None)
 
     def _grant(self, job: Job) -> None:
         share = self.usage.shares[job.share_name]
@@ -208,7 +215,7 @@ class _Cycle:
         )
         self.next_start_seq += 1
         self.jobs[job.job_id] = granted
-        self.preemptable[job.unit][job.job_id] = granted
+        self.running[job.unit][job.share_name][job.job_id] = granted
         self._decided(Grant(job.job_id, job.unit, job.count, borrowed))
 
     def _preempt(self, preemptor: Job, choice: VictimChoice) -> None:
@@ -223,8 +230,8 @@ class _Cycle:
                 preempted_by=preemptor.job_id,
                 status_reason=f"Being stopped: preempted by {preemptor.job_id} ({choice.rule})",
             )
-            self.preemptable[victim.unit].pop(victim.job_id, None)
-            self.orphan_ids.discard(victim.job_id)
+            self.running[victim.unit][victim.share_name].pop(victim.job_id, None)
+            self.orphans[victim.unit].pop(victim.job_id, None)
         self.usage.add_to_share(preemptor.share_name, preemptor.unit, preemptor.count)
         self.usage.add_occupancy(preemptor.unit, max(0, preemptor.count - held_by_victims))
         victim_ids = tuple(victim.job_id for victim in choice.victims)

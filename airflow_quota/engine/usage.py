@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from airflow_quota.engine.model import Job, JobQueue, QueueState, QuotaShare
+from airflow_quota.engine.model import HOLDING_CAPACITY, Job, JobQueue, JobStatus, QueueState, QuotaShare
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,18 +58,26 @@ class Usage:
             owned = sum(share.own_limit(unit) for share in queue.shares)
             self._unowned[unit] = max(0, capacity - owned)
 
-        job_list = list(jobs)
         victims_held: dict[str, int] = defaultdict(int)
-        for job in job_list:
-            if job.status.holds_capacity:
-                self.occupancy[job.unit] += job.count
-                if job.is_stopping and job.preempted_by is not None:
-                    victims_held[job.preempted_by] += job.count
-            if job.counts_in_share:
-                self.share_usage[(job.share_name, job.unit)] += job.count
-        for job in job_list:
-            if job.holds_reservation:
-                self.occupancy[job.unit] += max(0, job.count - victims_held.get(job.job_id, 0))
+        reservations: list[Job] = []
+        for job in jobs:
+            request = job.request
+            if job.status is JobStatus.RUNNABLE:
+                if job.awaiting_victims:
+                    reservations.append(job)
+                    self.share_usage[(request.quota_share_name, request.capacity_unit)] += (
+                        request.instance_count
+                    )
+            elif job.status in HOLDING_CAPACITY:
+                self.occupancy[request.capacity_unit] += request.instance_count
+                if job.stop_cause is None:
+                    self.share_usage[(request.quota_share_name, request.capacity_unit)] += (
+                        request.instance_count
+                    )
+                elif job.preempted_by is not None:
+                    victims_held[job.preempted_by] += request.instance_count
+        for job in reservations:
+            self.occupancy[job.unit] += max(0, job.count - victims_held.get(job.job_id, 0))
 
         units_in_use: dict[str, set[str]] = defaultdict(set)
         for share_name, unit in self.share_usage:
@@ -96,6 +104,12 @@ class Usage:
         share = self.shares.get(share_name)
         own = share.own_limit(unit) if share else 0
         return self.usage(share_name, unit) > own
+
+    def others_borrowing(self, share_name: str, unit: str) -> bool:
+        """Whether a share other than ``share_name`` is borrowing on ``unit``."""
+        share = self.shares.get(share_name)
+        own_borrowed = self._share_terms(share, unit, self.usage(share_name, unit))[0] if share else 0
+        return self._borrowed_total.get(unit, 0) > own_borrowed
 
     def borrowable(self, unit: str) -> int:
         """Idle capacity a borrower could still take on ``unit`` under the pooled lending rule."""

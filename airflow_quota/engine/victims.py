@@ -19,7 +19,7 @@ The rules (README, "Victim order"):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from airflow_quota.engine.model import Job, PreemptionRule
@@ -52,43 +52,41 @@ class VictimChoice:
 def choose_victims(
     usage: Usage,
     preemptor: Job,
-    candidates: Iterable[Job],
-    orphan_ids: frozenset[str],
+    running_by_share: Mapping[str, Mapping[str, Job]],
+    orphans: Collection[Job],
 ) -> VictimChoice | None:
     """The victims that let ``preemptor`` fit, or None when no allowed set does.
 
-    ``candidates`` are the jobs of the preemptor's unit that could be stopped: running jobs not being
-    stopped, and stopping jobs whose preemptor is gone (``orphan_ids``).
+    ``running_by_share`` holds the jobs of the preemptor's unit that hold capacity and are not being
+    stopped, per share; ``orphans`` the jobs of that unit being stopped whose preemptor is gone.
     """
     share_name, unit = preemptor.share_name, preemptor.unit
     share = usage.shares.get(share_name)
     if share is None:
         return None
-    pool = [job for job in candidates if job.unit == unit and job.job_id != preemptor.job_id]
-    orphans = [job for job in pool if job.job_id in orphan_ids]
-
-    def lower_own(job: Job) -> bool:
-        return job.share_name == share_name and job.priority < preemptor.priority
+    orphan_ids = frozenset(job.job_id for job in orphans)
+    own_lower: list[Job] = []
+    if share.in_share_preemption:
+        own_jobs = running_by_share.get(share_name, {}).values()
+        own_lower = [job for job in own_jobs if job.priority < preemptor.priority]
 
     def ordered(jobs: Iterable[Job]) -> list[Job]:
         return sorted(jobs, key=lambda job: victim_order_key(job, share_name, job.job_id in orphan_ids))
 
-    own_limit = share.own_limit(unit)
-    others_borrowing = any(usage.is_borrowing(name, unit) for name in usage.shares if name != share_name)
-    if usage.usage(share_name, unit) < own_limit and others_borrowing:
-        reclaimable = [
+    below_own_limit = usage.usage(share_name, unit) < share.own_limit(unit)
+    if below_own_limit and usage.others_borrowing(share_name, unit):
+        borrowing = [
             job
-            for job in pool
-            if job.job_id in orphan_ids
-            or (job.share_name != share_name and usage.is_borrowing(job.share_name, unit))
-            or (share.in_share_preemption and lower_own(job))
+            for name, jobs in running_by_share.items()
+            if name != share_name and usage.is_borrowing(name, unit)
+            for job in jobs.values()
         ]
-        found = _search(usage, preemptor, ordered(reclaimable), orphan_ids, within_own_limit=True)
+        reclaimable = ordered([*orphans, *borrowing, *own_lower])
+        found = _search(usage, preemptor, reclaimable, orphan_ids, within_own_limit=True)
         if found:
             return VictimChoice(PreemptionRule.RECLAIM, found)
     if share.in_share_preemption:
-        own_lower = [job for job in pool if job.job_id in orphan_ids or lower_own(job)]
-        found = _search(usage, preemptor, ordered(own_lower), orphan_ids, within_own_limit=False)
+        found = _search(usage, preemptor, ordered([*orphans, *own_lower]), orphan_ids, within_own_limit=False)
         if found:
             return VictimChoice(PreemptionRule.IN_SHARE_PRIORITY, found)
     if orphans:
