@@ -7,6 +7,9 @@ def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "airflow-quota",
         "name": "airflow-quota",
-        "description": "AWS Batch-style GPU quota management: quota shares, lending, borrowing and preemption.",
+        "description": (
+            "AWS Batch-style GPU quota management: quota shares, lending, borrowing and preemption."
+        ),
         "versions": ["0.1.0"],
+        "cli": ["airflow_quota.cli.definition.get_quota_cli_commands"],
     }

@@ -321,7 +321,7 @@ def _queue_cross_issues(
     queue_raw: object, shares_raw: object, queue_path: str, shares_path: str
 ) -> list[ConfigIssue]:
     """Duplicate units and share names, share units the queue lacks, shares over the queue's capacity."""
-    queue_limits, queue_limits_complete = _well_formed_limits(_get(queue_raw, "capacityLimits"))
+    queue_limits, queue_limits_usable = _well_formed_limits(_get(queue_raw, "capacityLimits"))
     queue_capacity = {unit: limit.max_capacity for unit, (_, limit) in _first_per_unit(queue_limits).items()}
     queue_name = _get(queue_raw, "jobQueueName")
     raw_shares = shares_raw if isinstance(shares_raw, list) else []
@@ -337,7 +337,7 @@ def _queue_cross_issues(
         issues += _duplicate_units(share_limits, limits_path)
         for unit, (limit_index, limit) in _first_per_unit(share_limits).items():
             share_limits_per_unit[unit].append((share_label, limit.max_capacity))
-            if queue_limits_complete and unit not in queue_capacity:
+            if queue_limits_usable and unit not in queue_capacity:
                 unit_path = f"{limits_path}[{limit_index}].capacityUnit"
                 issues.append(_unknown_unit(unit, unit_path, queue_name, queue_capacity))
     issues += _over_capacity(queue_capacity, share_limits_per_unit, shares_path)
@@ -390,7 +390,10 @@ def _unknown_unit(unit: str, path: str, queue_name: object, queue_capacity: Mapp
 
 
 def _well_formed_limits(raw_limits: object) -> tuple[list[tuple[int, CapacityLimit]], bool]:
-    """The entries of a capacityLimits list that parse, with their index, and whether all of them did."""
+    """The entries of a capacityLimits list that parse, with their index, and whether the list is usable.
+
+    A usable list is non-empty and every entry parsed: only then is a unit missing from it an error.
+    """
     if not isinstance(raw_limits, list):
         return [], False
     parsed: list[tuple[int, CapacityLimit]] = []
@@ -398,7 +401,7 @@ def _well_formed_limits(raw_limits: object) -> tuple[list[tuple[int, CapacityLim
         limit, issues = _validate(CapacityLimit, raw_limit)
         if limit is not None and not issues:
             parsed.append((index, limit))
-    return parsed, len(parsed) == len(raw_limits)
+    return parsed, bool(raw_limits) and len(parsed) == len(raw_limits)
 
 
 def _duplicate_units(limits: list[tuple[int, CapacityLimit]], limits_path: str) -> list[ConfigIssue]:
@@ -472,6 +475,8 @@ def _issue(detail: ErrorDetails, target: type[BaseModel], path_prefix: str) -> C
     expected = _EXPECTED.get(field)
     if expected is None:
         return ConfigIssue(path, f"{label} is {shown}: {detail['msg']}")
+    if isinstance(detail["input"], bool) and kind != "int_type":
+        expected += " (YAML reads an unquoted yes, no, on or off as true or false)"
     return ConfigIssue(path, f"{label} is {shown}: it must be {expected}")
 
 
@@ -479,7 +484,7 @@ def _expectation(field: str, target: type[BaseModel], loc: tuple[int | str, ...]
     model = _model_at(target, loc)
     if model is not None:
         return f"a mapping with the keys {', '.join(_aliases(model))}"
-    return _EXPECTED.get(field, "set")
+    return _EXPECTED.get(field, "a value")
 
 
 def _unknown_key_message(key: str, allowed: list[str]) -> str:

@@ -1,0 +1,1 @@
+"""The ``airflow quota ...`` command group: definitions in ``definition``, one module per command."""

@@ -1,0 +1,28 @@
+"""``airflow quota simulate``: pass the arguments to the simulator's command line and exit with its code."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def simulate(args: argparse.Namespace) -> None:
+    from airflow_quota.sim.__main__ import main
+
+    sys.exit(main(simulator_argv(args)))
+
+
+def simulator_argv(args: argparse.Namespace) -> list[str]:
+    """The simulator's argv for what was given to ``airflow quota simulate``."""
+    argv: list[str] = []
+    if args.scenario:
+        argv.append(args.scenario)
+    if args.trace:
+        argv += ["--trace", args.trace]
+    if args.config:
+        argv += ["--config", args.config]
+    if args.compare_static:
+        argv.append("--compare-static")
+    if args.json:
+        argv.append("--json")
+    return argv
