@@ -26,6 +26,14 @@ ARG_COMPARE_STATIC = _arg(
     action="store_true",
     help="Also replay the trace with static partitions (no lending or borrowing) and compare",
 )
+ARG_QUEUE = _arg("--queue", metavar="NAME", help="The quota file's job queue to replay (default: the first)")
+ARG_CHECKPOINT_INTERVAL = _arg(
+    "--checkpoint-interval",
+    metavar="SECONDS",
+    help="A job checkpoints every SECONDS of progress; a preempted job resumes from its last checkpoint",
+)
+ARG_STOP_SECONDS = _arg("--stop-seconds", metavar="SECONDS", help="How long a stop takes in the trace replay")
+ARG_START_SECONDS = _arg("--start-seconds", metavar="SECONDS", help="How long a granted job is STARTING")
 
 QUOTA_COMMANDS = [
     ActionCommand(
@@ -47,7 +55,17 @@ QUOTA_COMMANDS = [
             "'simulate --trace CSV --config YAML [--compare-static]' replays a job trace."
         ),
         func=lazy_load_command("airflow_quota.cli.simulate.simulate"),
-        args=(ARG_SCENARIO, ARG_TRACE, ARG_CONFIG, ARG_COMPARE_STATIC, ARG_JSON),
+        args=(
+            ARG_SCENARIO,
+            ARG_TRACE,
+            ARG_CONFIG,
+            ARG_QUEUE,
+            ARG_COMPARE_STATIC,
+            ARG_CHECKPOINT_INTERVAL,
+            ARG_STOP_SECONDS,
+            ARG_START_SECONDS,
+            ARG_JSON,
+        ),
     ),
 ]
 

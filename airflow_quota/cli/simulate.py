@@ -21,6 +21,10 @@ def simulator_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--trace", args.trace]
     if args.config:
         argv += ["--config", args.config]
+    for option in ("queue", "checkpoint_interval", "stop_seconds", "start_seconds"):
+        value = getattr(args, option, None)
+        if value is not None:
+            argv += ["--" + option.replace("_", "-"), value]
     if args.compare_static:
         argv.append("--compare-static")
     if args.json:

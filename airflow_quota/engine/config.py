@@ -240,7 +240,7 @@ def parse_quota_config(raw: object, source: str) -> QuotaConfig:
     """Validate a loaded quota file; raise ``QuotaConfigError`` listing every problem."""
     config, issues = _validate(QuotaConfig, raw)
     raw_queues = _get(raw, "jobQueues")
-    if isinstance(raw_queues, list):
+    if isinstance(raw_queues, list | tuple):
         issues += _duplicate_queue_names(raw_queues)
         for index, raw_queue in enumerate(raw_queues):
             issues += _queue_cross_issues(
@@ -306,7 +306,7 @@ def _aws_refuses(what: str, limit: str, fix: str) -> str:
 # --- cross-object checks, on the raw document ------------------------------------------------------------
 
 
-def _duplicate_queue_names(raw_queues: list[object]) -> list[ConfigIssue]:
+def _duplicate_queue_names(raw_queues: Sequence[object]) -> list[ConfigIssue]:
     names = [(index, _get(raw_queue, "jobQueueName")) for index, raw_queue in enumerate(raw_queues)]
     return [
         ConfigIssue(
@@ -324,7 +324,7 @@ def _queue_cross_issues(
     queue_limits, queue_limits_usable = _well_formed_limits(_get(queue_raw, "capacityLimits"))
     queue_capacity = {unit: limit.max_capacity for unit, (_, limit) in _first_per_unit(queue_limits).items()}
     queue_name = _get(queue_raw, "jobQueueName")
-    raw_shares = shares_raw if isinstance(shares_raw, list) else []
+    raw_shares = shares_raw if isinstance(shares_raw, list | tuple) else []
 
     issues = _duplicate_units(queue_limits, f"{queue_path}.capacityLimits")
     issues += _duplicate_share_names(raw_shares, shares_path)
@@ -344,7 +344,7 @@ def _queue_cross_issues(
     return issues
 
 
-def _duplicate_share_names(raw_shares: list[object], shares_path: str) -> list[ConfigIssue]:
+def _duplicate_share_names(raw_shares: Sequence[object], shares_path: str) -> list[ConfigIssue]:
     names = [(index, _get(raw_share, "quotaShareName")) for index, raw_share in enumerate(raw_shares)]
     return [
         ConfigIssue(
@@ -394,7 +394,7 @@ def _well_formed_limits(raw_limits: object) -> tuple[list[tuple[int, CapacityLim
 
     A usable list is non-empty and every entry parsed: only then is a unit missing from it an error.
     """
-    if not isinstance(raw_limits, list):
+    if not isinstance(raw_limits, list | tuple):
         return [], False
     parsed: list[tuple[int, CapacityLimit]] = []
     for index, raw_limit in enumerate(raw_limits):

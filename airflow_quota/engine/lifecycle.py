@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from airflow_quota.engine.model import (
+    TERMINATING,
     Job,
     JobQueue,
     JobRequest,
@@ -17,6 +18,8 @@ from airflow_quota.engine.model import (
     ShareState,
     StopCause,
 )
+
+DEFAULT_TERMINATION_REASON = "Terminated by request"
 
 
 class LifecycleError(ValueError):
@@ -74,7 +77,10 @@ def complete_stop(state: QueueState, job_id: str) -> QueueState:
     if not job.is_stopping or not job.status.holds_capacity:
         raise LifecycleError(f"job {job_id!r} is not being stopped")
     if job.stop_cause is StopCause.TERMINATED:
-        stopped = replace(job, status=JobStatus.FAILED, status_reason="Terminated by request")
+        given = (
+            job.status_reason.removeprefix(TERMINATING) if job.status_reason.startswith(TERMINATING) else ""
+        )
+        stopped = replace(job, status=JobStatus.FAILED, status_reason=given or DEFAULT_TERMINATION_REASON)
         return _with(state, _cleared(stopped))
     count = job.preempted_attempt_count + 1
     retries = job.request.preemption_retries_before_termination
@@ -108,7 +114,7 @@ def finish_job(state: QueueState, job_id: str, *, succeeded: bool, reason: str =
     return _with(state, _cleared(replace(job, status=status, status_reason=reason)))
 
 
-def terminate_job(state: QueueState, job_id: str, reason: str = "Terminated by request") -> QueueState:
+def terminate_job(state: QueueState, job_id: str, reason: str = DEFAULT_TERMINATION_REASON) -> QueueState:
     """A waiting job fails at once (its reservation is dropped); a granted one is stopped first."""
     job = _job(state, job_id)
     if job.status.is_final:

@@ -68,6 +68,10 @@ class StopCause(StrEnum):
     TERMINATED = "TERMINATED"
 
 
+#: statusReason prefix of a job being terminated; the rest is the reason given to terminate it.
+TERMINATING = "Stopping: "
+
+
 #: statusReason codes AWS Batch uses for a job that can never start.
 SERVICE_ENVIRONMENT_MAX_RESOURCE = "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE"
 QUOTA_MANAGEMENT_LIMIT_EXCEEDED = "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED"
@@ -204,8 +208,14 @@ class Job:
 
     @property
     def counts_in_share(self) -> bool:
-        """Counted in its share's usage: holding capacity and not being stopped, or holding a reservation."""
-        return (self.status.holds_capacity and not self.is_stopping) or self.holds_reservation
+        """Counted in its share's usage: holding capacity and not promised to a preemptor, or reserving.
+
+        A job being stopped for a preemptor counts in the preemptor's share instead; a job being stopped
+        for nobody (terminated, or its preemptor is gone) still counts in its own until it has stopped.
+        """
+        if self.status.holds_capacity:
+            return self.preempted_by is None
+        return self.holds_reservation
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,18 +74,12 @@ class _Cycle:
                     self.next_start_seq = job.started[1] + 1
                 if not job.is_stopping:
                     self.running[job.unit][job.share_name][job.job_id] = job
-                elif self._is_orphan(job):
+                elif job.job_id in self.usage.orphan_ids:
                     self.orphans[job.unit][job.job_id] = job
         #: Per unit and share, failed (count, priority) attempts since the last decision on that unit: a
         #: job of the same share needing at least as much with no higher priority cannot succeed either.
         self.failures: dict[str, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
         self.misconfigurations: dict[tuple[str, str, int], str | None] = {}
-
-    def _is_orphan(self, job: Job) -> bool:
-        preemptor = self.jobs.get(job.preempted_by) if job.preempted_by else None
-        return preemptor is None or not (
-            preemptor.holds_reservation and job.job_id in preemptor.awaiting_victims
-        )
 
     # -- the three steps -----------------------------------------------------------------------------
 
@@ -222,13 +216,17 @@ class _Cycle:
         held_by_victims = 0
         for victim in choice.victims:
             held_by_victims += victim.count
-            if victim.counts_in_share:
+            if self.usage.counted(victim):
                 self.usage.add_to_share(victim.share_name, victim.unit, -victim.count)
+            self.usage.orphan_ids.discard(victim.job_id)
+            reason = victim.status_reason
+            if victim.stop_cause is not StopCause.TERMINATED:
+                reason = f"Being stopped: preempted by {preemptor.job_id} ({choice.rule})"
             self.jobs[victim.job_id] = replace(
                 victim,
                 stop_cause=victim.stop_cause or StopCause.PREEMPTED,
                 preempted_by=preemptor.job_id,
-                status_reason=f"Being stopped: preempted by {preemptor.job_id} ({choice.rule})",
+                status_reason=reason,
             )
             self.running[victim.unit][victim.share_name].pop(victim.job_id, None)
             self.orphans[victim.unit].pop(victim.job_id, None)

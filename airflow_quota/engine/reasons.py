@@ -66,7 +66,7 @@ def waiting_reason(usage: Usage, share: QuotaShare, job: Job) -> str:
         )
     return (
         f"Waiting for capacity to borrow: {in_use} and this job needs {count}; "
-        f"{min(usage.borrowable(unit), usage.idle(unit))} idle {unit} can be borrowed from other shares now"
+        f"{usage.borrowable_by(share.name, unit)} {unit} can be borrowed from other shares now"
     )
 
 

@@ -29,16 +29,6 @@ class Removal:
     by_share: Mapping[str, int]
     physical: int
 
-    @staticmethod
-    def of(jobs: Iterable[Job]) -> Removal:
-        by_share: dict[str, int] = defaultdict(int)
-        physical = 0
-        for job in jobs:
-            physical += job.count
-            if job.counts_in_share:
-                by_share[job.share_name] += job.count
-        return Removal(by_share, physical)
-
 
 NO_REMOVAL = Removal({}, 0)
 
@@ -58,13 +48,16 @@ class Usage:
             owned = sum(share.own_limit(unit) for share in queue.shares)
             self._unowned[unit] = max(0, capacity - owned)
 
-        victims_held: dict[str, int] = defaultdict(int)
-        reservations: list[Job] = []
+        #: Jobs being stopped whose preemptor is gone (or that are being terminated): their units are
+        #: promised to nobody, so they count in their own share until their stop completes.
+        self.orphan_ids: set[str] = set()
+        reservations: dict[str, Job] = {}
+        stopping: list[Job] = []
         for job in jobs:
             request = job.request
             if job.status is JobStatus.RUNNABLE:
                 if job.awaiting_victims:
-                    reservations.append(job)
+                    reservations[job.job_id] = job
                     self.share_usage[(request.quota_share_name, request.capacity_unit)] += (
                         request.instance_count
                     )
@@ -74,9 +67,17 @@ class Usage:
                     self.share_usage[(request.quota_share_name, request.capacity_unit)] += (
                         request.instance_count
                     )
-                elif job.preempted_by is not None:
-                    victims_held[job.preempted_by] += request.instance_count
-        for job in reservations:
+                else:
+                    stopping.append(job)
+        victims_held: dict[str, int] = defaultdict(int)
+        for job in stopping:
+            preemptor = reservations.get(job.preempted_by) if job.preempted_by else None
+            if preemptor is not None and job.job_id in preemptor.awaiting_victims:
+                victims_held[preemptor.job_id] += job.count
+            else:
+                self.orphan_ids.add(job.job_id)
+                self.share_usage[(job.share_name, job.unit)] += job.count
+        for job in reservations.values():
             self.occupancy[job.unit] += max(0, job.count - victims_held.get(job.job_id, 0))
 
         units_in_use: dict[str, set[str]] = defaultdict(set)
@@ -92,6 +93,20 @@ class Usage:
 
     def usage(self, share_name: str, unit: str) -> int:
         return self.share_usage.get((share_name, unit), 0)
+
+    def counted(self, job: Job) -> bool:
+        """Whether ``job`` counts in its share's usage now."""
+        return job.counts_in_share or job.job_id in self.orphan_ids
+
+    def removal(self, jobs: Iterable[Job]) -> Removal:
+        """What taking ``jobs`` away would free: in their shares' usage and physically."""
+        by_share: dict[str, int] = defaultdict(int)
+        physical = 0
+        for job in jobs:
+            physical += job.count
+            if self.counted(job):
+                by_share[job.share_name] += job.count
+        return Removal(by_share, physical)
 
     def capacity(self, unit: str) -> int:
         return self.queue.capacity.get(unit, 0)
@@ -111,9 +126,13 @@ class Usage:
         own_borrowed = self._share_terms(share, unit, self.usage(share_name, unit))[0] if share else 0
         return self._borrowed_total.get(unit, 0) > own_borrowed
 
-    def borrowable(self, unit: str) -> int:
-        """Idle capacity a borrower could still take on ``unit`` under the pooled lending rule."""
-        return max(0, -self._excess(unit, {}))
+    def borrowable_by(self, share_name: str, unit: str) -> int:
+        """Units ``share_name`` could borrow from other shares and unowned capacity now (idle, pooled)."""
+        share = self.shares.get(share_name)
+        own_lendable = self._share_terms(share, unit, self.usage(share_name, unit))[1] if share else 0
+        slack = self._lendable_idle.get(unit, 0) - own_lendable + self.unowned(unit)
+        slack -= self._borrowed_total.get(unit, 0)
+        return max(0, min(slack, self.idle(unit)))
 
     def unowned(self, unit: str) -> int:
         return self._unowned.get(unit, 0)

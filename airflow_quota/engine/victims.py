@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from airflow_quota.engine.model import Job, PreemptionRule
-from airflow_quota.engine.usage import Removal, Usage
+from airflow_quota.engine.usage import Usage
 
 VictimKey = tuple[bool, bool, int, float, int, float, int, str]
 
@@ -109,7 +109,7 @@ def _search(
 
     def fits_without(victims: Sequence[Job]) -> bool:
         return usage.fits(
-            share_name, unit, preemptor.count, Removal.of(victims), within_own_limit=within_own_limit
+            share_name, unit, preemptor.count, usage.removal(victims), within_own_limit=within_own_limit
         )
 
     if sum(job.count for job in ordered_candidates) + usage.idle(unit) < preemptor.count:
@@ -120,7 +120,7 @@ def _search(
         if _protected(usage, candidate, share_name, taken_by_share, orphan_ids):
             continue
         taken.append(candidate)
-        if candidate.counts_in_share:
+        if usage.counted(candidate):
             taken_by_share[candidate.share_name] = (
                 taken_by_share.get(candidate.share_name, 0) + candidate.count
             )

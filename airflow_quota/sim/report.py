@@ -1,0 +1,314 @@
+"""Present simulation results: the ``--json`` documents and the readable timeline and tables (``rich``).
+
+Scenario JSON is ``{"steps": [...], "jobs": {...}, "metrics": {...}}`` exactly as docs/simulator.md
+describes; trace JSON puts the run as configured (and, with --compare-static, the fixed partition) side by
+side with the definitions of its numbers. Times are simulated seconds, written as whole numbers when they
+are whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from airflow_quota.engine.model import JobStatus, PreemptionRule
+from airflow_quota.sim.metrics import Metrics, WaitStats
+from airflow_quota.sim.runner import Change, ChangeKind, SimulationResult
+from airflow_quota.sim.scenario import format_seconds
+from airflow_quota.sim.trace import DEFINITIONS, TraceReport, TraceRun
+
+# --- JSON ---------------------------------------------------------------------------------------------------
+
+
+def number(value: float | None) -> float | int | None:
+    """JSON number for a time or ratio: an int when whole, else rounded to 6 decimals."""
+    if value is None:
+        return None
+    if float(value).is_integer():
+        return int(value)
+    return round(value, 6)
+
+
+def scenario_json(result: SimulationResult) -> dict[str, Any]:
+    return {
+        "steps": [
+            {
+                "at": number(step.at),
+                "jobs": {
+                    name: {"status": str(view.status), "statusReason": view.status_reason}
+                    for name, view in step.jobs.items()
+                },
+            }
+            for step in result.steps
+        ],
+        "jobs": {
+            name: {
+                "status": str(job.status),
+                "statusReason": job.status_reason,
+                "quotaShareName": job.quota_share_name,
+                "preemptedAttemptCount": job.preempted_attempt_count,
+                "startedAt": number(job.started_at),
+                "stoppedAt": number(job.stopped_at),
+            }
+            for name, job in result.jobs.items()
+        },
+        "metrics": {
+            "utilization": _utilization_json(result.metrics),
+            "runnableSeconds": _waits_json(result.metrics),
+            "preemptions": _preemptions_json(result.metrics),
+        },
+    }
+
+
+def trace_json(report: TraceReport) -> dict[str, Any]:
+    runs = {run.label: _trace_run_json(run) for run in report.runs}
+    return {
+        "trace": report.trace_source,
+        "config": report.config_source,
+        "jobQueue": report.queue_name,
+        "jobs": report.job_count,
+        "settings": {
+            "stopSeconds": number(report.settings.stop_seconds),
+            "startSeconds": number(report.settings.start_seconds),
+            "checkpointIntervalSeconds": number(report.checkpoint_interval),
+        },
+        "definitions": dict(DEFINITIONS),
+        "runs": runs,
+    }
+
+
+def _trace_run_json(run: TraceRun) -> dict[str, Any]:
+    metrics = run.result.metrics
+    statuses = [job.status for job in run.result.jobs.values()]
+    return {
+        "sharing": run.description,
+        "span": {"start": number(metrics.span_start), "end": number(metrics.span_end)},
+        "utilization": _utilization_json(metrics),
+        "waitSeconds": _waits_json(metrics),
+        "preemptions": _preemptions_json(metrics),
+        "gpuSecondsLost": {
+            unit: {
+                "total": number(sum(by_share.values())),
+                "byShare": {s: number(v) for s, v in by_share.items()},
+            }
+            for unit, by_share in metrics.lost_unit_seconds.items()
+        },
+        "jobStatus": {
+            "succeeded": statuses.count(JobStatus.SUCCEEDED),
+            "failed": statuses.count(JobStatus.FAILED),
+            "unfinished": sum(1 for status in statuses if not status.is_final),
+        },
+        "wallSeconds": round(run.wall_seconds, 3),
+    }
+
+
+def _utilization_json(metrics: Metrics) -> dict[str, float | int | None]:
+    return {unit: number(value) for unit, value in metrics.utilization.items()}
+
+
+def _waits_json(metrics: Metrics) -> dict[str, dict[str, float | int | None]]:
+    return {
+        share: {"jobs": stats.jobs, "mean": number(stats.mean), "p95": number(stats.p95)}
+        for share, stats in metrics.runnable_seconds.items()
+    }
+
+
+def _preemptions_json(metrics: Metrics) -> dict[str, Any]:
+    return {"total": metrics.preemptions_total, "byShare": dict(metrics.preemptions_by_share)}
+
+
+# --- text ---------------------------------------------------------------------------------------------------
+
+_STATUS_STYLE = {
+    JobStatus.SUCCEEDED: "green",
+    JobStatus.FAILED: "red",
+    JobStatus.RUNNING: "cyan",
+    JobStatus.STARTING: "cyan",
+    JobStatus.SCHEDULED: "cyan",
+    JobStatus.RUNNABLE: "yellow",
+}
+
+
+def print_scenario(result: SimulationResult, console: Console) -> None:
+    settings = result.settings
+    console.print(
+        Text.assemble(
+            ("Scenario ", "bold"),
+            (result.source, "bold"),
+            f": job queue {result.queue.name} ({_capacity(result)}); "
+            f"stopSeconds {format_seconds(settings.stop_seconds)}, "
+            f"startSeconds {format_seconds(settings.start_seconds)}",
+        )
+    )
+    for step in result.steps:
+        console.print(Text(f"\nt={format_seconds(step.at)}", style="bold"))
+        for change in step.changes:
+            console.print(Text("  ").append_text(describe_change(change)))
+    console.print()
+    console.print(_jobs_table(result))
+    console.print(_metrics_table(result.metrics, title="Metrics"))
+
+
+def _capacity(result: SimulationResult) -> str:
+    return ", ".join(f"{unit} {count}" for unit, count in result.queue.capacity.items())
+
+
+def describe_change(change: Change) -> Text:
+    """One line of the timeline for ``change``."""
+    job = (change.subject, "bold")
+    kind = change.kind
+    if kind is ChangeKind.SUBMITTED:
+        return Text.assemble(job, f" submitted ({change.reason})")
+    if kind is ChangeKind.GRANTED:
+        borrowed = f", {change.borrowed} borrowed" if change.borrowed else ""
+        return Text.assemble(job, (" granted", "cyan"), f" {change.units} {change.unit}{borrowed}")
+    if kind is ChangeKind.RUNNING:
+        return Text.assemble(job, (" RUNNING", "cyan"))
+    if kind is ChangeKind.PREEMPTED and change.rule == PreemptionRule.ADOPT_STOPPING:
+        return Text.assemble(
+            job,
+            " (already being stopped) adopted by ",
+            change.by,
+            f" ({change.rule}): its capacity goes to ",
+            change.by,
+            " when the stop completes",
+        )
+    if kind is ChangeKind.PREEMPTED:
+        return Text.assemble(
+            job, (" preempted", "magenta"), f" by {change.by} ({change.rule}): being stopped"
+        )
+    if kind is ChangeKind.TERMINATING:
+        return Text.assemble(job, (" being stopped", "magenta"), f": {change.reason}")
+    if kind is ChangeKind.REQUEUED:
+        return Text.assemble(job, (" stopped, requeued", "yellow"), f": {change.reason}")
+    if kind is ChangeKind.FINISHED:
+        suffix = f" ({change.reason})" if change.reason else ""
+        return Text.assemble(job, (" SUCCEEDED", "green"), suffix)
+    if kind is ChangeKind.FAILED:
+        return Text.assemble(job, (" FAILED", "red"), f": {change.reason}")
+    if kind is ChangeKind.WAITING:
+        return Text.assemble(job, (" RUNNABLE", "yellow"), f": {change.reason}")
+    if kind is ChangeKind.PRIORITY_UPDATED:
+        return Text.assemble(job, f" {change.reason}")
+    if kind is ChangeKind.SHARE_UPDATED:
+        return Text.assemble("quota share ", job, f" updated: {change.reason}")
+    if kind is ChangeKind.QUEUE_UPDATED:
+        return Text.assemble("job queue ", job, f" updated: {change.reason}")
+    return Text.assemble(job, f" event ignored: {change.reason}")
+
+
+def _jobs_table(result: SimulationResult) -> Table:
+    table = Table(title="Jobs", title_justify="left")
+    for column in (
+        "job",
+        "share",
+        "status",
+        "preempted",
+        "startedAt",
+        "stoppedAt",
+        "RUNNABLE s",
+        "statusReason",
+    ):
+        table.add_column(column, overflow="fold")
+    for job in result.jobs.values():
+        table.add_row(
+            job.name,
+            job.quota_share_name,
+            Text(str(job.status), style=_STATUS_STYLE.get(job.status, "")),
+            str(job.preempted_attempt_count),
+            _time(job.started_at),
+            _time(job.stopped_at),
+            format_seconds(round(job.runnable_seconds, 6)),
+            job.status_reason,
+        )
+    return table
+
+
+def _metrics_table(metrics: Metrics, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    span = f"{_time(metrics.span_start)} to {_time(metrics.span_end)}"
+    table.add_row("span (first submission to last completion)", span)
+    for unit, value in metrics.utilization.items():
+        table.add_row(f"utilization {unit}", _percent(value))
+    for share, stats in metrics.runnable_seconds.items():
+        table.add_row(f"RUNNABLE seconds, share {share}", _wait(stats))
+    table.add_row("preemptions", str(metrics.preemptions_total))
+    for share, count in metrics.preemptions_by_share.items():
+        table.add_row(f"preemptions, share {share}", str(count))
+    return table
+
+
+def print_trace(report: TraceReport, console: Console) -> None:
+    settings = report.settings
+    console.print(
+        Text.assemble(
+            ("Trace ", "bold"),
+            (report.trace_source, "bold"),
+            f": {report.job_count} jobs on job queue {report.queue_name} ({report.config_source}); "
+            f"stopSeconds {format_seconds(settings.stop_seconds)}, "
+            f"startSeconds {format_seconds(settings.start_seconds)}, "
+            f"checkpoint interval {format_seconds(report.checkpoint_interval)} s",
+        )
+    )
+    runs = report.runs
+    table = Table(title="Results", title_justify="left")
+    table.add_column("metric")
+    for run in runs:
+        table.add_column(run.description, justify="right")
+    first = runs[0].result.metrics
+
+    def row(label: str, values: Sequence[str]) -> None:
+        table.add_row(label, *values)
+
+    row(
+        "span (s)", [f"{_time(r.result.metrics.span_start)}-{_time(r.result.metrics.span_end)}" for r in runs]
+    )
+    for unit in first.utilization:
+        row(f"utilization {unit}", [_percent(r.result.metrics.utilization.get(unit)) for r in runs])
+    for share in first.runnable_seconds:
+        row(f"wait {share}: mean s", [_seconds(r.result.metrics.runnable_seconds[share].mean) for r in runs])
+        row(f"wait {share}: p95 s", [_seconds(r.result.metrics.runnable_seconds[share].p95) for r in runs])
+    row("preemptions", [str(r.result.metrics.preemptions_total) for r in runs])
+    for share in first.preemptions_by_share:
+        row(f"preemptions {share}", [str(r.result.metrics.preemptions_by_share.get(share, 0)) for r in runs])
+    for unit in first.lost_unit_seconds:
+        row(f"GPU-seconds lost {unit}", [_seconds(r.result.metrics.lost_total(unit)) for r in runs])
+    for status in ("SUCCEEDED", "FAILED"):
+        row(f"jobs {status}", [str(_count(r, status)) for r in runs])
+    row(
+        "jobs unfinished",
+        [str(sum(1 for j in r.result.jobs.values() if not j.status.is_final)) for r in runs],
+    )
+    row("simulation wall time (s)", [f"{r.wall_seconds:.2f}" for r in runs])
+    console.print(table)
+    console.print()
+    for name, definition in DEFINITIONS.items():
+        console.print(Text.assemble((f"{name}: ", "bold"), definition))
+
+
+def _count(run: TraceRun, status: str) -> int:
+    return sum(1 for job in run.result.jobs.values() if job.status == status)
+
+
+def _time(value: float | None) -> str:
+    return "-" if value is None else format_seconds(round(value, 6))
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _wait(stats: WaitStats) -> str:
+    if not stats.jobs:
+        return "no jobs"
+    return f"n={stats.jobs}, mean {_seconds(stats.mean)}, p95 {_seconds(stats.p95)}"

@@ -1,0 +1,633 @@
+"""The discrete-event loop: replays a scenario's events against the quota engine on a simulated clock.
+
+Time jumps from one moment to the next one at which something is due (a heap of timers: a job's work
+ends, its start ends, its stop completes) or an event is given. At each moment, in this order: the work,
+starts and stops due then complete; the events of that moment are applied in file order; then allocation
+cycles run (``engine.plan_cycle``) until one decides nothing, with the timers that fall due at that same
+moment (zero-second stops and starts, zero-length work) applied between cycles. The engine's own
+lifecycle functions make every state change; this module keeps the clock, each job's progress and the
+timeline (a ``Step`` per moment at which anything happened), and feeds ``metrics.MetricsRecorder``.
+Finished jobs are dropped from the engine's state at the end of each moment, so long traces stay fast.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+
+from airflow_quota.engine.config import QuotaConfigError
+from airflow_quota.engine.lifecycle import (
+    complete_stop,
+    finish_job,
+    set_status,
+    submit_job,
+    terminate_job,
+    update_priority,
+    update_queue,
+    without_final_jobs,
+)
+from airflow_quota.engine.model import (
+    Grant,
+    Job,
+    JobQueue,
+    JobStatus,
+    Preemption,
+    QueueState,
+    StopCause,
+)
+from airflow_quota.engine.planner import plan_cycle
+from airflow_quota.sim.metrics import Metrics, MetricsRecorder
+from airflow_quota.sim.scenario import (
+    QueueConfiguration,
+    Scenario,
+    ScenarioEvent,
+    Settings,
+    SubmitJob,
+    TerminateJob,
+    UpdateJob,
+    UpdateJobQueue,
+    UpdateQuotaShare,
+    format_seconds,
+)
+
+#: statusReason of a job whose work ran out while it was being stopped, by why it was being stopped.
+FINISHED_WHILE_STOPPING = {
+    StopCause.PREEMPTED: "Finished while being stopped; not counted as a preemption",
+    StopCause.TERMINATED: "Finished while being stopped for termination",
+}
+
+
+class SimulationError(ValueError):
+    """The simulation cannot go on: an event that does not apply, or a loop that never settles."""
+
+    def __init__(self, source: str, message: str, *, event: ScenarioEvent | None = None, at: float = 0.0):
+        self.source = source
+        self.event = event
+        self.at = event.at if event is not None else at
+        self.message = message
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = f"event {self.event.label}" if self.event is not None else f"at {format_seconds(self.at)}"
+        return f"{self.source}: {where}: {self.message}"
+
+
+class ChangeKind(StrEnum):
+    """What happened to a job (or to the configuration) at one moment."""
+
+    SUBMITTED = "submitted"
+    GRANTED = "granted"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    TERMINATING = "terminating"
+    REQUEUED = "requeued"
+    FINISHED = "finished"
+    FAILED = "failed"
+    WAITING = "waiting"
+    PRIORITY_UPDATED = "priority updated"
+    SHARE_UPDATED = "share updated"
+    QUEUE_UPDATED = "queue updated"
+    IGNORED = "ignored"
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One thing that happened: ``subject`` is the job (or share, or queue) it happened to.
+
+    ``reason`` is the job's statusReason or a description; ``by`` and ``rule`` name the preemptor and the
+    preemption rule; ``units``, ``unit`` and ``borrowed`` describe a grant.
+    """
+
+    kind: ChangeKind
+    subject: str
+    reason: str = ""
+    by: str = ""
+    rule: str = ""
+    units: int = 0
+    unit: str = ""
+    borrowed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    status: JobStatus
+    status_reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A moment at which anything happened: what changed, and every job known so far once it settled."""
+
+    at: float
+    changes: tuple[Change, ...]
+    jobs: dict[str, JobView]
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """A job at the end; ``started_at`` and ``stopped_at`` are of its latest attempt (None if none)."""
+
+    name: str
+    quota_share_name: str
+    status: JobStatus
+    status_reason: str
+    preempted_attempt_count: int
+    started_at: float | None
+    stopped_at: float | None
+    submitted_at: float
+    runnable_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationResult:
+    source: str
+    settings: Settings
+    queue: JobQueue
+    steps: tuple[Step, ...]
+    jobs: dict[str, JobOutcome]
+    metrics: Metrics
+    end: float
+
+
+class _Timer(IntEnum):
+    """What falls due; at one moment work ends first, then starts, then stops."""
+
+    WORK_DONE = 0
+    STARTED = 1
+    STOPPED = 2
+
+
+@dataclass(slots=True)
+class _JobRecord:
+    """The simulator's own bookkeeping for one job, beside the engine's view of it."""
+
+    name: str
+    share: str
+    unit: str
+    count: int
+    duration: float | None
+    submitted_at: float
+    #: Bumped whenever the job's timers no longer apply (a new attempt, a stop completed, work done).
+    epoch: int = 0
+    #: RUNNING seconds of work kept so far (as of ``running_since`` when running).
+    progress: float = 0.0
+    running_since: float | None = None
+    stop_started_at: float | None = None
+    progress_at_stop: float = 0.0
+    runnable_since: float | None = None
+    runnable_seconds: float = 0.0
+    ever_runnable: bool = False
+    started_at: float | None = None
+    stopped_at: float | None = None
+    #: The engine's last view of the job once it is SUCCEEDED or FAILED (dropped from the engine state).
+    final: Job | None = None
+    reported_reason: str = ""
+
+    def progress_at(self, now: float) -> float:
+        return self.progress + (now - self.running_since if self.running_since is not None else 0.0)
+
+
+def simulate(
+    scenario: Scenario,
+    *,
+    record_steps: bool = True,
+    checkpoint_interval: float = 0.0,
+) -> SimulationResult:
+    """Run ``scenario`` to its end; raise ``SimulationError`` when an event does not apply."""
+    return Simulation(scenario, record_steps=record_steps, checkpoint_interval=checkpoint_interval).run()
+
+
+class Simulation:
+    """One run. ``record_steps=False`` skips the timeline (trace mode); metrics are always kept.
+
+    ``checkpoint_interval`` (seconds of work, 0 = none): a preempted job resumes from its last checkpoint
+    at the moment the preemption was decided instead of where it stopped.
+    """
+
+    def __init__(self, scenario: Scenario, *, record_steps: bool = True, checkpoint_interval: float = 0.0):
+        if checkpoint_interval < 0:
+            raise ValueError("checkpoint_interval must be >= 0")
+        self.scenario = scenario
+        self.settings = scenario.settings
+        self.record_steps = record_steps
+        self.checkpoint_interval = checkpoint_interval
+        self.configuration: QueueConfiguration = scenario.configuration
+        self.state = QueueState(self.configuration.queue)
+        self.metrics = MetricsRecorder(self.configuration.queue.capacity)
+        self.records: dict[str, _JobRecord] = {}
+        self.steps: list[Step] = []
+        self._timers: list[tuple[float, int, int, str, int]] = []
+        self._timer_seq = 0
+        self._submission_seq = 0
+        self._changes: list[Change] = []
+        self._became_final = False
+        self._now = 0.0
+        events = len(scenario.events)
+        #: Guards against a preemption loop: moments in all, and cycles at one moment.
+        self._max_moments = 10_000 + 100 * events
+        self._max_cycles = 1_000 + 20 * events
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    def run(self) -> SimulationResult:
+        events = sorted(self.scenario.events, key=lambda event: (event.at, event.index))
+        next_event = 0
+        moments = 0
+        while True:
+            timer_at = self._next_timer_at()
+            event_at = events[next_event].at if next_event < len(events) else None
+            if timer_at is None and event_at is None:
+                break
+            now = min(t for t in (timer_at, event_at) if t is not None)
+            moments += 1
+            if moments > self._max_moments:
+                raise SimulationError(
+                    self.scenario.source,
+                    f"the simulation did not settle after {self._max_moments} moments (a preemption loop?)",
+                    at=now,
+                )
+            self._begin(now)
+            self._run_due_timers()
+            while next_event < len(events) and events[next_event].at == now:
+                self._apply(events[next_event])
+                next_event += 1
+            self._allocate()
+            self._end()
+        return self._result()
+
+    def _begin(self, now: float) -> None:
+        self._now = now
+        self._changes = []
+        self._became_final = False
+        self.metrics.advance(now)
+
+    def _end(self) -> None:
+        if self._became_final:
+            self.state = without_final_jobs(self.state)
+        if not self.record_steps:
+            return
+        for job in self.state.jobs.values():
+            if (
+                job.status is JobStatus.RUNNABLE
+                and job.status_reason != self.records[job.job_id].reported_reason
+            ):
+                self.records[job.job_id].reported_reason = job.status_reason
+                self._note(Change(ChangeKind.WAITING, job.job_id, job.status_reason))
+        if self._changes:
+            self.steps.append(Step(self._now, tuple(self._changes), self._snapshot()))
+
+    def _allocate(self) -> None:
+        for _ in range(self._max_cycles):
+            plan = plan_cycle(self.state, self._now)
+            self.state = plan.state
+            for decision in plan.decisions:
+                if isinstance(decision, Grant):
+                    self._granted(decision)
+                elif isinstance(decision, Preemption):
+                    self._preempting(decision)
+            timers_ran = self._run_due_timers()
+            if not plan.decisions and not timers_ran:
+                return
+        raise SimulationError(
+            self.scenario.source,
+            f"allocation did not settle after {self._max_cycles} cycles at one moment (a preemption loop?)",
+            at=self._now,
+        )
+
+    # -- timers --------------------------------------------------------------------------------------
+
+    def _push(self, at: float, kind: _Timer, record: _JobRecord) -> None:
+        self._timer_seq += 1
+        heapq.heappush(self._timers, (at, int(kind), self._timer_seq, record.name, record.epoch))
+
+    def _next_timer_at(self) -> float | None:
+        while self._timers:
+            at, _, _, name, epoch = self._timers[0]
+            if self.records[name].epoch == epoch:
+                return at
+            heapq.heappop(self._timers)
+        return None
+
+    def _run_due_timers(self) -> bool:
+        ran = False
+        while (at := self._next_timer_at()) is not None and at <= self._now:
+            _, kind, _, name, _ = heapq.heappop(self._timers)
+            record = self.records[name]
+            if kind == _Timer.WORK_DONE:
+                self._work_done(record)
+            elif kind == _Timer.STARTED:
+                self._start_done(record)
+            else:
+                self._stop_done(record)
+            ran = True
+        return ran
+
+    def _work_done(self, record: _JobRecord) -> None:
+        job = self.state.jobs[record.name]
+        record.progress = record.progress_at(self._now)
+        reason = FINISHED_WHILE_STOPPING[job.stop_cause] if job.stop_cause is not None else ""
+        self.state = finish_job(self.state, record.name, succeeded=True, reason=reason)
+        self._released(record)
+        self._final(record)
+        self._note(Change(ChangeKind.FINISHED, record.name, reason))
+
+    def _start_done(self, record: _JobRecord) -> None:
+        job = self.state.jobs.get(record.name)
+        if job is None or job.status is not JobStatus.STARTING or job.is_stopping:
+            return  # a job being stopped keeps its status until the stop completes
+        self.state = set_status(self.state, record.name, JobStatus.RUNNING)
+        self._running(record)
+        self._note(Change(ChangeKind.RUNNING, record.name))
+
+    def _stop_done(self, record: _JobRecord) -> None:
+        job = self.state.jobs[record.name]
+        preempted = job.stop_cause is StopCause.PREEMPTED
+        stopped_at_progress = record.progress_at(self._now)
+        stop_started = record.stop_started_at if record.stop_started_at is not None else self._now
+        self.state = complete_stop(self.state, record.name)
+        self._released(record)
+        if preempted:
+            checkpoint = self._last_checkpoint(record.progress_at_stop)
+            lost = record.count * ((record.progress_at_stop - checkpoint) + (self._now - stop_started))
+            self.metrics.preempted(record.share, record.unit, lost)
+            record.progress = stopped_at_progress if self.checkpoint_interval <= 0 else checkpoint
+        else:
+            record.progress = stopped_at_progress
+        after = self.state.jobs[record.name]
+        if after.status is JobStatus.RUNNABLE:
+            self._waiting(record)
+            self._note(Change(ChangeKind.REQUEUED, record.name, after.status_reason))
+        else:
+            self._final(record)
+            self._note(Change(ChangeKind.FAILED, record.name, after.status_reason))
+
+    def _last_checkpoint(self, progress: float) -> float:
+        if self.checkpoint_interval <= 0:
+            return progress
+        return math.floor(progress / self.checkpoint_interval) * self.checkpoint_interval
+
+    # -- decisions -----------------------------------------------------------------------------------
+
+    def _granted(self, grant: Grant) -> None:
+        record = self.records[grant.job_id]
+        record.epoch += 1
+        self._not_waiting(record)
+        record.started_at, record.stopped_at, record.stop_started_at = self._now, None, None
+        self.metrics.held(record.unit, record.count)
+        self._note(
+            Change(
+                ChangeKind.GRANTED,
+                record.name,
+                units=grant.instance_count,
+                unit=grant.capacity_unit,
+                borrowed=grant.borrowed,
+            )
+        )
+        if self.settings.start_seconds > 0:
+            self.state = set_status(self.state, record.name, JobStatus.STARTING)
+            self._push(self._now + self.settings.start_seconds, _Timer.STARTED, record)
+        else:
+            self.state = set_status(self.state, record.name, JobStatus.RUNNING)
+            self._running(record)
+
+    def _preempting(self, preemption: Preemption) -> None:
+        for victim_id in preemption.victim_ids:
+            record = self.records[victim_id]
+            self._stopping(record)
+            self._note(
+                Change(
+                    ChangeKind.PREEMPTED,
+                    victim_id,
+                    self.state.jobs[victim_id].status_reason,
+                    by=preemption.preemptor_id,
+                    rule=str(preemption.rule),
+                )
+            )
+
+    # -- one job's bookkeeping -----------------------------------------------------------------------
+
+    def _running(self, record: _JobRecord) -> None:
+        record.running_since = self._now
+        if record.duration is not None:
+            self._push(self._now + max(0.0, record.duration - record.progress), _Timer.WORK_DONE, record)
+
+    def _stopping(self, record: _JobRecord) -> None:
+        """A stop begins (unless one is already under way, which keeps its timer)."""
+        if record.stop_started_at is None:
+            record.stop_started_at = self._now
+            record.progress_at_stop = record.progress_at(self._now)
+            self._push(self._now + self.settings.stop_seconds, _Timer.STOPPED, record)
+
+    def _released(self, record: _JobRecord) -> None:
+        """The attempt ended (work done or stop completed): its units are free, its timers void."""
+        record.epoch += 1
+        record.running_since = None
+        record.stop_started_at = None
+        record.stopped_at = self._now
+        self.metrics.held(record.unit, -record.count)
+
+    def _waiting(self, record: _JobRecord) -> None:
+        record.runnable_since = self._now
+        record.ever_runnable = True
+
+    def _not_waiting(self, record: _JobRecord) -> None:
+        if record.runnable_since is not None:
+            record.runnable_seconds += self._now - record.runnable_since
+            record.runnable_since = None
+
+    def _final(self, record: _JobRecord) -> None:
+        self._not_waiting(record)
+        record.final = self.state.jobs[record.name]
+        self._became_final = True
+        self.metrics.job_final(self._now)
+
+    def _note(self, change: Change) -> None:
+        if self.record_steps:
+            self._changes.append(change)
+
+    # -- events --------------------------------------------------------------------------------------
+
+    def _apply(self, event: ScenarioEvent) -> None:
+        action = event.action
+        if isinstance(action, SubmitJob):
+            self._submit(event, action)
+        elif isinstance(action, UpdateJob):
+            self._update_job(event, action)
+        elif isinstance(action, TerminateJob):
+            self._terminate(event, action)
+        elif isinstance(action, UpdateQuotaShare):
+            self._update_share(event, action)
+        else:
+            self._update_queue(event, action)
+
+    def _submit(self, event: ScenarioEvent, action: SubmitJob) -> None:
+        request = action.request
+        name = request.job_name
+        if name in self.records:
+            raise self._error(
+                event, f"a job named {name!r} was already submitted; give each job its own jobName"
+            )
+        share_names = self.state.queue.share_names()
+        if request.quota_share_name not in share_names:
+            raise self._error(
+                event,
+                f"quota share {request.quota_share_name!r} does not exist in job queue "
+                f"{self.state.queue.name!r}; use one of: {', '.join(share_names)}",
+            )
+        self._submission_seq += 1
+        self.state = submit_job(self.state, name, request, self._now, seq=self._submission_seq)
+        job = self.state.jobs[name]
+        record = _JobRecord(
+            name=name,
+            share=request.quota_share_name,
+            unit=request.capacity_unit,
+            count=request.instance_count,
+            duration=action.duration,
+            submitted_at=self._now,
+        )
+        self.records[name] = record
+        self.metrics.submitted(self._now)
+        if job.status is JobStatus.FAILED:
+            self._final(record)
+            self._note(Change(ChangeKind.FAILED, name, job.status_reason))
+        else:
+            self._waiting(record)
+            self._note(Change(ChangeKind.SUBMITTED, name, f"priority {request.scheduling_priority}"))
+
+    def _update_job(self, event: ScenarioEvent, action: UpdateJob) -> None:
+        record = self._record(event, action.job_name)
+        if record.final is not None:
+            reason = f"already {record.final.status}; schedulingPriority left unchanged"
+            self._note(Change(ChangeKind.IGNORED, record.name, reason))
+            return
+        before = self.state.jobs[record.name].priority
+        self.state = update_priority(self.state, record.name, action.scheduling_priority)
+        reason = f"schedulingPriority {before} -> {action.scheduling_priority}"
+        self._note(Change(ChangeKind.PRIORITY_UPDATED, record.name, reason))
+
+    def _terminate(self, event: ScenarioEvent, action: TerminateJob) -> None:
+        record = self._record(event, action.job_name)
+        if record.final is not None:
+            reason = f"already {record.final.status}; nothing to terminate"
+            self._note(Change(ChangeKind.IGNORED, record.name, reason))
+            return
+        granted = self.state.jobs[record.name].status.holds_capacity
+        self.state = terminate_job(self.state, record.name, action.reason)
+        job = self.state.jobs[record.name]
+        if granted:
+            self._stopping(record)
+            self._note(Change(ChangeKind.TERMINATING, record.name, job.status_reason))
+        else:
+            self._final(record)
+            self._note(Change(ChangeKind.FAILED, record.name, job.status_reason))
+
+    def _update_share(self, event: ScenarioEvent, action: UpdateQuotaShare) -> None:
+        try:
+            configuration = self.configuration.with_share_update(
+                action.quota_share_name, action.changes, self.scenario.source
+            )
+        except KeyError:
+            raise self._error(
+                event,
+                f"quota share {action.quota_share_name!r} does not exist in job queue "
+                f"{self.state.queue.name!r}; use one of: {', '.join(self.state.queue.share_names())}",
+            ) from None
+        except QuotaConfigError as error:
+            raise self._error(event, _config_problems(error)) from None
+        self._configure(configuration)
+        changed = ", ".join(f"{key}={_brief(value)}" for key, value in action.changes.items())
+        self._note(Change(ChangeKind.SHARE_UPDATED, action.quota_share_name, changed))
+
+    def _update_queue(self, event: ScenarioEvent, action: UpdateJobQueue) -> None:
+        try:
+            configuration = self.configuration.with_queue_capacity(
+                action.capacity_limits, self.scenario.source
+            )
+        except QuotaConfigError as error:
+            raise self._error(event, _config_problems(error)) from None
+        self._configure(configuration)
+        self.metrics.capacity_changed(self._now, configuration.queue.capacity)
+        self._note(
+            Change(
+                ChangeKind.QUEUE_UPDATED,
+                configuration.queue.name,
+                f"capacityLimits={_brief(action.capacity_limits)}",
+            )
+        )
+
+    def _configure(self, configuration: QueueConfiguration) -> None:
+        self.configuration = configuration
+        self.state = update_queue(self.state, configuration.queue)
+
+    def _record(self, event: ScenarioEvent, job_name: str) -> _JobRecord:
+        record = self.records.get(job_name)
+        if record is None:
+            known = ", ".join(self.records) or "none yet"
+            raise self._error(
+                event,
+                f"no job named {job_name!r} has been submitted before this event (jobs so far: {known})",
+            )
+        return record
+
+    def _error(self, event: ScenarioEvent, message: str) -> SimulationError:
+        return SimulationError(self.scenario.source, message, event=event)
+
+    # -- results -------------------------------------------------------------------------------------
+
+    def _view(self, record: _JobRecord) -> Job:
+        return record.final if record.final is not None else self.state.jobs[record.name]
+
+    def _snapshot(self) -> dict[str, JobView]:
+        return {
+            name: JobView(job.status, job.status_reason)
+            for name, record in self.records.items()
+            for job in (self._view(record),)
+        }
+
+    def _result(self) -> SimulationResult:
+        end = self._now
+        outcomes: dict[str, JobOutcome] = {}
+        for name, record in self.records.items():
+            self._not_waiting(record)
+            if record.ever_runnable:
+                self.metrics.runnable_time(record.share, record.runnable_seconds)
+            job = self._view(record)
+            outcomes[name] = JobOutcome(
+                name=name,
+                quota_share_name=record.share,
+                status=job.status,
+                status_reason=job.status_reason,
+                preempted_attempt_count=job.preempted_attempt_count,
+                started_at=record.started_at,
+                stopped_at=record.stopped_at,
+                submitted_at=record.submitted_at,
+                runnable_seconds=record.runnable_seconds,
+            )
+        metrics = self.metrics.result(end, self.state.queue.share_names())
+        return SimulationResult(
+            source=self.scenario.source,
+            settings=self.settings,
+            queue=self.state.queue,
+            steps=tuple(self.steps),
+            jobs=outcomes,
+            metrics=metrics,
+            end=end,
+        )
+
+
+def _config_problems(error: QuotaConfigError) -> str:
+    problems = "; ".join(str(issue) for issue in error.issues)
+    return f"the configuration after this event would be invalid: {problems}"
+
+
+def _brief(value: object) -> str:
+    """A short rendering of a configuration value for the timeline."""
+    if isinstance(value, list) and all(isinstance(item, dict) and "capacityUnit" in item for item in value):
+        return (
+            "[" + ", ".join(f"{item.get('capacityUnit')} {item.get('maxCapacity')}" for item in value) + "]"
+        )
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key}: {item}" for key, item in value.items()) + "}"
+    return str(value)
