@@ -10,7 +10,6 @@ wrong and how to fix it; all of them are raised together in one ``QuotaConfigErr
 
 from __future__ import annotations
 
-import difflib
 import types
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -29,6 +28,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
+from airflow_quota.engine.messages import format_loc, join_path, show_value, unknown_key_message
 from airflow_quota.engine.model import (
     MAX_PRIORITY,
     MIN_PRIORITY,
@@ -264,7 +264,7 @@ def parse_queue_with_shares(
     """
     both, issues = _validate(_QueueAndShares, {"jobQueue": queue_raw, "quotaShares": shares_raw}, path_prefix)
     issues += _queue_cross_issues(
-        queue_raw, shares_raw, _join(path_prefix, "jobQueue"), _join(path_prefix, "quotaShares")
+        queue_raw, shares_raw, join_path(path_prefix, "jobQueue"), join_path(path_prefix, "quotaShares")
     )
     if issues or both is None:
         raise QuotaConfigError(source, issues)
@@ -458,16 +458,16 @@ def _validate(
 
 def _issue(detail: ErrorDetails, target: type[BaseModel], path_prefix: str) -> ConfigIssue:
     loc = detail["loc"]
-    path = _join(path_prefix, _format_loc(loc))
+    path = join_path(path_prefix, format_loc(loc))
     label = path.rsplit(".", 1)[-1] if path else "the top level"
     field = next((step for step in reversed(loc) if isinstance(step, str)), "")
     kind = detail["type"]
-    shown = _show(detail["input"])
+    shown = show_value(detail["input"])
 
     if kind.startswith("quota_"):
         return ConfigIssue(path, detail["msg"])
     if kind == "extra_forbidden":
-        return ConfigIssue(path, _unknown_key_message(str(loc[-1]), _allowed_keys(target, loc[:-1])))
+        return ConfigIssue(path, unknown_key_message(str(loc[-1]), _allowed_keys(target, loc[:-1])))
     if kind == "missing":
         return ConfigIssue(path, f"{field} is missing: add {field}, {_expectation(field, target, loc)}")
     if kind in ("model_type", "dict_type", "model_attributes_type"):
@@ -485,14 +485,6 @@ def _expectation(field: str, target: type[BaseModel], loc: tuple[int | str, ...]
     if model is not None:
         return f"a mapping with the keys {', '.join(_aliases(model))}"
     return _EXPECTED.get(field, "a value")
-
-
-def _unknown_key_message(key: str, allowed: list[str]) -> str:
-    matches = [name for name in allowed if name.lower() == key.lower()] or difflib.get_close_matches(
-        key, allowed, n=1
-    )
-    hint = f" (did you mean {matches[0]}?)" if matches else ""
-    return f"unknown key {key!r}{hint}: remove it; the keys allowed here are {', '.join(allowed)}"
 
 
 def _allowed_keys(target: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
@@ -528,35 +520,3 @@ def _unwrap(annotation: Any) -> Any:
         options = [option for option in get_args(annotation) if option is not type(None)]
         return _unwrap(options[0]) if len(options) == 1 else annotation
     return annotation
-
-
-def _format_loc(loc: tuple[int | str, ...]) -> str:
-    path = ""
-    for step in loc:
-        path += f"[{step}]" if isinstance(step, int) else (f".{step}" if path else step)
-    return path
-
-
-def _join(prefix: str, path: str) -> str:
-    if not prefix:
-        return path
-    if not path or path.startswith("["):
-        return f"{prefix}{path}"
-    return f"{prefix}.{path}"
-
-
-def _show(value: object) -> str:
-    """A value the way the user wrote it in YAML, for messages."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null (empty)"
-    if isinstance(value, str):
-        return f"'{value}'" if value else "an empty string"
-    if isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, list):
-        return "a list" if value else "an empty list"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    return f"a {type(value).__name__}"

@@ -10,7 +10,6 @@ the runner, which names the event.
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from airflow_quota.engine.config import (
     parse_queue_with_shares,
     validate_job_request,
 )
+from airflow_quota.engine.messages import format_loc, join_path, show_value, unknown_key_message
 from airflow_quota.engine.model import MAX_PRIORITY, MIN_PRIORITY, JobQueue, JobRequest
 
 #: The actions an event may carry, in the order the docs list them.
@@ -227,7 +227,7 @@ def job_request_from(
     try:
         return validate_job_request(request_raw, source)
     except JobRequestError as error:
-        issues += [ConfigIssue(_join(path, issue.path), issue.message) for issue in error.issues]
+        issues += [ConfigIssue(join_path(path, issue.path), issue.message) for issue in error.issues]
         return None
 
 
@@ -356,18 +356,10 @@ def _update_quota_share(raw: dict[str, Any], path: str, issues: list[ConfigIssue
 
 def _unknown_keys(raw: Mapping[str, Any], allowed: Sequence[str], path: str) -> list[ConfigIssue]:
     return [
-        ConfigIssue(_join(path, str(key)), _unknown_key_message(str(key), allowed))
+        ConfigIssue(join_path(path, str(key)), unknown_key_message(str(key), allowed))
         for key in raw
         if key not in allowed
     ]
-
-
-def _unknown_key_message(key: str, allowed: Sequence[str]) -> str:
-    matches = [name for name in allowed if name.lower() == key.lower()] or difflib.get_close_matches(
-        key, list(allowed), n=1
-    )
-    hint = f" (did you mean {matches[0]}?)" if matches else ""
-    return f"unknown key {key!r}{hint}: remove it; the keys allowed here are {', '.join(allowed)}"
 
 
 _MODEL_AT_TOP: dict[str, type[BaseModel]] = {
@@ -380,16 +372,16 @@ _MODEL_AT_TOP: dict[str, type[BaseModel]] = {
 
 def _issue(loc: tuple[int | str, ...], detail: ErrorDetails) -> ConfigIssue:
     """A pydantic error at ``loc`` in the scenario's own structure, in the words quota file errors use."""
-    path = _format_loc(loc)
+    path = format_loc(loc)
     label = path.rsplit(".", 1)[-1] if path else "the top level"
     kind = detail["type"]
     if kind == "scenario_one_action":
         return ConfigIssue(path, detail["msg"])
     if kind == "extra_forbidden":
-        return ConfigIssue(path, _unknown_key_message(str(loc[-1]), _allowed_at(loc[:-1])))
+        return ConfigIssue(path, unknown_key_message(str(loc[-1]), _allowed_at(loc[:-1])))
     if kind == "missing":
         return ConfigIssue(path, f"{label} is missing: add it")
-    shown = _show(detail["input"])
+    shown = show_value(detail["input"])
     field = loc[-1] if loc and isinstance(loc[-1], str) else ""
     expected = _EXPECTED.get(field) or _EXPECTED_BY_KIND.get(kind)
     message = f"it must be {expected}" if expected else detail["msg"]
@@ -424,37 +416,6 @@ def _allowed_at(loc: tuple[int | str, ...]) -> list[str]:
     if named[-1] == "events":
         return ["at", *ACTION_NAMES]
     return []
-
-
-def _format_loc(loc: tuple[int | str, ...]) -> str:
-    path = ""
-    for step in loc:
-        path += f"[{step}]" if isinstance(step, int) else (f".{step}" if path else step)
-    return path
-
-
-def _join(prefix: str, path: str) -> str:
-    if not prefix:
-        return path
-    if not path or path.startswith("["):
-        return f"{prefix}{path}"
-    return f"{prefix}.{path}"
-
-
-def _show(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null (empty)"
-    if isinstance(value, str):
-        return f"'{value}'" if value else "an empty string"
-    if isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, list):
-        return "a list" if value else "an empty list"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    return f"a {type(value).__name__}"
 
 
 def _unique(issues: list[ConfigIssue]) -> list[ConfigIssue]:
