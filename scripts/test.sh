@@ -4,8 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 echo "test: ruff"
-.venv/bin/ruff check airflow_quota tests benchmarks examples
-.venv/bin/ruff format --check airflow_quota tests benchmarks examples
+.venv/bin/ruff check
+.venv/bin/ruff format --check
 echo "test: mypy"
 .venv/bin/mypy
 echo "test: pytest"
