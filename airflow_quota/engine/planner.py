@@ -27,10 +27,16 @@ from airflow_quota.engine.model import (
     JobStatus,
     OrderKey,
     Preemption,
+    PreemptionRule,
     QueueState,
     StopCause,
 )
-from airflow_quota.engine.reasons import awaiting_victims_reason, never_fits_reason, waiting_reason
+from airflow_quota.engine.reasons import (
+    UnitTotals,
+    awaiting_victims_reason,
+    never_fits_reason,
+    waiting_reason,
+)
 from airflow_quota.engine.usage import Usage
 from airflow_quota.engine.victims import VictimChoice, choose_victims
 
@@ -80,6 +86,7 @@ class _Cycle:
         #: job of the same share needing at least as much with no higher priority cannot succeed either.
         self.failures: dict[str, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
         self.misconfigurations: dict[tuple[str, str, int], str | None] = {}
+        self.unit_totals = UnitTotals.of(self.queue)
 
     # -- the three steps -----------------------------------------------------------------------------
 
@@ -154,7 +161,9 @@ class _Cycle:
         key = (job.share_name, job.unit, job.count)
         if key not in self.misconfigurations:
             share = self.usage.shares.get(job.share_name)
-            self.misconfigurations[key] = never_fits_reason(self.queue, share, job.unit, job.count)
+            self.misconfigurations[key] = never_fits_reason(
+                self.queue, share, job.unit, job.count, self.unit_totals
+            )
         return self.misconfigurations[key]
 
     def _admit(self, job: Job) -> None:
@@ -189,9 +198,22 @@ class _Cycle:
 
     # -- applying decisions ----------------------------------------------------------------------------
 
-    def _decided(self, decision: Decision) -> None:
+    def _decided(self, decision: Decision, shares_changed: set[str]) -> None:
+        """Record ``decision`` and forget the failed searches it may have made possible.
+
+        A decision only takes idle capacity and candidates away, except for the shares whose usage it
+        changed; and for every share when it leaves a share borrowing (a new reclaim candidate) or
+        reclaims (less is borrowed, so more may be lent).
+        """
         self.decisions.append(decision)
-        self.failures.pop(decision.capacity_unit, None)
+        unit = decision.capacity_unit
+        reclaimed = isinstance(decision, Preemption) and decision.rule is PreemptionRule.RECLAIM
+        if reclaimed or self.usage.borrowing[unit] & shares_changed:
+            self.failures.pop(unit, None)
+            return
+        failures = self.failures.get(unit, {})
+        for share_name in shares_changed:
+            failures.pop(share_name, None)
 
     def _grant(self, job: Job) -> None:
         share = self.usage.shares[job.share_name]
@@ -210,7 +232,7 @@ class _Cycle:
         self.next_start_seq += 1
         self.jobs[job.job_id] = granted
         self.running[job.unit][job.share_name][job.job_id] = granted
-        self._decided(Grant(job.job_id, job.unit, job.count, borrowed))
+        self._decided(Grant(job.job_id, job.unit, job.count, borrowed), {job.share_name})
 
     def _preempt(self, preemptor: Job, choice: VictimChoice) -> None:
         held_by_victims = 0
@@ -234,4 +256,5 @@ class _Cycle:
         self.usage.add_occupancy(preemptor.unit, max(0, preemptor.count - held_by_victims))
         victim_ids = tuple(victim.job_id for victim in choice.victims)
         self.jobs[preemptor.job_id] = replace(preemptor, awaiting_victims=frozenset(victim_ids))
-        self._decided(Preemption(preemptor.job_id, victim_ids, choice.rule, preemptor.unit))
+        changed = {preemptor.share_name} | {victim.share_name for victim in choice.victims}
+        self._decided(Preemption(preemptor.job_id, victim_ids, choice.rule, preemptor.unit), changed)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from airflow_quota.engine.model import (
     QUOTA_MANAGEMENT_LIMIT_EXCEEDED,
     SERVICE_ENVIRONMENT_MAX_RESOURCE,
@@ -12,7 +14,30 @@ from airflow_quota.engine.model import (
 from airflow_quota.engine.usage import Usage
 
 
-def never_fits_reason(queue: JobQueue, share: QuotaShare | None, unit: str, count: int) -> str | None:
+@dataclass(frozen=True, slots=True)
+class UnitTotals:
+    """Per unit of a queue: the capacity all shares own, and the part owned by shares that lend."""
+
+    owned: int
+    lent: int
+
+    @staticmethod
+    def of(queue: JobQueue) -> dict[str, UnitTotals]:
+        totals: dict[str, UnitTotals] = {}
+        for unit in queue.capacity:
+            owned = sum(share.own_limit(unit) for share in queue.shares)
+            lent = sum(share.own_limit(unit) for share in queue.shares if share.lends)
+            totals[unit] = UnitTotals(owned, lent)
+        return totals
+
+
+def never_fits_reason(
+    queue: JobQueue,
+    share: QuotaShare | None,
+    unit: str,
+    count: int,
+    totals: dict[str, UnitTotals] | None = None,
+) -> str | None:
     """The AWS misconfiguration code when ``count`` units of ``unit`` can never start in ``share``.
 
     SERVICE_ENVIRONMENT_MAX_RESOURCE (the queue lacks the unit or has fewer than asked) wins over
@@ -24,20 +49,18 @@ def never_fits_reason(queue: JobQueue, share: QuotaShare | None, unit: str, coun
         return SERVICE_ENVIRONMENT_MAX_RESOURCE
     if share is None or not share.has_limit_for(unit):
         return QUOTA_MANAGEMENT_LIMIT_EXCEEDED
-    if count > most_share_can_hold(queue, share, unit):
+    unit_totals = (totals or UnitTotals.of(queue))[unit]
+    if count > most_share_can_hold(capacity, share, unit, unit_totals):
         return QUOTA_MANAGEMENT_LIMIT_EXCEEDED
     return None
 
 
-def most_share_can_hold(queue: JobQueue, share: QuotaShare, unit: str) -> int:
+def most_share_can_hold(capacity: int, share: QuotaShare, unit: str, totals: UnitTotals) -> int:
     own = share.own_limit(unit)
     if not share.borrows:
         return own
-    owned = sum(other.own_limit(unit) for other in queue.shares)
-    unowned = max(0, queue.capacity.get(unit, 0) - owned)
-    lent_by_others = sum(
-        other.own_limit(unit) for other in queue.shares if other.lends and other is not share
-    )
+    unowned = max(0, capacity - totals.owned)
+    lent_by_others = totals.lent - (own if share.lends else 0)
     reachable = own + lent_by_others + unowned
     ceiling = share.ceiling(unit)
     return reachable if ceiling is None else min(ceiling, reachable)

@@ -44,6 +44,8 @@ class Usage:
         self._borrowed_total: dict[str, int] = defaultdict(int)
         self._lendable_idle: dict[str, int] = defaultdict(int)
         self._unowned: dict[str, int] = {}
+        #: Per unit, the shares whose usage there is above their own limit.
+        self.borrowing: dict[str, set[str]] = defaultdict(set)
         for unit, capacity in queue.capacity.items():
             owned = sum(share.own_limit(unit) for share in queue.shares)
             self._unowned[unit] = max(0, capacity - owned)
@@ -88,6 +90,8 @@ class Usage:
                 borrowed, lendable = self._share_terms(share, unit, self.usage(share.name, unit))
                 self._borrowed_total[unit] += borrowed
                 self._lendable_idle[unit] += lendable
+                if borrowed:
+                    self.borrowing[unit].add(share.name)
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -179,6 +183,10 @@ class Usage:
         new_borrowed, new_lendable = self._share_terms(share, unit, before + units)
         self._borrowed_total[unit] += new_borrowed - old_borrowed
         self._lendable_idle[unit] += new_lendable - old_lendable
+        if new_borrowed:
+            self.borrowing[unit].add(share_name)
+        else:
+            self.borrowing[unit].discard(share_name)
 
     def add_occupancy(self, unit: str, units: int) -> None:
         self.occupancy[unit] += units

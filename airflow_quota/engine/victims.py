@@ -19,7 +19,7 @@ The rules (README, "Victim order"):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from airflow_quota.engine.model import Job, PreemptionRule
@@ -70,27 +70,23 @@ def choose_victims(
         own_jobs = running_by_share.get(share_name, {}).values()
         own_lower = [job for job in own_jobs if job.priority < preemptor.priority]
 
-    def ordered(jobs: Iterable[Job]) -> list[Job]:
-        return sorted(jobs, key=lambda job: victim_order_key(job, share_name, job.job_id in orphan_ids))
-
     below_own_limit = usage.usage(share_name, unit) < share.own_limit(unit)
     if below_own_limit and usage.others_borrowing(share_name, unit):
         borrowing = [
             job
-            for name, jobs in running_by_share.items()
-            if name != share_name and usage.is_borrowing(name, unit)
-            for job in jobs.values()
+            for name in sorted(usage.borrowing[unit] - {share_name})
+            for job in running_by_share.get(name, {}).values()
         ]
-        reclaimable = ordered([*orphans, *borrowing, *own_lower])
+        reclaimable = [*orphans, *borrowing, *own_lower]
         found = _search(usage, preemptor, reclaimable, orphan_ids, within_own_limit=True)
         if found:
             return VictimChoice(PreemptionRule.RECLAIM, found)
     if share.in_share_preemption:
-        found = _search(usage, preemptor, ordered([*orphans, *own_lower]), orphan_ids, within_own_limit=False)
+        found = _search(usage, preemptor, [*orphans, *own_lower], orphan_ids, within_own_limit=False)
         if found:
             return VictimChoice(PreemptionRule.IN_SHARE_PRIORITY, found)
     if orphans:
-        found = _search(usage, preemptor, ordered(orphans), orphan_ids, within_own_limit=False)
+        found = _search(usage, preemptor, list(orphans), orphan_ids, within_own_limit=False)
         if found:
             return VictimChoice(PreemptionRule.ADOPT_STOPPING, found)
     return None
@@ -99,12 +95,12 @@ def choose_victims(
 def _search(
     usage: Usage,
     preemptor: Job,
-    ordered_candidates: Sequence[Job],
+    candidates: list[Job],
     orphan_ids: frozenset[str],
     *,
     within_own_limit: bool,
 ) -> tuple[Job, ...] | None:
-    """Take candidates in order until the preemptor fits, then minimize; None if it never fits."""
+    """Take candidates in victim order until the preemptor fits, then minimize; None if it never fits."""
     share_name, unit = preemptor.share_name, preemptor.unit
 
     def fits_without(victims: Sequence[Job]) -> bool:
@@ -112,8 +108,11 @@ def _search(
             share_name, unit, preemptor.count, usage.removal(victims), within_own_limit=within_own_limit
         )
 
-    if sum(job.count for job in ordered_candidates) + usage.idle(unit) < preemptor.count:
-        return None
+    if not candidates or not fits_without(candidates):
+        return None  # taking every candidate would not do: no subset will (fit only grows with removal)
+    ordered_candidates = sorted(
+        candidates, key=lambda job: victim_order_key(job, share_name, job.job_id in orphan_ids)
+    )
     taken: list[Job] = []
     taken_by_share: dict[str, int] = {}
     for candidate in ordered_candidates:
