@@ -12,4 +12,5 @@ def get_provider_info() -> dict[str, Any]:
         ),
         "versions": ["0.1.0"],
         "cli": ["airflow_quota.cli.definition.get_quota_cli_commands"],
+        "db-managers": ["airflow_quota.ledger.db.QuotaDBManager"],
     }

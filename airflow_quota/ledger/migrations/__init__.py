@@ -1,0 +1,1 @@
+"""The ledger's alembic migrations (run by ``QuotaDBManager``)."""

@@ -1,0 +1,1 @@
+"""One file per ledger migration, numbered in order."""

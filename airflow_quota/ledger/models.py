@@ -1,0 +1,180 @@
+"""The ledger's tables: job queues and quota shares as applied, their revision history, jobs, the audit log.
+
+They live in the Airflow metadata DB on their own ``MetaData`` (``ledger_metadata``), never in Airflow's,
+all named ``quota_*``, and are created and upgraded by ``QuotaDBManager`` (``ledger/db.py``) with the
+migrations in ``ledger/migrations``: a change here needs a new migration there. Configuration columns hold
+AWS Batch's field values; job columns hold what the engine's ``Job`` holds (``ledger/store.py`` converts)
+plus what only the ledger knows: attempts, the capacity held, the Airflow task instance. Types are
+portable (JSON, timezone-aware UTC timestamps) so the same tables work on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from airflow.models.base import SQL_ALCHEMY_SCHEMA, naming_convention
+from airflow.utils.sqlalchemy import UtcDateTime
+from sqlalchemy import JSON, BigInteger, ForeignKeyConstraint, Index, Integer, MetaData, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+#: The ledger's own MetaData: Airflow's schema setting and naming convention, none of Airflow's tables.
+ledger_metadata = MetaData(
+    schema=(SQL_ALCHEMY_SCHEMA or "").strip() or None, naming_convention=naming_convention
+)
+
+NAME_LENGTH = 128
+UNIT_LENGTH = 256
+JOB_ID_LENGTH = 512
+ID_LENGTH = 250  # Airflow's dag_id, run_id and task_id length
+#: How many of a job's most recent preempted attempts it keeps.
+RECENT_PREEMPTED_ATTEMPTS = 10
+
+
+class AuditKind(StrEnum):
+    """What an audit row records."""
+
+    SUBMITTED = "SUBMITTED"
+    GRANTED = "GRANTED"
+    PREEMPTED = "PREEMPTED"
+    REQUEUED = "REQUEUED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    TERMINATED = "TERMINATED"
+    CONFIG_CHANGED = "CONFIG_CHANGED"
+    PRIORITY_CHANGED = "PRIORITY_CHANGED"
+
+
+class LedgerBase(DeclarativeBase):
+    """Declarative base of the ledger's tables: they go on ``ledger_metadata``, never on Airflow's."""
+
+    metadata = ledger_metadata
+
+
+class JobQueueRow(LedgerBase):
+    """A job queue as applied; ``revision`` increases with every applied change to it or its shares."""
+
+    __tablename__ = "quota_job_queue"
+
+    job_queue_name: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    #: AWS's ``capacityLimits``: ``[{"capacityUnit": ..., "maxCapacity": ...}]``.
+    capacity_limits: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    revision: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class QuotaShareRow(LedgerBase):
+    """A quota share as applied, with AWS's field values; ``position`` is its place in the quota file."""
+
+    __tablename__ = "quota_share"
+    __table_args__ = (ForeignKeyConstraint(["job_queue_name"], [JobQueueRow.job_queue_name]),)
+
+    job_queue_name: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    quota_share_name: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)
+    capacity_limits: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    strategy: Mapped[str] = mapped_column(String(20))
+    #: As written in the quota file; NULL when absent (which means -1, no limit).
+    borrow_limit: Mapped[int | None] = mapped_column(Integer)
+    in_share_preemption: Mapped[str] = mapped_column(String(10))
+    state: Mapped[str] = mapped_column(String(10))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class ConfigRevisionRow(LedgerBase):
+    """One applied revision of a job queue's configuration: the whole queue as the quota file gave it."""
+
+    __tablename__ = "quota_config_revision"
+
+    job_queue_name: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    revision: Mapped[int] = mapped_column(Integer, primary_key=True)
+    applied_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    applied_by: Mapped[str] = mapped_column(String(256))
+    source: Mapped[str] = mapped_column(String(1024))
+    #: ``{"jobQueueName", "capacityLimits", "quotaShares": [...]}``; NULL when the queue was removed.
+    config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class JobRow(LedgerBase):
+    """A job: its request, its AWS status, its place in the engine's order, attempts and capacity held."""
+
+    __tablename__ = "quota_job"
+    __table_args__ = (
+        Index("quota_job_queue_status_idx", "job_queue_name", "status"),
+        Index("quota_job_share_status_idx", "job_queue_name", "quota_share_name", "status"),
+        Index("quota_job_task_instance_idx", "dag_id", "run_id", "task_id", "map_index"),
+    )
+
+    job_id: Mapped[str] = mapped_column(String(JOB_ID_LENGTH), primary_key=True)
+    job_queue_name: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    quota_share_name: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    # The request (AWS SubmitServiceJob's fields that quotas look at).
+    job_name: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    capacity_unit: Mapped[str] = mapped_column(String(UNIT_LENGTH))
+    instance_count: Mapped[int] = mapped_column(Integer)
+    scheduling_priority: Mapped[int] = mapped_column(Integer)
+    preemption_retries_before_termination: Mapped[int | None] = mapped_column(Integer)
+    # Status, as AWS names it.
+    status: Mapped[str] = mapped_column(String(20))
+    status_reason: Mapped[str] = mapped_column(Text)
+    # The engine's order keys: (submitted_at, submit_seq) and (started_at, start_seq).
+    submitted_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    submit_seq: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    start_seq: Mapped[int | None] = mapped_column(Integer)
+    # Two-phase preemption.
+    stop_cause: Mapped[str | None] = mapped_column(String(20))
+    preempted_by: Mapped[str | None] = mapped_column(String(JOB_ID_LENGTH))
+    #: While it is being stopped: the rule of the latest preemption decision that named it as a victim.
+    preemption_rule: Mapped[str | None] = mapped_column(String(30))
+    #: A waiting preemptor's victims (job ids).
+    awaiting_victims: Mapped[list[str]] = mapped_column(JSON)
+    # AWS's preemptionSummary.
+    preempted_attempt_count: Mapped[int] = mapped_column(Integer)
+    #: ``[{"attempt", "startedAt", "stoppedAt", "preemptedBy", "rule", "statusReason"}]``, the last 10.
+    recent_preempted_attempts: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    #: Grants so far; the current (or last) attempt's number, 0 before the first grant.
+    attempt: Mapped[int] = mapped_column(Integer)
+    # Capacity held since the grant (none while waiting or after stopping).
+    held_capacity_unit: Mapped[str | None] = mapped_column(String(UNIT_LENGTH))
+    held_instance_count: Mapped[int] = mapped_column(Integer)
+    borrowed_instance_count: Mapped[int] = mapped_column(Integer)
+    #: ``{share name: units}`` lent to this job, when known.
+    borrowed_from: Mapped[dict[str, int] | None] = mapped_column(JSON)
+    # The Airflow task instance the job belongs to.
+    dag_id: Mapped[str] = mapped_column(String(ID_LENGTH))
+    run_id: Mapped[str] = mapped_column(String(ID_LENGTH))
+    task_id: Mapped[str] = mapped_column(String(ID_LENGTH))
+    map_index: Mapped[int] = mapped_column(Integer)
+    try_number: Mapped[int] = mapped_column(Integer)
+    ti_id: Mapped[str | None] = mapped_column(String(36))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class AuditRow(LedgerBase):
+    """One decision or event, appended and never changed; ``id`` orders them."""
+
+    __tablename__ = "quota_audit_log"
+    __table_args__ = (
+        Index("quota_audit_log_queue_idx", "job_queue_name", "id"),
+        Index("quota_audit_log_job_idx", "job_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    at: Mapped[datetime] = mapped_column(UtcDateTime)
+    job_queue_name: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    kind: Mapped[str] = mapped_column(String(30))
+    quota_share_name: Mapped[str | None] = mapped_column(String(NAME_LENGTH))
+    job_id: Mapped[str | None] = mapped_column(String(JOB_ID_LENGTH))
+    #: The other job in the decision: the preemptor of a PREEMPTED job.
+    related_job_id: Mapped[str | None] = mapped_column(String(JOB_ID_LENGTH))
+    rule: Mapped[str | None] = mapped_column(String(30))
+    message: Mapped[str] = mapped_column(Text)
+    #: Structured facts; ``{"old", "new", ...}`` for CONFIG_CHANGED and PRIORITY_CHANGED.
+    details: Mapped[dict[str, Any] | None] = mapped_column(JSON)

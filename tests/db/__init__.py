@@ -1,0 +1,1 @@
+"""Tests against real databases: the quota ledger on SQLite and PostgreSQL."""

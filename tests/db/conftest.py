@@ -1,0 +1,104 @@
+"""Real databases for the ledger tests: a fresh SQLite file, or a fresh PostgreSQL database, per module.
+
+Every test that takes ``backend`` runs on both. PostgreSQL is reached at ``QUOTA_TEST_POSTGRES`` (default
+``postgresql://postgres@127.0.0.1:5432``); its tests skip, saying why, only when it cannot be reached, and
+fail instead under CI (``CI=true``), where it must be there. Airflow is imported in this process too (the
+models use its column types), so ``AIRFLOW_HOME`` is pointed at a temporary folder first: the tests never
+read or write a real Airflow installation.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+# Before any test module of this folder imports airflow.
+os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="quota-db-tests-airflow-home-")
+atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
+
+POSTGRES_SERVER = os.environ.get("QUOTA_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
+AIRFLOW = Path(sys.executable).parent / "airflow"
+BACKENDS = ["sqlite", "postgresql"]
+
+
+@dataclass(frozen=True)
+class Database:
+    """A fresh, empty database: its URL for Airflow, and an engine for the test's own queries."""
+
+    backend: str
+    url: str
+    home: Path
+    engine: sa.Engine
+
+    def session(self) -> Session:
+        return Session(self.engine)
+
+    def airflow(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        """Run the ``airflow`` command against this database, as a user would."""
+        env = {
+            **os.environ,
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.url,
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        }
+        return subprocess.run(
+            [str(AIRFLOW), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def database(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
+    """A fresh database on each backend, shared by the tests of one module."""
+    home = tmp_path_factory.mktemp(f"airflow-home-{request.param}")
+    if request.param == "sqlite":
+        url = f"sqlite:///{home / 'airflow.db'}"
+        engine = sa.create_engine(url)
+        yield Database("sqlite", url, home, engine)
+        engine.dispose()
+        return
+    server = _postgres_server_or_skip()
+    name = f"quota_test_{uuid.uuid4().hex[:12]}"
+    _postgres_admin(server, f'CREATE DATABASE "{name}"')
+    url = server.set(drivername="postgresql+psycopg2", database=name).render_as_string(hide_password=False)
+    engine = sa.create_engine(url)
+    try:
+        yield Database("postgresql", url, home, engine)
+    finally:
+        engine.dispose()
+        _postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _postgres_server_or_skip() -> sa.URL:
+    server = sa.make_url(POSTGRES_SERVER).set(drivername="postgresql+psycopg2", database="postgres")
+    try:
+        _postgres_admin(server, "SELECT 1")
+    except Exception as error:  # any failure to connect means: no server to test against
+        cause = str(error).strip().splitlines()[0]
+        reason = f"PostgreSQL is not reachable at {POSTGRES_SERVER} (set QUOTA_TEST_POSTGRES): {cause}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return server
+
+
+def _postgres_admin(server: sa.URL, statement: str) -> None:
+    engine = sa.create_engine(
+        server, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5}, poolclass=sa.NullPool
+    )
+    try:
+        with engine.connect() as connection:
+            connection.execute(sa.text(statement))
+    finally:
+        engine.dispose()

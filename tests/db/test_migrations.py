@@ -1,0 +1,234 @@
+"""The ledger's tables come with Airflow's own DB commands, and its migrations build exactly the models.
+
+``airflow db migrate`` runs in a subprocess with no configuration but the database URL: the provider's
+DB manager is found through ``get_provider_info`` alone. On a new database that command goes through the
+same ``initdb`` that ``airflow standalone`` runs first, so it covers both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from airflow import settings
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from airflow_quota.engine.config import parse_quota_config
+from airflow_quota.ledger.db import QuotaDBManager
+from airflow_quota.ledger.models import ledger_metadata
+from airflow_quota.ledger.store import apply_quota_config
+from tests.db.conftest import Database
+
+pytestmark = pytest.mark.db
+
+LEDGER_TABLES = {table.name for table in ledger_metadata.tables.values()}
+VERSION_TABLE = "alembic_version_quota"
+NOW = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+
+
+def quota_config(team_a_gpus: int) -> Any:
+    return parse_quota_config(
+        {
+            "jobQueues": [
+                {
+                    "jobQueueName": "gpu",
+                    "capacityLimits": [{"capacityUnit": "gpu", "maxCapacity": 8}],
+                    "quotaShares": [
+                        {
+                            "quotaShareName": "team-a",
+                            "capacityLimits": [{"capacityUnit": "gpu", "maxCapacity": team_a_gpus}],
+                            "resourceSharingConfiguration": {"strategy": "LEND"},
+                        }
+                    ],
+                }
+            ]
+        },
+        "test",
+    )
+
+
+def script() -> ScriptDirectory:
+    return ScriptDirectory(QuotaDBManager.migration_dir)
+
+
+def head() -> str:
+    revision = script().get_current_head()
+    assert revision is not None
+    return revision
+
+
+def first_revision() -> str:
+    return next(rev.revision for rev in script().walk_revisions() if rev.down_revision is None)
+
+
+def version_in(database: Database) -> str | None:
+    with database.engine.connect() as connection:
+        return MigrationContext.configure(
+            connection, opts={"version_table": VERSION_TABLE}
+        ).get_current_revision()
+
+
+def schema_of(database: Database) -> dict[str, Any]:
+    inspector = sa.inspect(database.engine)
+    return {
+        table: (
+            [
+                (column["name"], str(column["type"]), column["nullable"])
+                for column in inspector.get_columns(table)
+            ],
+            sorted(index["name"] or "" for index in inspector.get_indexes(table)),
+        )
+        for table in sorted(LEDGER_TABLES)
+    }
+
+
+def differences_from_models(database: Database) -> list[Any]:
+    """What alembic's autogenerate would still change to make the database match the models."""
+
+    def ours(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
+        return type_ != "table" or name in LEDGER_TABLES
+
+    with database.engine.connect() as connection:
+        context = MigrationContext.configure(
+            connection,
+            opts={
+                "version_table": VERSION_TABLE,
+                "include_object": ours,
+                "compare_type": True,
+                "compare_server_default": True,
+            },
+        )
+        return list(compare_metadata(context, ledger_metadata))
+
+
+# --- airflow db migrate ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def migrated(database: Database) -> Database:
+    result = database.airflow("db", "migrate")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "Creating QuotaDBManager tables" in result.stdout + result.stderr
+    return database
+
+
+def test_airflow_db_migrate_creates_the_ledger_at_head(migrated: Database) -> None:
+    tables = set(sa.inspect(migrated.engine).get_table_names())
+
+    assert tables >= LEDGER_TABLES | {VERSION_TABLE, "alembic_version", "task_instance"}
+    assert version_in(migrated) == head()
+    assert differences_from_models(migrated) == []
+
+
+def test_airflow_db_migrate_twice_changes_nothing_and_keeps_the_data(migrated: Database) -> None:
+    with migrated.session() as session, session.begin():
+        apply_quota_config(session, quota_config(4), applied_by="test", source="quotas.yaml", now=NOW)
+    schema_before = schema_of(migrated)
+
+    result = migrated.airflow("db", "migrate")
+
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "Upgrading the QuotaDBManager database" in result.stdout + result.stderr
+    assert version_in(migrated) == head()
+    assert schema_of(migrated) == schema_before
+    with migrated.engine.connect() as connection:
+        assert connection.execute(sa.text("SELECT job_queue_name, revision FROM quota_job_queue")).all() == [
+            ("gpu", 1)
+        ]
+
+
+def test_airflow_db_migrate_adds_the_ledger_to_an_existing_airflow_database(migrated: Database) -> None:
+    """The provider installed after Airflow's DB was made: the next ``airflow db migrate`` adds the ledger."""
+    with migrated.engine.begin() as connection:
+        ledger_metadata.drop_all(connection)
+        connection.execute(sa.text(f"DROP TABLE {VERSION_TABLE}"))
+
+    result = migrated.airflow("db", "migrate")
+
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert set(sa.inspect(migrated.engine).get_table_names()) >= LEDGER_TABLES
+    assert version_in(migrated) == head()
+
+
+# --- QuotaDBManager: upgrades from the first migration ----------------------------------------------------
+
+
+@pytest.fixture
+def empty_database(database: Database, monkeypatch: pytest.MonkeyPatch) -> Iterator[Database]:
+    """The module's database without the ledger, with Airflow's settings pointing at it (as in a CLI)."""
+    _drop_ledger(database)
+    monkeypatch.setattr(settings, "SQL_ALCHEMY_CONN", database.url)
+    monkeypatch.setattr(settings, "engine", database.engine)
+    yield database
+    _drop_ledger(database)
+
+
+def _drop_ledger(database: Database) -> None:
+    with database.engine.begin() as connection:
+        ledger_metadata.drop_all(connection)
+        connection.execute(sa.text(f"DROP TABLE IF EXISTS {VERSION_TABLE}"))
+
+
+def upgrade(database: Database, to_revision: str | None = None) -> None:
+    with database.session() as session:
+        QuotaDBManager(session).upgradedb(to_revision=to_revision)
+
+
+def test_upgrade_from_the_first_migration_to_head_keeps_the_data(empty_database: Database) -> None:
+    upgrade(empty_database, to_revision=first_revision())
+    assert version_in(empty_database) == first_revision()
+    with empty_database.session() as session, session.begin():
+        apply_quota_config(session, quota_config(4), applied_by="test", source="quotas.yaml", now=NOW)
+
+    upgrade(empty_database)
+
+    assert version_in(empty_database) == head()
+    assert differences_from_models(empty_database) == []
+    with empty_database.engine.connect() as connection:
+        assert connection.execute(sa.text("SELECT quota_share_name FROM quota_share")).scalars().all() == [
+            "team-a"
+        ]
+    with empty_database.session() as session:
+        assert QuotaDBManager(session).check_migration()
+
+
+def test_the_migration_files_alone_build_the_models(empty_database: Database) -> None:
+    """From nothing to head through every migration file (not create_all), the schema is the models'."""
+    upgrade(empty_database, to_revision="heads")
+
+    assert version_in(empty_database) == head()
+    assert differences_from_models(empty_database) == []
+
+
+def test_tables_made_without_a_version_are_stamped_at_the_first_migration_then_upgraded(
+    empty_database: Database,
+) -> None:
+    with empty_database.engine.begin() as connection:
+        ledger_metadata.create_all(connection)
+
+    upgrade(empty_database)
+
+    assert version_in(empty_database) == head()
+
+
+def test_drop_tables_removes_the_ledger_and_its_version_table(empty_database: Database) -> None:
+    upgrade(empty_database)
+    with empty_database.session() as session, session.begin():
+        QuotaDBManager(session).drop_tables(session.connection())
+
+    assert not set(sa.inspect(empty_database.engine).get_table_names()) & (LEDGER_TABLES | {VERSION_TABLE})
+
+
+def test_revision_heads_map_names_each_release_head_and_ends_at_head() -> None:
+    heads = QuotaDBManager.revision_heads_map
+    known = {rev.revision for rev in script().walk_revisions()}
+
+    assert list(heads) == ["0.1.0"]
+    assert set(heads.values()) <= known
+    assert list(heads.values())[-1] == head()
+    assert first_revision() == heads["0.1.0"]
