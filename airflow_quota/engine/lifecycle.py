@@ -115,7 +115,11 @@ def finish_job(state: QueueState, job_id: str, *, succeeded: bool, reason: str =
 
 
 def terminate_job(state: QueueState, job_id: str, reason: str = DEFAULT_TERMINATION_REASON) -> QueueState:
-    """A waiting job fails at once (its reservation is dropped); a granted one is stopped first."""
+    """A waiting job fails at once; a granted one is stopped first, then fails.
+
+    A waiting preemptor's reservation is dropped with it; its victims finish stopping and, promised to
+    nobody now, may be taken over by another preemptor.
+    """
     job = _job(state, job_id)
     if job.status.is_final:
         return state
@@ -123,13 +127,7 @@ def terminate_job(state: QueueState, job_id: str, reason: str = DEFAULT_TERMINAT
         return _with(
             state, replace(job, stop_cause=StopCause.TERMINATED, status_reason=f"Stopping: {reason}")
         )
-    jobs = dict(state.jobs)
-    jobs[job_id] = _cleared(replace(job, status=JobStatus.FAILED, status_reason=reason))
-    for victim_id in job.awaiting_victims:
-        victim = jobs.get(victim_id)
-        if victim is not None and victim.preempted_by == job_id:
-            jobs[victim_id] = replace(victim, preempted_by=None)
-    return QueueState(state.queue, jobs)
+    return _with(state, _cleared(replace(job, status=JobStatus.FAILED, status_reason=reason)))
 
 
 def update_priority(state: QueueState, job_id: str, priority: int) -> QueueState:

@@ -208,10 +208,11 @@ class Job:
 
     @property
     def counts_in_share(self) -> bool:
-        """Counted in its share's usage: holding capacity and not promised to a preemptor, or reserving.
+        """Counted in its share's usage: holding capacity and never promised to a preemptor, or reserving.
 
-        A job being stopped for a preemptor counts in the preemptor's share instead; a job being stopped
-        for nobody (terminated, or its preemptor is gone) still counts in its own until it has stopped.
+        From a preemption decision on, a victim counts in its preemptor's share instead, and never again
+        in its own, even if that preemptor is terminated before the victim has stopped. A job being
+        terminated still counts in its own share until it has stopped.
         """
         if self.status.holds_capacity:
             return self.preempted_by is None

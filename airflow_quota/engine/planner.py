@@ -238,7 +238,7 @@ class _Cycle:
         held_by_victims = 0
         for victim in choice.victims:
             held_by_victims += victim.count
-            if self.usage.counted(victim):
+            if victim.counts_in_share:
                 self.usage.add_to_share(victim.share_name, victim.unit, -victim.count)
             self.usage.orphan_ids.discard(victim.job_id)
             reason = victim.status_reason

@@ -50,8 +50,8 @@ class Usage:
             owned = sum(share.own_limit(unit) for share in queue.shares)
             self._unowned[unit] = max(0, capacity - owned)
 
-        #: Jobs being stopped whose preemptor is gone (or that are being terminated): their units are
-        #: promised to nobody, so they count in their own share until their stop completes.
+        #: Jobs being stopped whose units are promised to nobody: terminated jobs (they still count in their
+        #: share until they have stopped) and victims whose preemptor is gone (their share gave them up).
         self.orphan_ids: set[str] = set()
         reservations: dict[str, Job] = {}
         stopping: list[Job] = []
@@ -76,8 +76,9 @@ class Usage:
             preemptor = reservations.get(job.preempted_by) if job.preempted_by else None
             if preemptor is not None and job.job_id in preemptor.awaiting_victims:
                 victims_held[preemptor.job_id] += job.count
-            else:
-                self.orphan_ids.add(job.job_id)
+                continue
+            self.orphan_ids.add(job.job_id)
+            if job.counts_in_share:
                 self.share_usage[(job.share_name, job.unit)] += job.count
         for job in reservations.values():
             self.occupancy[job.unit] += max(0, job.count - victims_held.get(job.job_id, 0))
@@ -98,17 +99,13 @@ class Usage:
     def usage(self, share_name: str, unit: str) -> int:
         return self.share_usage.get((share_name, unit), 0)
 
-    def counted(self, job: Job) -> bool:
-        """Whether ``job`` counts in its share's usage now."""
-        return job.counts_in_share or job.job_id in self.orphan_ids
-
     def removal(self, jobs: Iterable[Job]) -> Removal:
         """What taking ``jobs`` away would free: in their shares' usage and physically."""
         by_share: dict[str, int] = defaultdict(int)
         physical = 0
         for job in jobs:
             physical += job.count
-            if self.counted(job):
+            if job.counts_in_share:
                 by_share[job.share_name] += job.count
         return Removal(by_share, physical)
 

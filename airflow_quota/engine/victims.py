@@ -119,7 +119,7 @@ def _search(
         if _protected(usage, candidate, share_name, taken_by_share, orphan_ids):
             continue
         taken.append(candidate)
-        if usage.counted(candidate):
+        if candidate.counts_in_share:
             taken_by_share[candidate.share_name] = (
                 taken_by_share.get(candidate.share_name, 0) + candidate.count
             )

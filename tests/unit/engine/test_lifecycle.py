@@ -16,6 +16,7 @@ from airflow_quota.engine.lifecycle import (
 )
 from airflow_quota.engine.model import JobRequest, JobStatus, QueueState, StopCause
 from airflow_quota.engine.planner import plan_cycle
+from airflow_quota.engine.usage import Usage
 from tests.unit.engine.builders import BORROW, LEND, RESERVE, queue, running, share, state, waiting
 
 
@@ -122,7 +123,17 @@ def test_terminating_a_waiting_preemptor_fails_it_at_once_and_its_victims_finish
     assert terminated.jobs["high"].status is JobStatus.FAILED
     assert terminated.jobs["high"].status_reason == "user asked"
     assert terminated.jobs["low"].stop_cause is StopCause.PREEMPTED
-    assert terminated.jobs["low"].preempted_by is None
+    usage = Usage(terminated.queue, terminated.jobs.values())
+    assert usage.orphan_ids == {"low"}
+    assert usage.usage("a", "gpu") == 0, "a victim never counts again in the share that gave it up"
+
+
+def test_a_terminated_job_counts_in_its_share_until_it_has_stopped() -> None:
+    snapshot = terminate_job(state(queue(4, share("a", 2, RESERVE)), running("j", "a", 2)), "j")
+
+    usage = Usage(snapshot.queue, snapshot.jobs.values())
+
+    assert (usage.usage("a", "gpu"), usage.orphan_ids) == (2, {"j"})
 
 
 def test_terminating_a_running_job_stops_it_first_then_marks_it_failed() -> None:
