@@ -27,7 +27,6 @@ from airflow_quota.engine.model import (
     JobStatus,
     OrderKey,
     Preemption,
-    PreemptionRule,
     QueueState,
     StopCause,
 )
@@ -198,17 +197,16 @@ class _Cycle:
 
     # -- applying decisions ----------------------------------------------------------------------------
 
-    def _decided(self, decision: Decision, shares_changed: set[str]) -> None:
+    def _decided(self, decision: Decision, shares_changed: set[str], pool_grew: bool) -> None:
         """Record ``decision`` and forget the failed searches it may have made possible.
 
-        A decision only takes idle capacity and candidates away, except for the shares whose usage it
-        changed; and for every share when it leaves a share borrowing (a new reclaim candidate) or
-        reclaims (less is borrowed, so more may be lent).
+        A decision takes idle capacity and candidates away, so failed searches stay failed, except for
+        the shares whose usage it changed; and for every share when it leaves a share borrowing (a new
+        reclaim candidate) or makes the lending pool grow (less borrowed, or more lent).
         """
         self.decisions.append(decision)
         unit = decision.capacity_unit
-        reclaimed = isinstance(decision, Preemption) and decision.rule is PreemptionRule.RECLAIM
-        if reclaimed or self.usage.borrowing[unit] & shares_changed:
+        if pool_grew or self.usage.borrowing[unit] & shares_changed:
             self.failures.pop(unit, None)
             return
         failures = self.failures.get(unit, {})
@@ -232,9 +230,10 @@ class _Cycle:
         self.next_start_seq += 1
         self.jobs[job.job_id] = granted
         self.running[job.unit][job.share_name][job.job_id] = granted
-        self._decided(Grant(job.job_id, job.unit, job.count, borrowed), {job.share_name})
+        self._decided(Grant(job.job_id, job.unit, job.count, borrowed), {job.share_name}, pool_grew=False)
 
     def _preempt(self, preemptor: Job, choice: VictimChoice) -> None:
+        overdraft_before = self.usage.overdraft(preemptor.unit)
         held_by_victims = 0
         for victim in choice.victims:
             held_by_victims += victim.count
@@ -257,4 +256,7 @@ class _Cycle:
         victim_ids = tuple(victim.job_id for victim in choice.victims)
         self.jobs[preemptor.job_id] = replace(preemptor, awaiting_victims=frozenset(victim_ids))
         changed = {preemptor.share_name} | {victim.share_name for victim in choice.victims}
-        self._decided(Preemption(preemptor.job_id, victim_ids, choice.rule, preemptor.unit), changed)
+        pool_grew = self.usage.overdraft(preemptor.unit) < overdraft_before
+        self._decided(
+            Preemption(preemptor.job_id, victim_ids, choice.rule, preemptor.unit), changed, pool_grew
+        )

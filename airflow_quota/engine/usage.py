@@ -135,6 +135,10 @@ class Usage:
         slack -= self._borrowed_total.get(unit, 0)
         return max(0, min(slack, self.idle(unit)))
 
+    def overdraft(self, unit: str) -> int:
+        """Borrowed beyond the lenders' idle plus unowned capacity on ``unit`` (negative: room to lend)."""
+        return self._excess(unit, {})
+
     def unowned(self, unit: str) -> int:
         return self._unowned.get(unit, 0)
 
