@@ -14,7 +14,9 @@ Two cycles are timed per configuration:
 
 * ``decide``: the cycle on the state above, which grants and preempts;
 * ``steady``: a cycle where nothing changes (the state after the decision cycles settled; the same
-  RUNNABLE jobs are all looked at again and none can start).
+  RUNNABLE jobs are all looked at again and none can start);
+* ``churn``: the settled state after 20 running jobs finished, the cycle a scheduler loop typically
+  runs: a few grants, and statusReasons that are already there and mostly unchanged.
 
 The goal reported against: 10,000 RUNNABLE jobs decided in under 50 ms, and growth with N no worse than
 N log N (t(10k)/t(1k) beside 10k log 10k / (1k log 1k) = 13.3).
@@ -49,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rich.console import Console
 from rich.table import Table
 
+from airflow_quota.engine.lifecycle import finish_job, without_final_jobs
 from airflow_quota.engine.model import (
     CyclePlan,
     Grant,
@@ -71,6 +74,7 @@ PRIORITIES = (0, 10, 50, 100, 500, 1000)
 PRIORITY_WEIGHTS = (55, 15, 12, 10, 5, 3)
 RUNNING = 1_000
 TITLE = "Engine allocation cycle (plan_cycle)"
+FINISHED_PER_CYCLE = 20
 GOAL_MS = 50.0
 
 
@@ -290,7 +294,23 @@ def measure(n_shares: int, n_runnable: int, repeats: int, seed: int) -> list[Tim
     times, plan = time_cycle(steady, repeats)
     assert not plan.decisions
     results.append(Timing(n_shares, n_runnable, "steady", times, 0, 0, occupancy(steady)))
+    churned = finish_some(steady, FINISHED_PER_CYCLE)
+    times, plan = time_cycle(churned, repeats)
+    grants = sum(isinstance(d, Grant) for d in plan.decisions)
+    preemptions = sum(isinstance(d, Preemption) for d in plan.decisions)
+    results.append(Timing(n_shares, n_runnable, "churn", times, grants, preemptions, occupancy(churned)))
     return results
+
+
+def finish_some(state: QueueState, count: int) -> QueueState:
+    """The settled state after the ``count`` earliest-started running jobs finished (a typical loop)."""
+    running = sorted(
+        (job for job in state.jobs.values() if job.status.holds_capacity and not job.is_stopping),
+        key=lambda job: (job.started or (0.0, 0), job.job_id),
+    )
+    for job in running[:count]:
+        state = finish_job(state, job.job_id, succeeded=True)
+    return without_final_jobs(state)
 
 
 def n_log_n_ratio(small: int, large: int) -> float:
@@ -317,7 +337,7 @@ def render(results: Sequence[Timing], console: Console) -> bool:
         previous[(timing.shares, timing.cycle)] = timing
         decisions = (
             f"{timing.grants + timing.preemptions} ({timing.grants} G, {timing.preemptions} P)"
-            if timing.cycle == "decide"
+            if timing.cycle != "steady"
             else "0"
         )
         table.add_row(
@@ -333,13 +353,13 @@ def render(results: Sequence[Timing], console: Console) -> bool:
             f"{timing.queue_full:.1%}",
         )
     console.print(table)
-    goal_rows = [t for t in results if t.runnable == 10_000 and t.cycle == "decide"]
+    goal_rows = [t for t in results if t.runnable == 10_000 and t.cycle != "steady"]
     met = all(t.median < GOAL_MS for t in goal_rows)
     for timing in goal_rows:
         verdict = "met" if timing.median < GOAL_MS else "MISSED"
         console.print(
-            f"Goal: 10,000 RUNNABLE decided in < {GOAL_MS:.0f} ms with {timing.shares} shares: "
-            f"{timing.median:.1f} ms median, {verdict}"
+            f"Goal: 10,000 RUNNABLE decided in < {GOAL_MS:.0f} ms with {timing.shares} shares "
+            f"({timing.cycle} cycle): {timing.median:.1f} ms median, {verdict}"
         )
     console.print(f"Goal: growth no worse than n log n: {'met' if growth_ok else 'MISSED'}")
     return met and growth_ok

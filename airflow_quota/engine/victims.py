@@ -19,11 +19,12 @@ The rules (README, "Victim order"):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from airflow_quota.engine.model import Job, PreemptionRule
-from airflow_quota.engine.usage import Usage
+from airflow_quota.engine.usage import Removal, Usage
 
 VictimKey = tuple[bool, bool, int, float, int, float, int, str]
 
@@ -103,36 +104,60 @@ def _search(
     """Take candidates in victim order until the preemptor fits, then minimize; None if it never fits."""
     share_name, unit = preemptor.share_name, preemptor.unit
 
-    def fits_without(victims: Sequence[Job]) -> bool:
-        return usage.fits(
-            share_name, unit, preemptor.count, usage.removal(victims), within_own_limit=within_own_limit
-        )
+    def fits_without(removal: Removal) -> bool:
+        return usage.fits(share_name, unit, preemptor.count, removal, within_own_limit=within_own_limit)
 
-    if not candidates or not fits_without(candidates):
+    if not candidates or not fits_without(usage.removal(candidates)):
         return None  # taking every candidate would not do: no subset will (fit only grows with removal)
     ordered_candidates = sorted(
         candidates, key=lambda job: victim_order_key(job, share_name, job.job_id in orphan_ids)
     )
-    taken: list[Job] = []
-    taken_by_share: dict[str, int] = {}
+    taken = _Taken()
     for candidate in ordered_candidates:
-        if _protected(usage, candidate, share_name, taken_by_share, orphan_ids):
+        if _protected(usage, candidate, share_name, taken.by_share, orphan_ids):
             continue
-        taken.append(candidate)
-        if candidate.counts_in_share:
-            taken_by_share[candidate.share_name] = (
-                taken_by_share.get(candidate.share_name, 0) + candidate.count
-            )
-        if fits_without(taken):
-            return tuple(_minimize(taken, fits_without))
+        taken.add(candidate)
+        if fits_without(taken.removal()):
+            return taken.minimized(fits_without)
     return None
+
+
+class _Taken:
+    """The victims taken so far and what removing them frees, kept up to date as they change."""
+
+    def __init__(self) -> None:
+        self.jobs: list[Job] = []
+        self.by_share: dict[str, int] = defaultdict(int)
+        self.physical = 0
+
+    def add(self, job: Job) -> None:
+        self._count(job, +1)
+        self.jobs.append(job)
+
+    def removal(self) -> Removal:
+        return Removal(self.by_share, self.physical)
+
+    def minimized(self, fits_without: Callable[[Removal], bool]) -> tuple[Job, ...]:
+        """Walk from the last victim to the first, dropping each one the preemptor can do without."""
+        for job in reversed(list(self.jobs)):
+            self._count(job, -1)
+            if len(self.jobs) > 1 and fits_without(self.removal()):
+                self.jobs.remove(job)
+            else:
+                self._count(job, +1)
+        return tuple(self.jobs)
+
+    def _count(self, job: Job, sign: int) -> None:
+        self.physical += sign * job.count
+        if job.counts_in_share:
+            self.by_share[job.share_name] += sign * job.count
 
 
 def _protected(
     usage: Usage,
     candidate: Job,
     preemptor_share: str,
-    taken_by_share: dict[str, int],
+    taken_by_share: Mapping[str, int],
     orphan_ids: frozenset[str],
 ) -> bool:
     """A job of another share is safe once its share, after the victims taken, is within its limit."""
@@ -144,12 +169,3 @@ def _protected(
         candidate.share_name, 0
     )
     return remaining <= own
-
-
-def _minimize(taken: list[Job], fits_without: Callable[[Sequence[Job]], bool]) -> list[Job]:
-    chosen = list(taken)
-    for index in range(len(chosen) - 1, -1, -1):
-        trial = chosen[:index] + chosen[index + 1 :]
-        if trial and fits_without(trial):
-            chosen = trial
-    return chosen
