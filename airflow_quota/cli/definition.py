@@ -35,7 +35,109 @@ ARG_CHECKPOINT_INTERVAL = _arg(
 ARG_STOP_SECONDS = _arg("--stop-seconds", metavar="SECONDS", help="How long a stop takes in the trace replay")
 ARG_START_SECONDS = _arg("--start-seconds", metavar="SECONDS", help="How long a granted job is STARTING")
 
-QUOTA_COMMANDS = [
+# The ledger's commands (they read and write the quota tables of the Airflow metadata DB).
+ARG_APPLY_FILE = _arg("-f", "--file", metavar="FILE", required=True, help="The quota file to apply")
+ARG_DRY_RUN = _arg("--dry-run", action="store_true", help="Show the changes and write nothing")
+ARG_OUTPUT = _arg(
+    "-o", "--output", choices=("table", "json"), default="table", help="Print tables (default) or JSON"
+)
+ARG_LEDGER_QUEUE = _arg("--queue", metavar="NAME", help="Only this job queue")
+ARG_SHARE = _arg("--share", metavar="NAME", help="Only this quota share")
+ARG_STATUS = _arg("--status", metavar="STATUS", help="Only jobs with this status (RUNNABLE, RUNNING, ...)")
+ARG_SHARE_NAME = _arg("name", metavar="NAME", help="The quota share")
+ARG_JOB_NAME = _arg("name", metavar="NAME", help="The job id (or its job name, when no other job has it)")
+ARG_PRIORITY = _arg("priority", metavar="PRIORITY", help="The new schedulingPriority (0-9999)")
+ARG_REASON = _arg("--reason", metavar="TEXT", required=True, help="Why: becomes the job's statusReason")
+ARG_SINCE = _arg("--since", metavar="ISO-TIME", help="Only events at or after this time (UTC when no zone)")
+ARG_LIMIT = _arg("--limit", metavar="N", help="At most the newest N events (default 50)")
+
+ALLOCATOR_NOTE = (
+    "The change is written to the quota ledger and audited; the allocator applies its effect to a "
+    "running task (the allocator is being built)."
+)
+
+SHARES_COMMANDS = [
+    ActionCommand(
+        name="list",
+        help="List the applied quota shares with their limits and current usage",
+        description=(
+            "Each applied quota share per capacity unit: limit, ceiling, strategy, borrow limit, "
+            "in-share preemption, state, and its usage now (own and borrowed units, RUNNING and "
+            "RUNNABLE jobs)."
+        ),
+        func=lazy_load_command("airflow_quota.cli.shares.shares_list"),
+        args=(ARG_LEDGER_QUEUE, ARG_OUTPUT),
+    ),
+    ActionCommand(
+        name="describe",
+        help="Show one quota share: its configuration and current usage",
+        func=lazy_load_command("airflow_quota.cli.shares.shares_describe"),
+        args=(ARG_SHARE_NAME, ARG_LEDGER_QUEUE, ARG_OUTPUT),
+    ),
+]
+
+JOBS_COMMANDS = [
+    ActionCommand(
+        name="list",
+        help="List jobs with their status, priority, capacity and position in their share",
+        func=lazy_load_command("airflow_quota.cli.jobs.jobs_list"),
+        args=(ARG_LEDGER_QUEUE, ARG_SHARE, ARG_STATUS, ARG_OUTPUT),
+    ),
+    ActionCommand(
+        name="describe",
+        help="Show one job: status, statusReason, position, preempted attempts",
+        func=lazy_load_command("airflow_quota.cli.jobs.jobs_describe"),
+        args=(ARG_JOB_NAME, ARG_OUTPUT),
+    ),
+    ActionCommand(
+        name="update-priority",
+        help="Change a job's schedulingPriority (0 to 9999)",
+        description="Change a job's schedulingPriority (0 to 9999, higher first). " + ALLOCATOR_NOTE,
+        func=lazy_load_command("airflow_quota.cli.jobs.jobs_update_priority"),
+        args=(ARG_JOB_NAME, ARG_PRIORITY),
+    ),
+    ActionCommand(
+        name="terminate",
+        help="Terminate a job: a waiting one fails now, a granted one once its task has stopped",
+        description=(
+            "Terminate a job: a waiting job is FAILED at once; a granted one is stopped first and FAILED "
+            "once stopped. " + ALLOCATOR_NOTE
+        ),
+        func=lazy_load_command("airflow_quota.cli.jobs.jobs_terminate"),
+        args=(ARG_JOB_NAME, ARG_REASON),
+    ),
+]
+
+LEDGER_COMMANDS: list[ActionCommand | GroupCommand] = [
+    ActionCommand(
+        name="apply",
+        help="Apply a quota file to the quota ledger (shows the diff first)",
+        description=(
+            "Validate a quota file, print its differences from what is applied (added, removed, and "
+            "changed fields old -> new) and apply it in one transaction, audited. Exits 1 and writes "
+            "nothing when the file is invalid or cannot be applied (a quota share with unfinished jobs "
+            "left out). Lowering limits below current usage is allowed."
+        ),
+        func=lazy_load_command("airflow_quota.cli.apply.apply"),
+        args=(ARG_APPLY_FILE, ARG_DRY_RUN),
+    ),
+    GroupCommand(name="shares", help="Applied quota shares and their usage", subcommands=SHARES_COMMANDS),
+    GroupCommand(name="jobs", help="Jobs in the quota ledger", subcommands=JOBS_COMMANDS),
+    ActionCommand(
+        name="snapshot",
+        help="Usage per share and the front of each share (like AWS GetJobQueueSnapshot)",
+        func=lazy_load_command("airflow_quota.cli.snapshot.snapshot"),
+        args=(ARG_LEDGER_QUEUE, ARG_OUTPUT),
+    ),
+    ActionCommand(
+        name="events",
+        help="The quota audit log, newest last",
+        func=lazy_load_command("airflow_quota.cli.events.events"),
+        args=(ARG_LEDGER_QUEUE, ARG_SINCE, ARG_LIMIT, ARG_OUTPUT),
+    ),
+]
+
+QUOTA_COMMANDS: list[ActionCommand | GroupCommand] = [
     ActionCommand(
         name="validate",
         help="Check a quota file and summarize its job queues and quota shares",
@@ -74,7 +176,7 @@ def get_quota_cli_commands() -> list[GroupCommand]:
     return [
         GroupCommand(
             name="quota",
-            help="GPU quota management: check quota files, simulate scenarios",
-            subcommands=QUOTA_COMMANDS,
+            help="GPU quota management: quota files, the quota ledger, simulation",
+            subcommands=[*QUOTA_COMMANDS, *LEDGER_COMMANDS],
         )
     ]

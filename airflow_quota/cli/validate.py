@@ -35,7 +35,7 @@ def run_validate(path: str, *, as_json: bool = False, console: Console | None = 
                 {"source": path, "valid": False, "errors": _issues_json(error.issues), "warnings": []}
             )
         else:
-            _print_errors(console, error)
+            print_errors(console, error)
         return 1
 
     queues = config.to_job_queues()
@@ -146,7 +146,7 @@ def _console() -> Console:
     return console
 
 
-def _print_errors(console: Console, error: QuotaConfigError) -> None:
+def print_errors(console: Console, error: QuotaConfigError) -> None:
     console.print(
         f"[red]{escape(error.source)} is invalid:[/] {_plural(len(error.issues), 'error')}", soft_wrap=True
     )

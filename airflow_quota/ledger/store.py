@@ -393,6 +393,50 @@ def job_from_row(row: JobRow) -> Job:
     )
 
 
+# --- reading the ledger for people (the admin commands) --------------------------------------------------
+
+
+def job_queue_names(session: Session) -> list[str]:
+    """The applied job queues' names, sorted."""
+    return list(session.scalars(select(JobQueueRow.job_queue_name).order_by(JobQueueRow.job_queue_name)))
+
+
+def job_rows(
+    session: Session,
+    *,
+    job_queue_name: str | None = None,
+    quota_share_name: str | None = None,
+    status: str | None = None,
+) -> list[JobRow]:
+    """Jobs (final ones included), optionally of one queue, share or status, in submission order."""
+    query = select(JobRow).order_by(JobRow.job_queue_name, JobRow.submitted_at, JobRow.submit_seq)
+    if job_queue_name is not None:
+        query = query.where(JobRow.job_queue_name == job_queue_name)
+    if quota_share_name is not None:
+        query = query.where(JobRow.quota_share_name == quota_share_name)
+    if status is not None:
+        query = query.where(JobRow.status == status)
+    return list(session.scalars(query))
+
+
+def audit_rows(
+    session: Session,
+    *,
+    job_queue_name: str | None = None,
+    since: datetime | None = None,
+    limit: int | None = None,
+) -> list[AuditRow]:
+    """Audit rows, oldest first: the newest ``limit`` of those at or after ``since``."""
+    query = select(AuditRow).order_by(AuditRow.id.desc())
+    if job_queue_name is not None:
+        query = query.where(AuditRow.job_queue_name == job_queue_name)
+    if since is not None:
+        query = query.where(AuditRow.at >= since)
+    if limit is not None:
+        query = query.limit(limit)
+    return list(reversed(list(session.scalars(query))))
+
+
 # --- recording jobs and decisions --------------------------------------------------------------------------
 
 

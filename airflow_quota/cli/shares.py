@@ -1,0 +1,153 @@
+"""``airflow quota shares list|describe``: each quota share as applied, and its usage now, from the ledger.
+
+Usage is the engine's own accounting of the jobs that have not finished: ``own`` is what the share holds
+within its own limit, ``borrowed`` what it holds above it (idle capacity lent by other shares).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+from sqlalchemy.orm import Session
+
+from airflow_quota.cli.common import console, fail, metadata_session, print_json, wants_json
+from airflow_quota.cli.validate import share_ceilings
+from airflow_quota.engine.model import UNLIMITED_BORROW, QueueState
+from airflow_quota.engine.usage import usage_of
+from airflow_quota.ledger.store import job_queue_names, load_queue_state
+
+#: The job statuses counted per share and unit.
+COUNTED = ("RUNNING", "RUNNABLE")
+
+
+def shares_list(args: argparse.Namespace) -> None:
+    with metadata_session() as session:
+        reports = [report for state in queue_states(session, args.queue) for report in share_reports(state)]
+    if wants_json(args):
+        print_json({"quotaShares": reports})
+        return
+    out = console()
+    if not reports:
+        out.print("No quota shares are applied: apply a quota file with 'airflow quota apply -f FILE'.")
+        return
+    for queue_name in dict.fromkeys(report["jobQueueName"] for report in reports):
+        queue_reports = [report for report in reports if report["jobQueueName"] == queue_name]
+        out.print(usage_table(f"Job queue {queue_name}", queue_reports))
+
+
+def shares_describe(args: argparse.Namespace) -> None:
+    with metadata_session() as session:
+        matches = [
+            report
+            for state in queue_states(session, args.queue)
+            for report in share_reports(state)
+            if report["quotaShareName"] == args.name
+        ]
+    if not matches:
+        where = f" in job queue {args.queue}" if args.queue else ""
+        fail(f"no quota share {args.name}{where} is applied")
+    if len(matches) > 1:
+        queues = ", ".join(report["jobQueueName"] for report in matches)
+        fail(f"quota share {args.name} is in several job queues ({queues}): name one with --queue")
+    report = matches[0]
+    if wants_json(args):
+        print_json(report)
+        return
+    out = console()
+    fields = Table.grid(padding=(0, 2))
+    fields.add_column(style="bold")
+    fields.add_column()
+    for label, value in (
+        ("Quota share", report["quotaShareName"]),
+        ("Job queue", report["jobQueueName"]),
+        ("Strategy", report["strategy"]),
+        ("Borrow limit", borrow_limit_text(report["borrowLimit"])),
+        ("In-share preemption", report["inSharePreemption"]),
+        ("State", report["state"]),
+    ):
+        fields.add_row(label, escape(str(value)))
+    out.print(fields)
+    out.print(usage_table("Capacity and usage", [report], with_share=False))
+
+
+def queue_states(session: Session, queue: str | None) -> list[QueueState]:
+    """The engine's view of one applied job queue (``queue``) or of all of them."""
+    names = job_queue_names(session)
+    if queue is not None:
+        if queue not in names:
+            fail(f"job queue {queue} is not applied (applied: {', '.join(names) or 'none'})")
+        names = [queue]
+    return [load_queue_state(session, name) for name in names]
+
+
+def share_reports(state: QueueState) -> list[dict[str, Any]]:
+    """One JSON-shaped report per share of the queue: configuration, ceiling and usage per unit."""
+    queue = state.queue
+    usage = usage_of(state)
+    counts: Counter[tuple[str, str, str]] = Counter(
+        (job.share_name, job.unit, job.status.value) for job in state.jobs.values()
+    )
+    reports = []
+    for share in queue.shares:
+        units = list(dict.fromkeys([*share.capacity_limits, *(u for s, u, _ in counts if s == share.name)]))
+        ceilings = share_ceilings(share, queue.capacity)
+        per_unit = {}
+        for unit in units:
+            used = usage.usage(share.name, unit)
+            own = min(used, share.own_limit(unit))
+            per_unit[unit] = {
+                "limit": share.capacity_limits.get(unit, 0),
+                "ceiling": ceilings.get(unit, 0),
+                "own": own,
+                "borrowed": used - own,
+                **{status: counts[(share.name, unit, status)] for status in COUNTED},
+            }
+        reports.append(
+            {
+                "jobQueueName": queue.name,
+                "quotaShareName": share.name,
+                "strategy": share.strategy.value,
+                "borrowLimit": share.borrow_limit if share.borrows else None,
+                "inSharePreemption": "ENABLED" if share.in_share_preemption else "DISABLED",
+                "state": share.state.value,
+                "units": per_unit,
+            }
+        )
+    return reports
+
+
+def borrow_limit_text(borrow_limit: int | None) -> str:
+    if borrow_limit is None:
+        return "-"
+    return "none" if borrow_limit == UNLIMITED_BORROW else f"{borrow_limit}%"
+
+
+def usage_table(title: str, reports: list[dict[str, Any]], *, with_share: bool = True) -> Table:
+    """One row per share and unit: its configuration (shares list) and its usage now."""
+    table = Table(title=escape(title), caption="Own: held within the share's limit; borrowed: held above it.")
+    if with_share:
+        for header in ("Quota share", "Strategy", "Borrow limit", "In-share preemption", "State"):
+            table.add_column(header, overflow="fold")
+    table.add_column("Capacity unit", overflow="fold")
+    for header in ("Limit", "Ceiling", "Own", "Borrowed", "Running", "Runnable"):
+        table.add_column(header, justify="right", no_wrap=True, min_width=len(header))
+    for report in reports:
+        first = [
+            report["quotaShareName"],
+            report["strategy"],
+            borrow_limit_text(report["borrowLimit"]),
+            report["inSharePreemption"],
+            report["state"],
+        ]
+        units = report["units"]
+        for index, (unit, row) in enumerate(units.items()):
+            share_cells = (first if index == 0 else [""] * len(first)) if with_share else []
+            numbers = [str(row[key]) for key in ("limit", "ceiling", "own", "borrowed", *COUNTED)]
+            table.add_row(
+                *map(escape, share_cells), escape(unit), *numbers, end_section=index == len(units) - 1
+            )
+    return table

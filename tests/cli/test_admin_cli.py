@@ -1,0 +1,257 @@
+"""The ledger's admin commands (``airflow quota apply|shares|jobs|snapshot|events``), run as a user runs
+them: ``airflow`` in subprocesses against an Airflow metadata DB made by ``airflow db migrate``, on SQLite
+and on PostgreSQL. Jobs are recorded in-process through the store and the real planner, as the allocator
+will; the commands that only read run side by side to keep the module fast.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+import yaml
+
+from airflow_quota.engine.model import JobRequest, JobStatus
+from airflow_quota.engine.planner import plan_cycle
+from airflow_quota.ledger.models import AuditRow, JobQueueRow, ledger_metadata
+from airflow_quota.ledger.store import (
+    TaskInstanceRef,
+    load_queue_state,
+    record_cycle,
+    record_status_change,
+    record_submission,
+    to_engine_time,
+)
+from tests.db.conftest import AIRFLOW, Database
+
+pytestmark = [pytest.mark.db, pytest.mark.airflow]
+
+QUEUE = "gpu-training"
+
+
+def share(name: str, gpus: int, strategy: str) -> dict[str, Any]:
+    return {
+        "quotaShareName": name,
+        "capacityLimits": [{"capacityUnit": "gpu", "maxCapacity": gpus}],
+        "resourceSharingConfiguration": {"strategy": strategy},
+    }
+
+
+def quota_file(path: Path, *shares: dict[str, Any]) -> str:
+    document = {
+        "jobQueues": [
+            {
+                "jobQueueName": QUEUE,
+                "capacityLimits": [{"capacityUnit": "gpu", "maxCapacity": 4}],
+                "quotaShares": list(shares),
+            }
+        ]
+    }
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
+
+
+def run_all(database: Database, *commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    """Run ``airflow quota COMMAND...`` for each command, side by side, and wait for them all."""
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(database.home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database.url,
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    }
+    processes = [
+        subprocess.Popen(
+            [str(AIRFLOW), "quota", *command],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for command in commands
+    ]
+    results = []
+    for command, process in zip(commands, processes, strict=True):
+        stdout, stderr = process.communicate(timeout=180)
+        results.append(subprocess.CompletedProcess(command, process.returncode, stdout, stderr))
+    return results
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"{result.args}: {result.stdout}{result.stderr}"
+    return result.stdout
+
+
+def ledger_rows(database: Database) -> dict[str, list[str]]:
+    with database.engine.connect() as connection:
+        return {
+            table.name: sorted(map(repr, connection.execute(sa.select(table)).all()))
+            for table in ledger_metadata.sorted_tables
+        }
+
+
+def revision(database: Database) -> int | None:
+    with database.session() as session:
+        row = session.get(JobQueueRow, QUEUE)
+        return None if row is None else row.revision
+
+
+@pytest.fixture(scope="module")
+def migrated(database: Database) -> Database:
+    result = database.airflow("db", "migrate")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return database
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    folder = tmp_path_factory.mktemp("quota-files")
+    bad = folder / "bad.yaml"
+    bad.write_text("jobQueues:\n  - jobQueueName: gpu-training\n    quotaShares: nope\n")
+    yield {
+        "first": quota_file(
+            folder / "first.yaml", share("lender", 2, "LEND"), share("borrower", 2, "RESERVE")
+        ),
+        "second": quota_file(
+            folder / "second.yaml", share("lender", 2, "LEND"), share("borrower", 1, "LEND_AND_BORROW")
+        ),
+        "without-lender": quota_file(folder / "without-lender.yaml", share("borrower", 1, "LEND_AND_BORROW")),
+        "bad": str(bad),
+    }
+
+
+def test_apply_shows_the_diff_writes_revisions_and_refuses_bad_files(
+    migrated: Database, files: dict[str, str]
+) -> None:
+    empty = ledger_rows(migrated)
+    bad, dry = run_all(migrated, ["apply", "-f", files["bad"]], ["apply", "-f", files["first"], "--dry-run"])
+    assert bad.returncode == 1
+    assert f"{files['bad']} is invalid" in bad.stdout
+    assert "added: quota share lender" in ok(dry)
+    assert "Dry run" in dry.stdout
+    assert ledger_rows(migrated) == empty
+
+    (first,) = run_all(migrated, ["apply", "-f", files["first"]])
+    assert "added: job queue gpu-training" in ok(first)
+    assert "capacityLimits.gpu: 2" in first.stdout
+    assert "revision 1" in first.stdout
+    assert revision(migrated) == 1
+    applied_once = ledger_rows(migrated)
+
+    bad, dry = run_all(migrated, ["apply", "-f", files["bad"]], ["apply", "-f", files["second"], "--dry-run"])
+    assert bad.returncode == 1
+    assert "changed: quota share borrower" in ok(dry)
+    assert ledger_rows(migrated) == applied_once  # revision and audit unchanged
+
+    (second,) = run_all(migrated, ["apply", "-f", files["second"]])
+    out = ok(second)
+    assert "changed: quota share borrower (job queue gpu-training)" in out
+    assert "capacityLimits.gpu: 2 -> 1" in out
+    assert "resourceSharingConfiguration.strategy: RESERVE -> LEND_AND_BORROW" in out
+    assert "lender" not in out  # unchanged
+    assert revision(migrated) == 2
+    with migrated.session() as session:
+        audit = session.scalars(sa.select(AuditRow).order_by(AuditRow.id)).all()
+        assert [row.details["revision"] for row in audit if row.details] == [1, 1, 1, 2]
+        assert {row.details["appliedBy"] for row in audit if row.details} == {getpass.getuser()}
+        assert audit[-1].details["source"] == files["second"]
+
+
+def test_jobs_shares_snapshot_and_events_read_the_ledger(migrated: Database, files: dict[str, str]) -> None:
+    start = datetime.now(UTC) - timedelta(minutes=5)
+    for index, (job_id, gpus, priority) in enumerate((("big-1", 2, 9), ("big-2", 2, 0), ("small", 1, 5))):
+        with migrated.session() as session, session.begin():
+            state = load_queue_state(session, QUEUE)
+            request = JobRequest(job_id, "lender", "gpu", gpus, priority)
+            task = TaskInstanceRef("train", "run-1", job_id)
+            record_submission(session, state, job_id, request, task, start + timedelta(seconds=index))
+    now = start + timedelta(seconds=10)
+    with migrated.session() as session, session.begin():
+        before = load_queue_state(session, QUEUE)
+        plan = plan_cycle(before, to_engine_time(now))
+        record_cycle(session, before, plan, now)
+    with migrated.session() as session, session.begin():
+        state = load_queue_state(session, QUEUE)
+        record_status_change(session, state, "big-1", JobStatus.RUNNING, now + timedelta(seconds=1))
+    before_refusal = ledger_rows(migrated)
+
+    jobs, describe, snapshot, shares, shares_table, jobs_table, events, refused = run_all(
+        migrated,
+        ["jobs", "list", "--output", "json"],
+        ["jobs", "describe", "small", "--output", "json"],
+        ["snapshot", "--output", "json"],
+        ["shares", "list", "--queue", QUEUE, "--output", "json"],
+        ["shares", "describe", "lender"],
+        ["jobs", "list", "--status", "runnable"],
+        ["events", "--queue", QUEUE, "--output", "json"],
+        ["apply", "-f", files["without-lender"]],
+    )
+    by_id = {job["jobId"]: job for job in json.loads(ok(jobs))["jobs"]}
+    assert {job_id: (job["status"], job["position"]) for job_id, job in by_id.items()} == {
+        "big-1": ("RUNNING", None),
+        "small": ("RUNNABLE", 1),  # priority 5 goes first
+        "big-2": ("RUNNABLE", 2),
+    }
+    small = json.loads(ok(describe))
+    assert small["schedulingPriority"] == 5
+    assert small["statusReason"]
+    assert (small["preemptedAttemptCount"], small["recentPreemptedAttempts"]) == (0, [])
+    front = {
+        share["quotaShareName"]: share for share in json.loads(ok(snapshot))["jobQueues"][0]["quotaShares"]
+    }
+    assert [(job["position"], job["jobId"]) for job in front["lender"]["frontOfQueue"]] == [
+        (1, "small"),
+        (2, "big-2"),
+    ]
+    assert front["lender"]["units"]["gpu"] == {
+        "limit": 2,
+        "ceiling": 2,
+        "own": 2,
+        "borrowed": 0,
+        "RUNNING": 1,
+        "RUNNABLE": 2,
+    }
+    shares_json = json.loads(ok(shares))["quotaShares"]
+    assert [(s["quotaShareName"], s["strategy"]) for s in shares_json] == [
+        ("lender", "LEND"),
+        ("borrower", "LEND_AND_BORROW"),
+    ]
+    for text in ("lender", "LEND", "DISABLED", "Own", "Borrowed"):
+        assert text in ok(shares_table)
+    assert "small" in ok(jobs_table)
+    assert "big-1" not in jobs_table.stdout
+    kinds = [event["kind"] for event in json.loads(ok(events))["events"]]
+    assert kinds[-4:] == ["SUBMITTED", "SUBMITTED", "SUBMITTED", "GRANTED"]
+    assert refused.returncode == 1
+    assert "quota share lender of job queue gpu-training is missing" in refused.stderr
+    assert ledger_rows(migrated) == before_refusal
+    assert revision(migrated) == 2
+
+    changed, out_of_range, terminated = run_all(
+        migrated,
+        ["jobs", "update-priority", "big-2", "9000"],
+        ["jobs", "update-priority", "big-2", "10000"],
+        ["jobs", "terminate", "small", "--reason", "not needed any more"],
+    )
+    assert "schedulingPriority 0 -> 9000" in ok(changed)
+    assert out_of_range.returncode == 1
+    assert "from 0 to 9999" in out_of_range.stderr
+    assert "FAILED now" in ok(terminated)
+
+    jobs, events = run_all(
+        migrated, ["jobs", "list", "--output", "json"], ["events", "--limit", "3", "--output", "json"]
+    )
+    by_id = {job["jobId"]: job for job in json.loads(ok(jobs))["jobs"]}
+    assert (by_id["small"]["status"], by_id["small"]["statusReason"]) == ("FAILED", "not needed any more")
+    assert (by_id["big-2"]["schedulingPriority"], by_id["big-2"]["position"]) == (9000, 1)
+    latest = json.loads(ok(events))["events"]
+    assert sorted(event["kind"] for event in latest) == ["FAILED", "PRIORITY_CHANGED", "TERMINATED"]
+    priority = next(event for event in latest if event["kind"] == "PRIORITY_CHANGED")
+    assert priority["details"] == {"old": 0, "new": 9000}
