@@ -447,15 +447,22 @@ def record_submission(
     request: JobRequest,
     task: TaskInstanceRef,
     now: datetime,
+    *,
+    submitted_at: datetime | None = None,
 ) -> QueueState:
-    """Add a job (RUNNABLE, or FAILED when its share is DISABLED or unknown) after every earlier one."""
+    """Add a job (RUNNABLE, or FAILED when its share is DISABLED or unknown) after every earlier one.
+
+    ``submitted_at`` is its place in the queue's order when the job was submitted before the ledger
+    heard of it (the task's first deferral); by default ``now``.
+    """
     if session.get(JobRow, job_id) is not None:
         raise LedgerError(f"job {job_id} is already in the quota ledger")
     queue_name = state.queue.name
     latest_seq = session.scalar(
         select(func.max(JobRow.submit_seq)).where(JobRow.job_queue_name == queue_name)
     )
-    after = submit_job(state, job_id, request, to_engine_time(now), (latest_seq or 0) + 1)
+    at = to_engine_time(now if submitted_at is None else submitted_at)
+    after = submit_job(state, job_id, request, at, (latest_seq or 0) + 1)
     job = after.jobs[job_id]
     row = JobRow(
         job_id=job_id,

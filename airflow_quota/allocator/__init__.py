@@ -1,0 +1,1 @@
+"""The allocator: one allocation cycle over the deferred admission requests (hosts come later)."""

@@ -1,0 +1,90 @@
+"""The admission trigger: the deferred task's job request, waiting in the trigger table for a grant.
+
+A job that waits for quota is a task deferred on ``QuotaAdmissionTrigger``. The trigger's kwargs are the
+job request (AWS Batch's field values), so the allocator finds every waiting request with one query over
+``task_instance`` joined to ``trigger``; the grant resumes the task from the scheduler side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+
+class QuotaAdmissionTrigger(BaseTrigger):
+    """A passive trigger holding one job request until the allocator grants it.
+
+    It is passive on purpose: ``run()`` never yields. Trigger code cannot read the metadata DB in
+    Airflow 3 (the triggerer's child process blocks the ORM), and the decision needs the whole ledger
+    under one lock, so the allocator decides in the scheduler and resumes the task itself with
+    ``handle_event_submit`` (the path a fired trigger event takes). A trigger that fired on its own
+    would race that write: ``Trigger.submit_event`` takes no lock, and the last writer wins.
+
+    ``submitted_at`` is the job's first submission (ISO 8601, UTC), kept across re-deferrals so a
+    requeued job keeps its place; ``attempt`` counts this try's admissions (0 for the first wait).
+    """
+
+    def __init__(
+        self,
+        *,
+        job_queue: str,
+        job_name: str,
+        quota_share_name: str,
+        capacity_unit: str,
+        instance_count: int,
+        scheduling_priority: int = 0,
+        preemption_retries_before_termination: int | None = None,
+        submitted_at: str | None = None,
+        attempt: int = 0,
+    ) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # BaseTrigger.__init__ is untyped
+        self.job_queue = job_queue
+        self.job_name = job_name
+        self.quota_share_name = quota_share_name
+        self.capacity_unit = capacity_unit
+        self.instance_count = instance_count
+        self.scheduling_priority = scheduling_priority
+        self.preemption_retries_before_termination = preemption_retries_before_termination
+        self.submitted_at = submitted_at
+        self.attempt = attempt
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "job_queue": self.job_queue,
+                "job_name": self.job_name,
+                "quota_share_name": self.quota_share_name,
+                "capacity_unit": self.capacity_unit,
+                "instance_count": self.instance_count,
+                "scheduling_priority": self.scheduling_priority,
+                "preemption_retries_before_termination": self.preemption_retries_before_termination,
+                "submitted_at": self.submitted_at,
+                "attempt": self.attempt,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Wait forever: only the allocator ends the wait (or a timeout, a clear, a kill)."""
+        await asyncio.Event().wait()
+        yield TriggerEvent(None)  # type: ignore[no-untyped-call]  # pragma: no cover - never reached
+
+
+#: The ``trigger.classpath`` of admission requests, as ``serialize()`` writes it.
+ADMISSION_CLASSPATH = f"{QuotaAdmissionTrigger.__module__}.{QuotaAdmissionTrigger.__qualname__}"
+
+
+def request_document(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The job request in AWS's field names (what ``validate_job_request`` reads) from trigger kwargs."""
+    document = {
+        "jobName": kwargs.get("job_name"),
+        "quotaShareName": kwargs.get("quota_share_name"),
+        "capacityUnit": kwargs.get("capacity_unit"),
+        "instanceCount": kwargs.get("instance_count"),
+        "schedulingPriority": kwargs.get("scheduling_priority", 0),
+        "preemptionRetriesBeforeTermination": kwargs.get("preemption_retries_before_termination"),
+    }
+    return {key: value for key, value in document.items() if value is not None}

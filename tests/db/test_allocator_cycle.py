@@ -1,0 +1,295 @@
+"""One allocation cycle against a real, migrated Airflow metadata DB: deferred task instances get leases.
+
+``airflow db migrate`` makes Airflow's tables and the ledger's; each test writes the rows a deferred task
+leaves behind (a ``dag_run``, ``task_instance`` rows in DEFERRED with ``next_method`` set, and a ``trigger``
+row of the admission trigger's classpath), runs cycles in their own transactions and reads back what
+Airflow and the ledger hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from airflow.models.dagrun import DagRun
+from airflow.models.taskinstance import TaskInstance
+from airflow.models.trigger import Trigger
+from airflow.sdk.serde import deserialize, serialize
+from airflow.utils.state import TaskInstanceState
+
+from airflow_quota.allocator.cycle import (
+    ALLOCATOR_LOCK_ID,
+    SETTLE_TIME,
+    CycleReport,
+    job_id_for,
+    run_allocation_cycle,
+)
+from airflow_quota.engine.config import parse_quota_config
+from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow, ledger_metadata
+from airflow_quota.ledger.store import apply_quota_config
+from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger
+from tests.db.conftest import Database
+
+pytestmark = pytest.mark.db
+
+QUEUE = "gpu-training"
+DAG_ID = "train"
+RUN_ID = "run-1"
+START = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+QUOTAS = parse_quota_config(
+    {
+        "jobQueues": [
+            {
+                "jobQueueName": QUEUE,
+                "capacityLimits": [{"capacityUnit": "gpu", "maxCapacity": 2}],
+                "quotaShares": [
+                    {
+                        "quotaShareName": "team-a",
+                        "capacityLimits": [{"capacityUnit": "gpu", "maxCapacity": 2}],
+                        "resourceSharingConfiguration": {"strategy": "RESERVE"},
+                    }
+                ],
+            }
+        ]
+    },
+    "quotas.yaml",
+)
+
+
+@pytest.fixture(scope="module")
+def migrated(database: Database) -> Database:
+    result = database.airflow("db", "migrate")
+    assert result.returncode == 0, result.stderr
+    return database
+
+
+@pytest.fixture
+def db(migrated: Database) -> Iterator[Database]:
+    with migrated.engine.begin() as connection:
+        for table in reversed(ledger_metadata.sorted_tables):
+            connection.execute(table.delete())
+        for model in (TaskInstance, Trigger, DagRun):
+            connection.execute(sa.delete(model.__table__))
+        connection.execute(
+            sa.insert(DagRun.__table__).values(
+                dag_id=DAG_ID, run_id=RUN_ID, run_type="manual", run_after=START, state="running"
+            )
+        )
+    with migrated.session() as session, session.begin():
+        apply_quota_config(session, QUOTAS, applied_by="test", source="quotas.yaml", now=START)
+    yield migrated
+
+
+def defer(
+    db: Database,
+    task_id: str,
+    *,
+    priority: int = 0,
+    gpus: int = 1,
+    pid: int | None = None,
+    deferred_at: datetime = START,
+    plain_json: bool = False,
+    **request: Any,
+) -> str:
+    """Write a task instance DEFERRED on the admission trigger, as Airflow leaves one; return its job id."""
+    kwargs = (
+        QuotaAdmissionTrigger(
+            job_queue=QUEUE,
+            job_name=task_id,
+            quota_share_name="team-a",
+            capacity_unit="gpu",
+            instance_count=gpus,
+            scheduling_priority=priority,
+            submitted_at=deferred_at.isoformat(),
+        ).serialize()[1]
+        | request
+    )
+    with db.session() as session, session.begin():
+        trigger = Trigger(ADMISSION_CLASSPATH, kwargs, created_date=deferred_at)
+        if plain_json:  # a worker's deferral: the Execution API stores json.dumps(kwargs), unencrypted
+            trigger.encrypted_kwargs = json.dumps(serialize(kwargs))
+        session.add(trigger)
+        session.flush()
+        session.execute(
+            sa.insert(TaskInstance.__table__).values(
+                dag_id=DAG_ID,
+                run_id=RUN_ID,
+                task_id=task_id,
+                map_index=-1,
+                try_number=1,
+                pool="default_pool",
+                pool_slots=1,
+                state=TaskInstanceState.DEFERRED,
+                trigger_id=trigger.id,
+                next_method="on_grant",
+                next_kwargs=serialize({"round": 1}),
+                pid=pid,
+            )
+        )
+    return job_id_for(DAG_ID, RUN_ID, task_id, -1, 1)
+
+
+def cycle(db: Database, now: datetime) -> CycleReport:
+    with db.session() as session, session.begin():
+        return run_allocation_cycle(session, now)
+
+
+def task_instances(db: Database) -> dict[str, TaskInstance]:
+    with db.session() as session:
+        return {ti.task_id: ti for ti in session.scalars(sa.select(TaskInstance))}
+
+
+def job(db: Database, job_id: str) -> JobRow:
+    with db.session() as session:
+        row = session.get(JobRow, job_id)
+        assert row is not None
+        return row
+
+
+def audit(db: Database, kind: AuditKind) -> list[AuditRow]:
+    with db.session() as session:
+        return list(session.scalars(sa.select(AuditRow).where(AuditRow.kind == kind.value)))
+
+
+def test_capacity_2_grants_two_of_three_and_the_third_waits(db: Database) -> None:
+    first = defer(db, "job0", priority=10)
+    second = defer(db, "job1", priority=9, plain_json=True)
+    third = defer(db, "job2", priority=8)
+    now = START + timedelta(seconds=1)
+
+    report = cycle(db, now)
+
+    assert report.submitted == [first, second, third]
+    assert [lease.job_id for lease in report.granted] == [first, second]
+    tis = task_instances(db)
+    for task_id, lease in zip(["job0", "job1"], report.granted, strict=True):
+        ti = tis[task_id]
+        assert (ti.state, ti.trigger_id, ti.next_method) == (TaskInstanceState.SCHEDULED, None, "on_grant")
+        assert deserialize(ti.next_kwargs) == {"round": 1, "event": lease.payload}
+        assert lease.payload == {
+            "lease_id": f"{lease.job_id}#1",
+            "job_id": lease.job_id,
+            "ti_id": str(ti.id),
+            "try_number": 1,
+            "attempt": 1,
+            "capacityUnit": "gpu",
+            "instanceCount": 1,
+            "borrowed": 0,
+            "granted_at": now.isoformat(),
+        }
+        assert job(db, lease.job_id).status == "SCHEDULED"
+    assert tis["job2"].state == TaskInstanceState.DEFERRED
+    assert tis["job2"].trigger_id is not None
+    waiting = job(db, third)
+    assert waiting.status == "RUNNABLE"
+    assert waiting.status_reason
+    assert waiting.ti_id == str(tis["job2"].id)
+
+    again = cycle(db, now + timedelta(seconds=1))
+
+    assert (again.submitted, again.granted) == ([], [])
+    assert task_instances(db)["job2"].state == TaskInstanceState.DEFERRED
+    assert [row.job_id for row in audit(db, AuditKind.GRANTED)] == [first, second]
+
+
+def test_a_task_deferred_from_a_worker_waits_out_the_settle_time(db: Database) -> None:
+    job_id = defer(db, "job0", pid=4242, deferred_at=START)
+
+    early = cycle(db, START + SETTLE_TIME - timedelta(seconds=1))
+
+    assert (early.submitted, early.settling, early.granted) == ([job_id], [job_id], [])
+    assert job(db, job_id).status == "RUNNABLE"
+    assert task_instances(db)["job0"].state == TaskInstanceState.DEFERRED
+
+    late = cycle(db, START + SETTLE_TIME)
+
+    assert [lease.job_id for lease in late.granted] == [job_id]
+    assert task_instances(db)["job0"].state == TaskInstanceState.SCHEDULED
+
+
+def test_requests_the_ledger_cannot_take_are_reported_and_never_granted(db: Database) -> None:
+    invalid = defer(db, "bad", gpus=0)
+    unknown_share = defer(db, "nobody", quota_share_name="team-z")
+    unknown_queue = defer(db, "elsewhere", job_queue="cpu-queue")
+
+    report = cycle(db, START + timedelta(seconds=1))
+
+    assert set(report.rejected) == {invalid, unknown_share, unknown_queue}
+    assert "instanceCount" in report.rejected[invalid]
+    assert "team-z" in report.rejected[unknown_share]
+    assert "cpu-queue" in report.rejected[unknown_queue]
+    assert report.granted == []
+    assert job(db, unknown_share).status == "FAILED"
+    assert {ti.state for ti in task_instances(db).values()} == {TaskInstanceState.DEFERRED}
+    assert cycle(db, START + timedelta(seconds=2)).granted == []
+
+
+def test_a_task_instance_that_left_deferred_is_not_claimed(db: Database) -> None:
+    defer(db, "job0")
+    with db.engine.begin() as connection:
+        connection.execute(sa.update(TaskInstance.__table__).values(state=TaskInstanceState.FAILED))
+
+    report = cycle(db, START + timedelta(seconds=1))
+
+    assert (report.submitted, report.granted) == ([], [])
+
+
+def test_on_postgresql_a_cycle_is_skipped_while_another_holds_the_allocator_lock(db: Database) -> None:
+    if db.backend != "postgresql":
+        pytest.skip("advisory locks exist on PostgreSQL only; SQLite runs one scheduler")
+    defer(db, "job0")
+    with db.session() as other, other.begin():
+        assert other.scalar(sa.text("SELECT pg_try_advisory_xact_lock(:id)"), {"id": ALLOCATOR_LOCK_ID})
+
+        report = cycle(db, START + timedelta(seconds=1))
+
+        assert report == CycleReport(skipped=True)
+    assert [lease.job_id for lease in cycle(db, START + timedelta(seconds=2)).granted] == [
+        job_id_for(DAG_ID, RUN_ID, "job0", -1, 1)
+    ]
+
+
+def test_on_postgresql_a_task_instance_row_locked_elsewhere_is_skipped(db: Database) -> None:
+    if db.backend != "postgresql":
+        pytest.skip("row locks are PostgreSQL's; SQLite serializes writers with its database lock")
+    defer(db, "job0")
+    locked = defer(db, "job1")
+    with db.session() as other, other.begin():
+        other.execute(
+            sa.select(TaskInstance.id).where(TaskInstance.task_id == "job1").with_for_update()
+        ).all()
+
+        report = cycle(db, START + timedelta(seconds=1))
+
+        assert locked not in report.submitted
+        assert [lease.job_id for lease in report.granted] == [job_id_for(DAG_ID, RUN_ID, "job0", -1, 1)]
+    assert [lease.job_id for lease in cycle(db, START + timedelta(seconds=2)).granted] == [locked]
+
+
+def test_the_admission_trigger_round_trips_and_never_fires() -> None:
+    trigger = QuotaAdmissionTrigger(
+        job_queue=QUEUE,
+        job_name="job0",
+        quota_share_name="team-a",
+        capacity_unit="gpu",
+        instance_count=2,
+        scheduling_priority=7,
+        preemption_retries_before_termination=3,
+        submitted_at=START.isoformat(),
+        attempt=1,
+    )
+    classpath, kwargs = trigger.serialize()
+
+    assert classpath == ADMISSION_CLASSPATH
+    assert QuotaAdmissionTrigger(**kwargs).serialize() == (classpath, kwargs)
+
+    async def first_event() -> object:
+        return await anext(trigger.run())
+
+    with pytest.raises(TimeoutError):
+        asyncio.run(asyncio.wait_for(first_event(), timeout=0.2))
