@@ -61,6 +61,10 @@ QUOTAS = parse_quota_config(
 )
 
 
+#: Runs a test on the PostgreSQL database alone (the module's other tests run on both backends).
+POSTGRESQL_ONLY = pytest.mark.parametrize("database", ["postgresql"], indirect=True)
+
+
 @pytest.fixture(scope="module")
 def migrated(database: Database) -> Database:
     result = database.airflow("db", "migrate")
@@ -239,9 +243,8 @@ def test_a_task_instance_that_left_deferred_is_not_claimed(db: Database) -> None
     assert (report.submitted, report.granted) == ([], [])
 
 
+@POSTGRESQL_ONLY  # advisory locks exist on PostgreSQL only; SQLite runs one scheduler
 def test_on_postgresql_a_cycle_is_skipped_while_another_holds_the_allocator_lock(db: Database) -> None:
-    if db.backend != "postgresql":
-        pytest.skip("advisory locks exist on PostgreSQL only; SQLite runs one scheduler")
     defer(db, "job0")
     with db.session() as other, other.begin():
         assert other.scalar(sa.text("SELECT pg_try_advisory_xact_lock(:id)"), {"id": ALLOCATOR_LOCK_ID})
@@ -254,9 +257,8 @@ def test_on_postgresql_a_cycle_is_skipped_while_another_holds_the_allocator_lock
     ]
 
 
+@POSTGRESQL_ONLY  # row locks are PostgreSQL's; SQLite serializes writers with its database lock
 def test_on_postgresql_a_task_instance_row_locked_elsewhere_is_skipped(db: Database) -> None:
-    if db.backend != "postgresql":
-        pytest.skip("row locks are PostgreSQL's; SQLite serializes writers with its database lock")
     defer(db, "job0")
     locked = defer(db, "job1")
     with db.session() as other, other.begin():
