@@ -31,7 +31,6 @@ from airflow_quota.engine.model import (
     StopCause,
 )
 from airflow_quota.engine.reasons import (
-    UnitTotals,
     awaiting_victims_reason,
     never_fits_reason,
     waiting_reason,
@@ -85,7 +84,6 @@ class _Cycle:
         #: job of the same share needing at least as much with no higher priority cannot succeed either.
         self.failures: dict[str, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
         self.misconfigurations: dict[tuple[str, str, int], str | None] = {}
-        self.unit_totals = UnitTotals.of(self.queue)
 
     # -- the three steps -----------------------------------------------------------------------------
 
@@ -161,7 +159,7 @@ class _Cycle:
         if key not in self.misconfigurations:
             share = self.usage.shares.get(job.share_name)
             self.misconfigurations[key] = never_fits_reason(
-                self.queue, share, job.unit, job.count, self.unit_totals
+                self.queue, share, job.unit, job.count, self.usage.totals
             )
         return self.misconfigurations[key]
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from airflow_quota.engine.model import (
     QUOTA_MANAGEMENT_LIMIT_EXCEEDED,
     SERVICE_ENVIRONMENT_MAX_RESOURCE,
@@ -11,24 +9,7 @@ from airflow_quota.engine.model import (
     JobQueue,
     QuotaShare,
 )
-from airflow_quota.engine.usage import Usage
-
-
-@dataclass(frozen=True, slots=True)
-class UnitTotals:
-    """Per unit of a queue: the capacity all shares own, and the part owned by shares that lend."""
-
-    owned: int
-    lent: int
-
-    @staticmethod
-    def of(queue: JobQueue) -> dict[str, UnitTotals]:
-        totals: dict[str, UnitTotals] = {}
-        for unit in queue.capacity:
-            owned = sum(share.own_limit(unit) for share in queue.shares)
-            lent = sum(share.own_limit(unit) for share in queue.shares if share.lends)
-            totals[unit] = UnitTotals(owned, lent)
-        return totals
+from airflow_quota.engine.usage import UnitTotals, Usage
 
 
 def never_fits_reason(

@@ -33,6 +33,23 @@ class Removal:
 NO_REMOVAL = Removal({}, 0)
 
 
+@dataclass(frozen=True, slots=True)
+class UnitTotals:
+    """Per unit of a queue: the capacity all shares own, and the part owned by shares that lend."""
+
+    owned: int
+    lent: int
+
+    @staticmethod
+    def of(queue: JobQueue) -> dict[str, UnitTotals]:
+        totals: dict[str, UnitTotals] = {}
+        for unit in queue.capacity:
+            owned = sum(share.own_limit(unit) for share in queue.shares)
+            lent = sum(share.own_limit(unit) for share in queue.shares if share.lends)
+            totals[unit] = UnitTotals(owned, lent)
+        return totals
+
+
 class Usage:
     """Mutable usage counters for one cycle, kept exact as decisions are applied."""
 
@@ -43,12 +60,9 @@ class Usage:
         self.occupancy: dict[str, int] = defaultdict(int)
         self._borrowed_total: dict[str, int] = defaultdict(int)
         self._lendable_idle: dict[str, int] = defaultdict(int)
-        self._unowned: dict[str, int] = {}
+        self.totals = UnitTotals.of(queue)
         #: Per unit, the shares whose usage there is above their own limit.
         self.borrowing: dict[str, set[str]] = defaultdict(set)
-        for unit, capacity in queue.capacity.items():
-            owned = sum(share.own_limit(unit) for share in queue.shares)
-            self._unowned[unit] = max(0, capacity - owned)
 
         #: Jobs being stopped whose units are promised to nobody: terminated jobs (they still count in their
         #: share until they have stopped) and victims whose preemptor is gone (their share gave them up).
@@ -116,31 +130,23 @@ class Usage:
         """Units nobody holds physically."""
         return max(0, self.capacity(unit) - self.occupancy.get(unit, 0))
 
-    def is_borrowing(self, share_name: str, unit: str) -> bool:
-        share = self.shares.get(share_name)
-        own = share.own_limit(unit) if share else 0
-        return self.usage(share_name, unit) > own
-
     def others_borrowing(self, share_name: str, unit: str) -> bool:
         """Whether a share other than ``share_name`` is borrowing on ``unit``."""
-        share = self.shares.get(share_name)
-        own_borrowed = self._share_terms(share, unit, self.usage(share_name, unit))[0] if share else 0
-        return self._borrowed_total.get(unit, 0) > own_borrowed
+        return bool(self.borrowing[unit] - {share_name})
 
     def borrowable_by(self, share_name: str, unit: str) -> int:
         """Units ``share_name`` could borrow from other shares and unowned capacity now (idle, pooled)."""
         share = self.shares.get(share_name)
         own_lendable = self._share_terms(share, unit, self.usage(share_name, unit))[1] if share else 0
-        slack = self._lendable_idle.get(unit, 0) - own_lendable + self.unowned(unit)
-        slack -= self._borrowed_total.get(unit, 0)
-        return max(0, min(slack, self.idle(unit)))
+        return max(0, min(-self.overdraft(unit) - own_lendable, self.idle(unit)))
 
     def overdraft(self, unit: str) -> int:
         """Borrowed beyond the lenders' idle plus unowned capacity on ``unit`` (negative: room to lend)."""
         return self._excess(unit, {})
 
     def unowned(self, unit: str) -> int:
-        return self._unowned.get(unit, 0)
+        totals = self.totals.get(unit)
+        return max(0, self.capacity(unit) - totals.owned) if totals else 0
 
     # -- the fit rule --------------------------------------------------------------------------------
 
