@@ -1,0 +1,1 @@
+"""The operator DAG authors write: QuotaTrainingOperator."""

@@ -1,0 +1,94 @@
+"""What the allocator (scheduler side) and a quota task (worker and triggerer side) say to each other.
+
+Task code cannot touch the metadata database in Airflow 3, so the two sides talk only through Airflow's
+own channels, and this module names every message:
+
+* **Grant** (allocator -> waiting task): the task deferred on ``QuotaAdmissionTrigger`` is resumed
+  (``next_method``) with a ``Grant`` payload. ``ti_id`` guards against a lease of an earlier try
+  (a task cleared while it ran resumes the new try with the old event): ignore a grant whose ``ti_id``
+  is not the running task instance's and defer for admission again.
+* **Rejection** (allocator -> waiting task): the same resume, with ``{"rejected": True, "reason": ...}``
+  when the request can never be granted (unknown share, share DISABLED, preemption retries exhausted,
+  terminated by an admin). The task fails with ``reason``.
+* **Preemption** (allocator -> granted task), two channels, both keyed by ``lease_id`` (ignore a signal
+  for another lease, it is stale):
+
+  - a task deferred on its monitoring trigger is resumed with ``{"preempt": True, ...}`` (a
+    ``Preempt`` payload), exactly like a fired trigger event; the trigger's ``on_kill`` runs;
+  - the allocator also writes the same ``Preempt`` document (JSON) under ``PREEMPT_KEY`` in the task
+    instance's ``task_state_store``; a task running in a worker polls it (every second or so) and
+    checks it before it defers on its monitoring trigger.
+
+  Either way the task stops its training job, waits until it has really stopped, deletes
+  ``PREEMPT_KEY``, records the stop under ``TRAINING_JOB_KEY`` and defers on ``QuotaAdmissionTrigger``
+  again with ``released_lease_id`` set and ``attempt`` + 1. That deferral is the stop report: only then
+  does the allocator count the capacity free.
+* **Training job record** (task -> allocator): under ``TRAINING_JOB_KEY`` in ``task_state_store``
+  the task keeps a ``TrainingJobRecord`` (JSON) of its current attempt, written before the training job
+  is created and updated when it ends. The allocator reads it when a task instance ends while holding
+  capacity: a record still ``launched`` means a training job may still run on that capacity (an
+  orphan), which is stopped before the capacity is released. A retry of the task reads it to re-attach
+  to the running training job instead of launching a second one.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NotRequired, TypedDict
+
+#: ``task_state_store`` key of the allocator's preemption signal (a JSON ``Preempt`` document).
+PREEMPT_KEY = "quota.preempt"
+#: ``task_state_store`` key of the task's current training job (a JSON ``TrainingJobRecord``).
+TRAINING_JOB_KEY = "quota.training_job"
+
+Backend = Literal["sagemaker", "local"]
+
+
+class Grant(TypedDict):
+    """The event a granted task is resumed with."""
+
+    lease_id: str  # "<job_id>#<attempt>"
+    job_id: str  # the ledger's job id: dag_id/run_id/task_id/map_index/try_number
+    ti_id: str  # the task instance the grant is for
+    try_number: int
+    attempt: int  # 1 for the first grant of this job, +1 per grant after a preemption
+    capacityUnit: str
+    instanceCount: int
+    borrowed: int  # how many of instanceCount are borrowed from other shares
+    granted_at: str  # ISO 8601, UTC
+    #: Set when the task re-attaches to a training job its earlier try left running (same lease).
+    reattach: NotRequired[bool]
+    #: Local GPUs: the device indices granted (CUDA_VISIBLE_DEVICES), when the unit is a local one.
+    devices: NotRequired[list[int]]
+
+
+class Rejection(TypedDict):
+    """The event a waiting task is resumed with when its request can never be granted."""
+
+    rejected: Literal[True]
+    job_id: str
+    reason: str
+
+
+class Preempt(TypedDict):
+    """The preemption signal: a resume event for a deferred task, or a ``task_state_store`` value."""
+
+    preempt: Literal[True]
+    lease_id: str
+    job_id: str
+    preempted_by: str | None  # the preemptor's job id; None when an admin terminated the job
+    rule: str | None  # PreemptionRule value, or "TERMINATED"
+    reason: str  # the victim's statusReason, for the task log
+    at: str  # ISO 8601, UTC
+
+
+class TrainingJobRecord(TypedDict):
+    """What the task launched for one attempt, and whether it has ended."""
+
+    backend: Backend
+    name: str  # the SageMaker training job name, or the local process' name
+    attempt: int
+    lease_id: str
+    state: Literal["launched", "ended"]
+    #: SageMaker: the connection to stop an orphaned training job with.
+    aws_conn_id: NotRequired[str | None]
+    region_name: NotRequired[str | None]
