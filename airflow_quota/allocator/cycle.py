@@ -1,54 +1,97 @@
-"""One allocation cycle: read the deferred admission requests, let the engine decide, apply the decisions.
+"""One allocation cycle: reconcile the ledger with task instances, let the engine decide, apply it all.
 
 ``run_allocation_cycle`` works in the session it is given and never commits: the caller's transaction
-holds the whole cycle (ledger rows and task-instance resumptions commit together, or not at all). Steps:
+holds the whole cycle (ledger rows, resumed and signalled task instances commit together, or not at all;
+a crash anywhere leaves the ledger as the last committed cycle wrote it). Steps:
 
-1. PostgreSQL: ``pg_try_advisory_xact_lock(ALLOCATOR_LOCK_ID)``; when another scheduler holds it, skip.
-2. Claim every task instance DEFERRED on ``QuotaAdmissionTrigger``: ``FOR UPDATE OF task_instance SKIP
-   LOCKED`` on PostgreSQL; on SQLite a guarded no-op UPDATE per row that must match (it also takes the
-   database's write lock until commit, so nothing changes under the cycle). A row not claimed waits.
-3. Record each request the ledger has not seen (``record_submission``); an invalid one is reported.
-4. Per job queue: ``load_queue_state``, ``plan_cycle``, ``record_cycle``, then resume each granted task
-   instance with ``handle_event_submit`` and the lease as the event payload.
+1. PostgreSQL: ``pg_try_advisory_xact_lock(ALLOCATOR_LOCK_ID)``; when another allocator holds it, skip.
+2. Read every open job's task instance and training job record, and claim the task instances deferred
+   on ``QuotaAdmissionTrigger`` (``tasks.deferred_on``).
+3. Per job queue, reconcile each open job with its task instance (``reconcile.task_outcome``):
 
-Reconciling leases with finished or cleared task instances, and signalling preemption victims, are the
-next steps and are not done here: preemptions are only written to the ledger.
+   - the try is over: a waiting job ends; a job holding capacity releases it, unless a training job
+     may still run on it (its record says ``launched``): that orphan is stopped through its backend
+     first, and its capacity is released once it is stopped (or after ``orphan_timeout``);
+   - the task goes on: a granted job moves SCHEDULED -> STARTING -> RUNNING as its task starts and
+     launches; a job being stopped is signalled (``task_state_store`` signal, and a preempt event when
+     it is deferred on its monitoring trigger); one that does not stop within ``stop_deadline`` is
+     cleared, the last resort;
+   - the task deferred for admission again: if it was being stopped, that is its stop report
+     (REQUEUED at its place, or FAILED out of preemption retries); a new request is recorded; a
+     request that can never be granted resumes its task with a rejection, so only that task fails.
+
+4. ``plan_cycle``, ``record_cycle``; each grant resumes its task with the lease (``protocol.Grant``),
+   each victim is signalled at once.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.models.taskinstance import TaskInstance
-from airflow.models.trigger import Trigger, handle_event_submit
-from airflow.triggers.base import TriggerEvent
-from airflow.utils.sqlalchemy import with_row_locks
-from airflow.utils.state import TaskInstanceState
-from sqlalchemy import select, text, update
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
+from airflow_quota.allocator.reconcile import TaskOutcome, TaskView, is_monitoring, task_outcome
+from airflow_quota.allocator.tasks import (
+    claim_deferred,
+    clear_unresponsive,
+    deferred_on,
+    is_postgres,
+    resume,
+    task_views,
+    training_records,
+    write_signal,
+)
 from airflow_quota.engine.config import JobRequestError, validate_job_request
-from airflow_quota.engine.model import Grant, JobRequest, JobStatus, QueueState
+from airflow_quota.engine.devices import assign_devices
+from airflow_quota.engine.model import Grant, Job, JobRequest, JobStatus, Preemption, QueueState
 from airflow_quota.engine.planner import plan_cycle
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.ledger.store import (
+    FINAL_STATUSES,
     LedgerError,
     TaskInstanceRef,
     load_queue_state,
     record_cycle,
+    record_finish,
+    record_status_change,
+    record_stop_completed,
     record_submission,
     to_engine_time,
 )
+from airflow_quota.protocol import Preempt, TrainingJobRecord
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, request_document
+
+log = logging.getLogger(__name__)
 
 #: The PostgreSQL advisory lock one cycle holds (int64; b"aqalloc1"). Not Airflow's ``DBLocks`` values.
 ALLOCATOR_LOCK_ID = int.from_bytes(b"aqalloc1", "big")
-#: How long a task instance that deferred from a worker run waits before it may be granted: a stale
-#: "defer-exit" executor event can fail a task resumed sooner (apache/airflow#71580, #72716).
-SETTLE_TIME = timedelta(seconds=10)
+#: Capacity units whose name starts with this are the worker's own GPUs: grants name device indices.
+LOCAL_UNIT_PREFIX = "local-"
+
+#: Stops an orphaned training job; True once it no longer runs (may be called again on later cycles).
+OrphanStopper = Callable[[TrainingJobRecord], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class CycleSettings:
+    """The allocator's tunables (``[quota]`` in airflow.cfg; see the hosts)."""
+
+    #: A task that deferred from a worker run less than this ago is not resumed yet: a stale
+    #: "defer-exit" executor event can fail a task resumed sooner (apache/airflow#71580, #72716).
+    settle_time: timedelta = timedelta(seconds=10)
+    #: A job signalled to stop that has not reported stopped after this is cleared (the last resort).
+    stop_deadline: timedelta = timedelta(minutes=10)
+    #: An orphaned training job not confirmed stopped after this has its capacity released anyway.
+    orphan_timeout: timedelta = timedelta(minutes=15)
+    #: How orphaned training jobs are stopped; by default through their backend.
+    orphan_stopper: OrphanStopper | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,19 +105,33 @@ class Lease:
 
 @dataclass(slots=True)
 class CycleReport:
-    """What one cycle did. ``skipped`` cycles did nothing (another scheduler is allocating)."""
+    """What one cycle did. ``skipped`` cycles did nothing (another allocator holds the lock)."""
 
     skipped: bool = False
     submitted: list[str] = field(default_factory=list)
     granted: list[Lease] = field(default_factory=list)
-    #: Victims written to the ledger as preempted, by preemptor; nobody has signalled them yet.
+    #: Victims chosen this cycle, by preemptor.
     preempted: dict[str, list[str]] = field(default_factory=dict)
-    #: Requests the ledger cannot take (invalid, unknown job queue, share DISABLED or unknown): why.
+    #: Preemptions by rule (RECLAIM, IN_SHARE_PRIORITY, ADOPT_STOPPING): victims counted.
+    preempted_by_rule: dict[str, int] = field(default_factory=dict)
+    #: Jobs told to stop this cycle (victims, terminated jobs, and re-sent signals).
+    signalled: list[str] = field(default_factory=list)
+    #: Jobs whose stop completed this cycle (requeued, or failed when out of retries or terminated).
+    stopped: list[str] = field(default_factory=list)
+    #: Jobs whose task try ended this cycle: finished in the ledger, capacity released.
+    finished: list[str] = field(default_factory=list)
+    #: Jobs whose task ended while a training job may still run on their capacity: being stopped.
+    orphans: list[str] = field(default_factory=list)
+    #: Tasks cleared because they did not stop within the stop deadline.
+    cleared: list[str] = field(default_factory=list)
+    #: Requests that can never be granted, by job id: why (their task was resumed with a rejection).
     rejected: dict[str, str] = field(default_factory=dict)
-    #: Deferred from a worker less than ``SETTLE_TIME`` ago: not granted this cycle.
+    #: Deferred from a worker less than the settle time ago: not resumed this cycle.
     settling: list[str] = field(default_factory=list)
-    #: Granted in the ledger but no claimed task instance to resume (a reservation whose task is gone).
+    #: Granted in the ledger but no claimed task instance to resume (picked up again next cycle).
     unresumed: list[str] = field(default_factory=list)
+    #: Job queues whose state the cycle ended with (for metrics).
+    states: dict[str, QueueState] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,128 +149,315 @@ def job_id_for(dag_id: str, run_id: str, task_id: str, map_index: int, try_numbe
     return f"{dag_id}/{run_id}/{task_id}/{map_index}/{try_number}"
 
 
-def run_allocation_cycle(session: Session, now: datetime) -> CycleReport:
+def lease_id_of(row: JobRow) -> str:
+    """The lease of a job's current (or last) grant: its job id and attempt."""
+    return f"{row.job_id}#{row.attempt}"
+
+
+def run_allocation_cycle(
+    session: Session, now: datetime, settings: CycleSettings | None = None
+) -> CycleReport:
     """Run one allocation cycle at ``now`` (timezone-aware) in ``session``; the caller commits."""
+    settings = settings or CycleSettings()
     if not _take_cycle_lock(session):
         return CycleReport(skipped=True)
     report = CycleReport()
-    by_queue: dict[str, list[_Waiting]] = defaultdict(list)
-    for waiting in _claim_waiting(session, now):
-        by_queue[str(waiting.kwargs.get("job_queue"))].append(waiting)
-    for queue_name in sorted(by_queue):
-        _allocate_queue(session, queue_name, by_queue[queue_name], now, report)
+    views = task_views(session)
+    records = training_records(session)
+    waiting_by_queue: dict[str, list[_Waiting]] = defaultdict(list)
+    for ti, trigger in deferred_on(session, ADMISSION_CLASSPATH):
+        job_id = job_id_for(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number)
+        # Only a task deferred from a worker run (pid set) can get the stale executor event.
+        settled = ti.pid is None or trigger.created_date <= now - settings.settle_time
+        kwargs = dict(trigger.kwargs)
+        waiting_by_queue[str(kwargs.get("job_queue"))].append(_Waiting(job_id, ti, kwargs, settled))
+    open_queues = session.scalars(
+        select(JobRow.job_queue_name).where(JobRow.status.not_in(FINAL_STATUSES)).distinct()
+    )
+    context = _Cycle(session, now, settings, views, records, report)
+    for queue_name in sorted(set(open_queues) | set(waiting_by_queue)):
+        context.allocate_queue(queue_name, waiting_by_queue.get(queue_name, []))
     return report
 
 
 def _take_cycle_lock(session: Session) -> bool:
-    bind = session.get_bind()
-    if bind.dialect.name != "postgresql":
-        return True  # SQLite runs one scheduler; the claims below take its write lock
+    if not is_postgres(session):
+        return True  # SQLite runs one scheduler; the claims take its write lock
     return bool(session.scalar(text("SELECT pg_try_advisory_xact_lock(:id)"), {"id": ALLOCATOR_LOCK_ID}))
 
 
-def _claim_waiting(session: Session, now: datetime) -> list[_Waiting]:
-    query = (
-        select(TaskInstance, Trigger)
-        .join(Trigger, TaskInstance.trigger_id == Trigger.id)
-        .where(TaskInstance.state == TaskInstanceState.DEFERRED, Trigger.classpath == ADMISSION_CLASSPATH)
-        .order_by(Trigger.created_date, TaskInstance.id)
-    )
-    postgres = session.get_bind().dialect.name == "postgresql"
-    if postgres:
-        query = with_row_locks(query, session, of=TaskInstance, skip_locked=True, key_share=False)
-    claimed: list[_Waiting] = []
-    for ti, trigger in session.execute(query).all():
-        if not postgres and not _claim_row(session, ti, trigger.id):
-            continue
-        job_id = job_id_for(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number)
-        # Only a task deferred from a worker run (pid set) can get the stale executor event.
-        settled = ti.pid is None or trigger.created_date <= now - SETTLE_TIME
-        claimed.append(_Waiting(job_id, ti, trigger.kwargs, settled))
-    return claimed
+@dataclass(slots=True)
+class _Cycle:
+    """One cycle's inputs and report, and the steps it runs per job queue."""
 
+    session: Session
+    now: datetime
+    settings: CycleSettings
+    views: dict[str, TaskView]
+    records: dict[str, TrainingJobRecord]
+    report: CycleReport
 
-def _claim_row(session: Session, ti: TaskInstance, trigger_id: int) -> bool:
-    """SQLite: prove the row is still deferred on this trigger and take the write lock until commit."""
-    result = session.execute(
-        update(TaskInstance)
-        .where(
-            TaskInstance.id == ti.id,
-            TaskInstance.state == TaskInstanceState.DEFERRED,
-            TaskInstance.trigger_id == trigger_id,
+    def allocate_queue(self, queue_name: str, waiting: list[_Waiting]) -> None:
+        try:
+            state = load_queue_state(self.session, queue_name)
+        except LedgerError as error:
+            for each in waiting:
+                self._reject(each, str(error))
+            return
+        waiting_ids = {each.job_id for each in waiting}
+        for job_id in sorted(state.jobs):
+            if job_id not in waiting_ids:
+                state = self._reconcile(state, job_id)
+        state, grantable = self._admit(state, waiting)
+        planning = _planning_state(state, grantable)
+        plan = plan_cycle(planning, to_engine_time(self.now))
+        record_cycle(self.session, planning, plan, self.now)
+        for decision in plan.decisions:
+            if isinstance(decision, Grant):
+                self._grant(plan.state, decision, grantable.get(decision.job_id))
+            else:
+                self._preempt(plan.state, decision)
+        self.report.states[queue_name] = plan.state
+
+    # --- 3. reconcile ----------------------------------------------------------------------------------
+
+    def _reconcile(self, state: QueueState, job_id: str) -> QueueState:
+        job, row = state.jobs[job_id], self._row(job_id)
+        view = self.views.get(job_id)
+        outcome = task_outcome(row.try_number, row.ti_id, view)
+        if outcome.outcome is TaskOutcome.ACTIVE:
+            if not job.status.holds_capacity:
+                return state
+            state = self._follow_progress(state, job, row, view)
+            if job.is_stopping:
+                self._signal_if_due(state.jobs[job_id], row, view)
+            return state
+        if job.status.holds_capacity and not self._orphan_stopped(row, outcome.reason):
+            return state
+        self.report.finished.append(job_id)
+        return record_finish(
+            self.session,
+            state,
+            job_id,
+            self.now,
+            succeeded=outcome.outcome is TaskOutcome.SUCCEEDED,
+            reason=outcome.reason,
         )
-        .values(trigger_id=TaskInstance.trigger_id)
-        .execution_options(synchronize_session=False)
-    )
-    return bool(getattr(result, "rowcount", 0) == 1)
 
+    def _follow_progress(self, state: QueueState, job: Job, row: JobRow, view: TaskView | None) -> QueueState:
+        record = self.records.get(job.job_id)
+        current = record is not None and record.get("lease_id") == lease_id_of(row)
+        if current and record is not None:
+            row.training_job = {"backend": record.get("backend"), "name": record.get("name")}
+            row.training_job["state"] = record.get("state")
+        if job.is_stopping:
+            return state
+        launched = current and record is not None and record.get("state") == "launched"
+        if launched or is_monitoring(view, ADMISSION_CLASSPATH):
+            target = JobStatus.RUNNING
+        elif view is not None and view.state in ("queued", "running"):
+            target = JobStatus.STARTING
+        else:
+            return state
+        order = (JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING)
+        if order.index(target) <= order.index(job.status):
+            return state
+        return record_status_change(self.session, state, job.job_id, target, self.now)
 
-def _allocate_queue(
-    session: Session, queue_name: str, waiting: list[_Waiting], now: datetime, report: CycleReport
-) -> None:
-    try:
-        state = load_queue_state(session, queue_name)
-    except LedgerError as error:
-        for each in waiting:
-            report.rejected[each.job_id] = str(error)
-        return
-    grantable: dict[str, _Waiting] = {}
-    for each in waiting:
-        row = session.get(JobRow, each.job_id)
-        if row is None:
-            request = _request(each, report)
-            if request is None:
-                continue
-            state = record_submission(
-                session,
-                state,
-                each.job_id,
-                request,
-                TaskInstanceRef(
-                    each.ti.dag_id,
-                    each.ti.run_id,
-                    each.ti.task_id,
-                    each.ti.map_index,
-                    each.ti.try_number,
-                    str(each.ti.id),
-                ),
-                now,
-                submitted_at=_submitted_at(each.kwargs),
+    def _signal_if_due(self, job: Job, row: JobRow, view: TaskView | None) -> None:
+        signalled = row.stop_signalled_at
+        if signalled is None or is_monitoring(view, ADMISSION_CLASSPATH):
+            self._signal(job, row, view)
+            return
+        if self.now - signalled >= self.settings.stop_deadline and view is not None:
+            log.warning(
+                "Job %s did not stop within %s of being told to; clearing its task",
+                job.job_id,
+                self.settings.stop_deadline,
             )
-            report.submitted.append(each.job_id)
-            if each.job_id not in state.jobs:  # recorded FAILED: share unknown or DISABLED
-                row = session.get(JobRow, each.job_id)
-                report.rejected[each.job_id] = "" if row is None else row.status_reason
+            if clear_unresponsive(self.session, view.ti_id):
+                self.report.cleared.append(job.job_id)
+
+    def _orphan_stopped(self, row: JobRow, reason: str) -> bool:
+        """Whether the ended job's capacity is free: no training job of its lease can still run."""
+        record = self.records.get(row.job_id)
+        if record is None or record.get("lease_id") != lease_id_of(row) or record.get("state") != "launched":
+            return True
+        if row.stop_signalled_at is None:
+            row.stop_signalled_at = self.now
+            row.status_reason = (
+                f"Stopping: {reason}; its training job {record.get('name')} may still run and is being "
+                "stopped before its capacity is released"
+            )
+        stopped = _stop_orphan(self.settings, record)
+        if not stopped and self.now - row.stop_signalled_at < self.settings.orphan_timeout:
+            self.report.orphans.append(row.job_id)
+            return False
+        if not stopped:
+            log.warning(
+                "Training job %s of job %s not confirmed stopped after %s; releasing its capacity",
+                record.get("name"),
+                row.job_id,
+                self.settings.orphan_timeout,
+            )
+        return True
+
+    # --- 3. admission requests -------------------------------------------------------------------------
+
+    def _admit(self, state: QueueState, waiting: list[_Waiting]) -> tuple[QueueState, dict[str, _Waiting]]:
+        grantable: dict[str, _Waiting] = {}
+        for each in waiting:
+            row = self.session.get(JobRow, each.job_id)
+            if row is None:
+                request = self._request(each)
+                if request is None:
+                    continue
+                state = record_submission(
+                    self.session,
+                    state,
+                    each.job_id,
+                    request,
+                    _task_ref(each.ti),
+                    self.now,
+                    submitted_at=_submitted_at(each.kwargs),
+                )
+                self.report.submitted.append(each.job_id)
+            job = state.jobs.get(each.job_id)
+            if job is not None and job.status.holds_capacity:
+                if not job.is_stopping:  # resumed but back without being told to stop: a lost grant
+                    self._resume_grant(each, self._row(each.job_id), reattach=True)
+                    continue
+                state = record_stop_completed(self.session, state, each.job_id, self.now)
+                self.report.stopped.append(each.job_id)
+                job = state.jobs.get(each.job_id)
+            if job is None:  # final: refused at submission, out of preemption retries, terminated
+                self._reject(each, self._row(each.job_id).status_reason)
                 continue
-        elif row.status == JobStatus.FAILED.value:
-            report.rejected[each.job_id] = row.status_reason
-            continue
-        if not each.settled:
-            report.settling.append(each.job_id)
-            continue
-        grantable[each.job_id] = each
+            if not each.settled:
+                self.report.settling.append(each.job_id)
+                continue
+            grantable[each.job_id] = each
+        return state, grantable
 
-    planning = _planning_state(state, grantable)
-    plan = plan_cycle(planning, to_engine_time(now))
-    record_cycle(session, planning, plan, now)
-    for decision in plan.decisions:
-        if not isinstance(decision, Grant):
-            # Recorded only: resuming the victims' monitoring triggers is the next step.
-            report.preempted.setdefault(decision.preemptor_id, []).extend(decision.victim_ids)
-            continue
-        chosen = grantable.get(decision.job_id)
-        if chosen is None:
-            report.unresumed.append(decision.job_id)
-            continue
-        report.granted.append(_resume(session, chosen, decision, now))
+    def _request(self, waiting: _Waiting) -> JobRequest | None:
+        try:
+            return validate_job_request(request_document(waiting.kwargs), source=waiting.job_id)
+        except JobRequestError as error:
+            self._reject(waiting, str(error))
+            return None
+
+    def _reject(self, waiting: _Waiting, reason: str) -> None:
+        self.report.rejected[waiting.job_id] = reason
+        resume(self.session, waiting.ti, {"rejected": True, "job_id": waiting.job_id, "reason": reason})
+
+    # --- 4. decisions ----------------------------------------------------------------------------------
+
+    def _grant(self, state: QueueState, grant: Grant, waiting: _Waiting | None) -> None:
+        row = self._row(grant.job_id)
+        if grant.capacity_unit.startswith(LOCAL_UNIT_PREFIX):
+            row.held_devices = self._devices_for(state, row, grant)
+        if waiting is None:
+            self.report.unresumed.append(grant.job_id)
+            return
+        self._resume_grant(waiting, row, reattach=False)
+
+    def _devices_for(self, state: QueueState, row: JobRow, grant: Grant) -> list[int]:
+        held = self.session.scalars(
+            select(JobRow.held_devices).where(
+                JobRow.job_queue_name == state.queue.name,
+                JobRow.held_capacity_unit == grant.capacity_unit,
+                JobRow.held_devices.is_not(None),
+                JobRow.job_id != row.job_id,
+            )
+        )
+        total = state.queue.capacity.get(grant.capacity_unit, 0)
+        devices = assign_devices(total, [list(each) for each in held if each], grant.instance_count)
+        if devices is None:  # the engine never grants beyond the physical capacity
+            raise LedgerError(
+                f"no free {grant.capacity_unit} device indices for {grant.job_id} in job queue "
+                f"{state.queue.name}: the ledger's held devices disagree with its capacity"
+            )
+        return devices
+
+    def _resume_grant(self, waiting: _Waiting, row: JobRow, *, reattach: bool) -> None:
+        payload: dict[str, Any] = {
+            "lease_id": lease_id_of(row),
+            "job_id": row.job_id,
+            "ti_id": str(waiting.ti.id),
+            "try_number": waiting.ti.try_number,
+            "attempt": row.attempt,
+            "capacityUnit": row.held_capacity_unit,
+            "instanceCount": row.held_instance_count,
+            "borrowed": row.borrowed_instance_count,
+            "granted_at": self.now.astimezone(UTC).isoformat(),
+        }
+        if reattach:
+            payload["reattach"] = True
+        if row.held_devices is not None:
+            payload["devices"] = list(row.held_devices)
+        resume(self.session, waiting.ti, payload)
+        self.report.granted.append(Lease(row.job_id, str(waiting.ti.id), payload))
+
+    def _preempt(self, state: QueueState, preemption: Preemption) -> None:
+        self.report.preempted.setdefault(preemption.preemptor_id, []).extend(preemption.victim_ids)
+        rule = preemption.rule.value
+        self.report.preempted_by_rule[rule] = self.report.preempted_by_rule.get(rule, 0) + len(
+            preemption.victim_ids
+        )
+        for victim_id in preemption.victim_ids:
+            self._signal(state.jobs[victim_id], self._row(victim_id), self.views.get(victim_id))
+
+    def _signal(self, job: Job, row: JobRow, view: TaskView | None) -> None:
+        """Tell a job's task to stop: the store signal always, a preempt event when it is monitoring."""
+        signal: Preempt = {
+            "preempt": True,
+            "lease_id": lease_id_of(row),
+            "job_id": job.job_id,
+            "preempted_by": job.preempted_by,
+            "rule": row.preemption_rule or (None if job.stop_cause is None else job.stop_cause.value),
+            "reason": job.status_reason,
+            "at": self.now.astimezone(UTC).isoformat(),
+        }
+        write_signal(self.session, row, dict(signal))
+        if is_monitoring(view, ADMISSION_CLASSPATH) and view is not None:
+            ti = claim_deferred(self.session, view.ti_id)
+            if ti is not None:
+                resume(self.session, ti, dict(signal))
+        if row.stop_signalled_at is None:
+            row.stop_signalled_at = self.now
+        self.report.signalled.append(job.job_id)
+
+    def _row(self, job_id: str) -> JobRow:
+        row = self.session.get(JobRow, job_id)
+        if row is None:
+            raise LedgerError(f"job {job_id} is not in the quota ledger")
+        return row
 
 
-def _request(waiting: _Waiting, report: CycleReport) -> JobRequest | None:
+def _stop_orphan(settings: CycleSettings, record: TrainingJobRecord) -> bool:
+    stopper = settings.orphan_stopper or stop_orphan_through_backend
     try:
-        return validate_job_request(request_document(waiting.kwargs), source=waiting.job_id)
-    except JobRequestError as error:
-        report.rejected[waiting.job_id] = str(error)
-        return None
+        return stopper(record)
+    except Exception:  # an unreachable backend must not stop the cycle; retried next cycle
+        log.exception("Could not stop orphaned training job %s", record.get("name"))
+        return False
+
+
+def stop_orphan_through_backend(record: TrainingJobRecord) -> bool:
+    """Stop an orphaned training job through its backend; True once it no longer runs.
+
+    A local process group ends with its task (the local backend's watchdog kills it when the task
+    process dies), so a local record needs no action here.
+    """
+    if record.get("backend") != "sagemaker":
+        return True
+    from airflow_quota.backends.sagemaker import stop_orphaned_training_job
+
+    return stop_orphaned_training_job(record.get("aws_conn_id"), record.get("region_name"), record["name"])
+
+
+def _task_ref(ti: TaskInstance) -> TaskInstanceRef:
+    return TaskInstanceRef(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number, str(ti.id))
 
 
 def _submitted_at(kwargs: dict[str, Any]) -> datetime | None:
@@ -238,23 +482,3 @@ def _planning_state(state: QueueState, grantable: dict[str, _Waiting]) -> QueueS
         if job.status is not JobStatus.RUNNABLE or job.holds_reservation or job_id in grantable
     }
     return QueueState(state.queue, jobs)
-
-
-def _resume(session: Session, waiting: _Waiting, grant: Grant, now: datetime) -> Lease:
-    row = session.get(JobRow, grant.job_id)
-    attempt = 0 if row is None else row.attempt
-    ti_id = str(waiting.ti.id)
-    payload = {
-        "lease_id": f"{grant.job_id}#{attempt}",
-        "job_id": grant.job_id,
-        "ti_id": ti_id,
-        "try_number": waiting.ti.try_number,
-        "attempt": attempt,
-        "capacityUnit": grant.capacity_unit,
-        "instanceCount": grant.instance_count,
-        "borrowed": grant.borrowed,
-        "granted_at": now.astimezone(UTC).isoformat(),
-    }
-    event = TriggerEvent(payload)  # type: ignore[no-untyped-call]  # untyped upstream __init__
-    handle_event_submit(event, task_instance=waiting.ti, session=session)
-    return Lease(grant.job_id, ti_id, payload)

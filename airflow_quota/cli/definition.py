@@ -50,10 +50,14 @@ ARG_PRIORITY = _arg("priority", metavar="PRIORITY", help="The new schedulingPrio
 ARG_REASON = _arg("--reason", metavar="TEXT", required=True, help="Why: becomes the job's statusReason")
 ARG_SINCE = _arg("--since", metavar="ISO-TIME", help="Only events at or after this time (UTC when no zone)")
 ARG_LIMIT = _arg("--limit", metavar="N", help="At most the newest N events (default 50)")
+ARG_ONCE = _arg("--once", action="store_true", help="Run one allocation cycle, print what it did, and exit")
+ARG_INTERVAL = _arg(
+    "--interval", metavar="SECONDS", help="Seconds between cycles (default: [quota] allocation_interval, 1)"
+)
 
 ALLOCATOR_NOTE = (
-    "The change is written to the quota ledger and audited; the allocator applies its effect to a "
-    "running task (the allocator is being built)."
+    "The change is written to the quota ledger and audited; the allocator's next cycle applies its "
+    "effect to the task (a terminated running job is told to stop, and fails once it has stopped)."
 )
 
 SHARES_COMMANDS = [
@@ -134,6 +138,18 @@ LEDGER_COMMANDS: list[ActionCommand | GroupCommand] = [
         help="The quota audit log, newest last",
         func=lazy_load_command("airflow_quota.cli.events.events"),
         args=(ARG_LEDGER_QUEUE, ARG_SINCE, ARG_LIMIT, ARG_OUTPUT),
+    ),
+    ActionCommand(
+        name="allocator",
+        help="Run the quota allocator as its own process (or one cycle with --once)",
+        description=(
+            "Run allocation cycles until SIGTERM: grant waiting tasks, signal preemption victims, "
+            "release finished jobs. An alternative to hosting the allocator in the scheduler with "
+            "[core] executor = LocalExecutor,airflow_quota.allocator.executor.QuotaAllocatorExecutor; "
+            "both may run, one cycle runs at a time on PostgreSQL."
+        ),
+        func=lazy_load_command("airflow_quota.cli.allocator.allocator"),
+        args=(ARG_ONCE, ARG_INTERVAL, ARG_OUTPUT),
     ),
 ]
 

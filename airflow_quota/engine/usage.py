@@ -19,7 +19,15 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from airflow_quota.engine.model import HOLDING_CAPACITY, Job, JobQueue, JobStatus, QueueState, QuotaShare
+from airflow_quota.engine.model import (
+    HOLDING_CAPACITY,
+    Job,
+    JobQueue,
+    JobStatus,
+    QueueState,
+    QuotaShare,
+    SharingStrategy,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,3 +234,29 @@ class Usage:
 
 def usage_of(state: QueueState) -> Usage:
     return Usage(state.queue, state.jobs.values())
+
+
+def lent_capacity(state: QueueState) -> dict[tuple[str, str], int]:
+    """Units each lending share has lent, by (share, unit): what borrowers use beyond the unowned capacity.
+
+    Lending is pooled, so which lender lent a unit is a convention: borrowers use the capacity no share
+    owns first, then the lenders' idle capacity in the order the shares are configured.
+    """
+    usage = usage_of(state)
+    lent: dict[tuple[str, str], int] = {}
+    for unit in state.queue.capacity:
+        borrowed = sum(
+            max(0, usage.usage(share.name, unit) - share.own_limit(unit)) for share in state.queue.shares
+        )
+        to_attribute = max(0, borrowed - usage.unowned(unit))
+        for share in state.queue.shares:
+            if to_attribute == 0:
+                break
+            if share.strategy is SharingStrategy.RESERVE:
+                continue
+            idle = max(0, share.own_limit(unit) - usage.usage(share.name, unit))
+            given = min(idle, to_attribute)
+            if given:
+                lent[(share.name, unit)] = given
+                to_attribute -= given
+    return lent

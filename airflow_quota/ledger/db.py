@@ -20,6 +20,7 @@ LEDGER_DIR = Path(__file__).parent
 #: --to-version`` reads it).
 REVISION_HEADS_MAP: dict[str, str] = {
     "0.1.0": "07ac53478b6a",
+    "0.2.0": "5b1e0c2f9a7d",
 }
 
 

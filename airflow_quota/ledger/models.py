@@ -144,6 +144,12 @@ class JobRow(LedgerBase):
     borrowed_instance_count: Mapped[int] = mapped_column(Integer)
     #: ``{share name: units}`` lent to this job, when known.
     borrowed_from: Mapped[dict[str, int] | None] = mapped_column(JSON)
+    #: Local GPUs: the device indices granted (held until the job has stopped).
+    held_devices: Mapped[list[int] | None] = mapped_column(JSON)
+    #: When the allocator last signalled the job to stop (preempted or terminated), while it stops.
+    stop_signalled_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    #: What the task reported it launched for the current attempt: ``{"backend", "name", "state"}``.
+    training_job: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # The Airflow task instance the job belongs to.
     dag_id: Mapped[str] = mapped_column(String(ID_LENGTH))
     run_id: Mapped[str] = mapped_column(String(ID_LENGTH))

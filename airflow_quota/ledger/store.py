@@ -710,6 +710,8 @@ def _write_job(row: JobRow, job: Job, now: datetime) -> None:
         row.held_instance_count = 0
         row.borrowed_instance_count = 0
         row.borrowed_from = None
+        row.held_devices = None
+        row.stop_signalled_at = None
     row.updated_at = now
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from airflow.models.dagrun import DagRun
+from airflow.models.task_state_store import TaskStateStoreModel
 from airflow.models.taskinstance import TaskInstance
 from airflow.models.trigger import Trigger
 from airflow.sdk.serde import deserialize, serialize
@@ -24,8 +25,8 @@ from airflow.utils.state import TaskInstanceState
 
 from airflow_quota.allocator.cycle import (
     ALLOCATOR_LOCK_ID,
-    SETTLE_TIME,
     CycleReport,
+    CycleSettings,
     job_id_for,
     run_allocation_cycle,
 )
@@ -36,6 +37,8 @@ from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmission
 from tests.db.conftest import Database
 
 pytestmark = pytest.mark.db
+
+SETTLE_TIME = CycleSettings().settle_time
 
 QUEUE = "gpu-training"
 DAG_ID = "train"
@@ -77,7 +80,7 @@ def db(migrated: Database) -> Iterator[Database]:
     with migrated.engine.begin() as connection:
         for table in reversed(ledger_metadata.sorted_tables):
             connection.execute(table.delete())
-        for model in (TaskInstance, Trigger, DagRun):
+        for model in (TaskStateStoreModel, TaskInstance, Trigger, DagRun):
             connection.execute(sa.delete(model.__table__))
         connection.execute(
             sa.insert(DagRun.__table__).values(
@@ -229,7 +232,12 @@ def test_requests_the_ledger_cannot_take_are_reported_and_never_granted(db: Data
     assert "cpu-queue" in report.rejected[unknown_queue]
     assert report.granted == []
     assert job(db, unknown_share).status == "FAILED"
-    assert {ti.state for ti in task_instances(db).values()} == {TaskInstanceState.DEFERRED}
+    # Each task is resumed with the rejection, so it fails with the reason (and nothing else changes).
+    resumed = task_instances(db)
+    for task_id, job_id in (("bad", invalid), ("nobody", unknown_share), ("elsewhere", unknown_queue)):
+        assert resumed[task_id].state == TaskInstanceState.SCHEDULED
+        event = deserialize(resumed[task_id].next_kwargs)["event"]
+        assert event == {"rejected": True, "job_id": job_id, "reason": report.rejected[job_id]}
     assert cycle(db, START + timedelta(seconds=2)).granted == []
 
 

@@ -1,0 +1,92 @@
+"""Run allocation cycles for a host (the scheduler's executor heartbeat, or `airflow quota allocator`).
+
+A host calls ``run_cycle()`` as often as it likes: each call opens its own session on Airflow's engine
+(never the scheduler's scoped session: nesting ``create_session`` closes it under the scheduler), runs
+one cycle, commits, emits the cycle's metrics through Airflow's ``Stats`` and returns the report. A
+cycle that raises is rolled back whole, logged, and counted (``quota.cycle.errors``); the host goes on.
+
+Settings (``[quota]`` in airflow.cfg or ``AIRFLOW__QUOTA__*``): ``allocation_interval`` (seconds
+between cycles, default 1), ``settle_time`` (10), ``stop_deadline`` (600), ``orphan_timeout`` (900).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime, timedelta
+
+from airflow import settings as airflow_settings
+from airflow.configuration import conf
+from airflow.stats import Stats
+from sqlalchemy.orm import Session
+
+from airflow_quota.allocator.cycle import CycleReport, CycleSettings, run_allocation_cycle
+from airflow_quota.engine.model import HOLDING_CAPACITY, JobStatus
+from airflow_quota.engine.usage import lent_capacity, usage_of
+
+log = logging.getLogger(__name__)
+
+SECTION = "quota"
+
+
+def allocation_interval() -> float:
+    return conf.getfloat(SECTION, "allocation_interval", fallback=1.0)
+
+
+def cycle_settings() -> CycleSettings:
+    """The cycle's tunables from Airflow's configuration."""
+
+    def seconds(key: str, default: float) -> timedelta:
+        return timedelta(seconds=conf.getfloat(SECTION, key, fallback=default))
+
+    return CycleSettings(
+        settle_time=seconds("settle_time", 10),
+        stop_deadline=seconds("stop_deadline", 600),
+        orphan_timeout=seconds("orphan_timeout", 900),
+    )
+
+
+def run_cycle(settings: CycleSettings | None = None) -> CycleReport | None:
+    """One cycle in its own transaction; None when it failed (rolled back and logged)."""
+    engine = airflow_settings.engine
+    if engine is None:
+        raise RuntimeError("Airflow's ORM is not configured (airflow.settings.engine is None)")
+    started = time.monotonic()
+    try:
+        with Session(bind=engine, expire_on_commit=False) as session, session.begin():
+            report = run_allocation_cycle(session, datetime.now(UTC), settings or cycle_settings())
+    except Exception:
+        log.exception("Quota allocation cycle failed; it was rolled back and will run again")
+        Stats.incr("quota.cycle.errors")
+        return None
+    emit_metrics(report, time.monotonic() - started)
+    return report
+
+
+def emit_metrics(report: CycleReport, seconds: float) -> None:
+    """The cycle's figures: time, grants, preemptions by rule, and per share and unit usage."""
+    if report.skipped:
+        Stats.incr("quota.cycle.skipped")
+        return
+    Stats.timing("quota.cycle.duration", seconds * 1000.0)
+    Stats.incr("quota.grants", len(report.granted))
+    for rule, victims in report.preempted_by_rule.items():
+        Stats.incr("quota.preemptions", victims, tags={"rule": rule})
+    Stats.incr("quota.rejections", len(report.rejected))
+    for queue_name, state in report.states.items():
+        usage = usage_of(state)
+        lent = lent_capacity(state)
+        for share in state.queue.shares:
+            jobs = [job for job in state.jobs.values() if job.share_name == share.name]
+            tags = {"job_queue": queue_name, "quota_share": share.name}
+            runnable = sum(job.status is JobStatus.RUNNABLE for job in jobs)
+            running = sum(job.status in HOLDING_CAPACITY for job in jobs)
+            Stats.gauge("quota.share.runnable", runnable, tags=tags)
+            Stats.gauge("quota.share.running", running, tags=tags)
+            for unit, limit in share.capacity_limits.items():
+                used = usage.usage(share.name, unit)
+                unit_tags = tags | {"capacity_unit": unit}
+                Stats.gauge("quota.share.usage", used, tags=unit_tags)
+                Stats.gauge("quota.share.borrowed", max(0, used - limit), tags=unit_tags)
+                Stats.gauge("quota.share.idle", max(0, limit - used), tags=unit_tags)
+                Stats.gauge("quota.share.lent", lent.get((share.name, unit), 0), tags=unit_tags)

@@ -1,0 +1,71 @@
+"""``airflow quota allocator [--once] [--interval S]``: the allocator as its own process.
+
+For deployments that keep the allocator apart from the scheduler (instead of, or beside, the
+``QuotaAllocatorExecutor``): it runs one cycle every ``--interval`` seconds (default ``[quota]
+allocation_interval``) until SIGTERM or SIGINT, finishing the cycle in progress. Several may run; on
+PostgreSQL one cycle runs at a time. ``--once`` runs a single cycle and prints what it did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from types import FrameType
+
+from airflow_quota.allocator.cycle import CycleReport
+from airflow_quota.allocator.host import allocation_interval, run_cycle
+from airflow_quota.cli.common import console, fail, print_json, wants_json
+
+
+def allocator(args: argparse.Namespace) -> None:
+    try:
+        interval = allocation_interval() if args.interval is None else float(args.interval)
+    except ValueError:
+        interval = -1.0
+    if interval <= 0:
+        fail(f"--interval must be a positive number of seconds, not {args.interval!r}")
+    if args.once:
+        report = run_cycle()
+        if report is None:
+            fail("the allocation cycle failed and was rolled back; see the log above")
+        _print(report, args)
+        return
+    stopping = threading.Event()
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    console().print(f"Quota allocator: a cycle every {interval:g} s (SIGTERM or Ctrl-C stops it)")
+    while not stopping.is_set():
+        run_cycle()
+        stopping.wait(interval)
+    console().print("Quota allocator stopped")
+
+
+def _print(report: CycleReport, args: argparse.Namespace) -> None:
+    summary = {
+        "skipped": report.skipped,
+        "submitted": report.submitted,
+        "granted": [lease.job_id for lease in report.granted],
+        "preempted": report.preempted,
+        "stopped": report.stopped,
+        "finished": report.finished,
+        "orphans": report.orphans,
+        "cleared": report.cleared,
+        "rejected": report.rejected,
+        "settling": report.settling,
+    }
+    if wants_json(args):
+        print_json(summary)
+        return
+    if report.skipped:
+        console().print("Skipped: another allocator holds the lock")
+        return
+    for key, value in summary.items():
+        if key != "skipped" and value:
+            console().print(f"{key}: {value}")
+    if not any(value for key, value in summary.items() if key != "skipped"):
+        console().print("Nothing to do")

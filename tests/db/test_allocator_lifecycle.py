@@ -1,0 +1,432 @@
+"""The allocator follows each job's task instance: progress, preemption signals, stop reports, release.
+
+Against a real, migrated Airflow metadata DB (SQLite and PostgreSQL), each test writes what Airflow and
+the task would leave behind (task instance states, triggers, ``task_state_store`` values) between
+cycles, and checks what the allocator wrote back: the ledger, the resumed task instances and the
+signals a task reads.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from airflow.models.taskinstance import TaskInstance
+from airflow.models.trigger import Trigger
+from airflow.sdk.serde import deserialize
+from airflow.state import TaskScope, get_state_backend
+from airflow.utils.state import TaskInstanceState
+
+from airflow_quota.allocator.cycle import CycleReport, CycleSettings, run_allocation_cycle
+from airflow_quota.engine.config import parse_quota_config
+from airflow_quota.ledger.models import AuditKind, JobRow
+from airflow_quota.ledger.store import apply_quota_config, load_queue_state, record_termination
+from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY, TrainingJobRecord
+from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger
+from tests.db.conftest import Database
+from tests.db.test_allocator_cycle import DAG_ID, QUEUE, RUN_ID, START, audit, db, defer, job, migrated
+
+pytestmark = pytest.mark.db
+__all__ = ["db", "migrated"]  # the fixtures this module borrows
+
+MONITOR_CLASSPATH = "airflow_quota.triggers.sagemaker.QuotaTrainingJobTrigger"
+#: Two teams on 4 GPUs: team-a lends its 2, team-b owns 2 and may borrow without limit.
+TWO_TEAMS = parse_quota_config(
+    {
+        "jobQueues": [
+            {
+                "jobQueueName": QUEUE,
+                "capacityLimits": [
+                    {"capacityUnit": "gpu", "maxCapacity": 4},
+                    {"capacityUnit": "local-gpu", "maxCapacity": 2},
+                ],
+                "quotaShares": [
+                    {
+                        "quotaShareName": "team-a",
+                        "capacityLimits": [
+                            {"capacityUnit": "gpu", "maxCapacity": 2},
+                            {"capacityUnit": "local-gpu", "maxCapacity": 2},
+                        ],
+                        "resourceSharingConfiguration": {"strategy": "LEND"},
+                        "preemptionConfiguration": {"inSharePreemption": "ENABLED"},
+                    },
+                    {
+                        "quotaShareName": "team-b",
+                        "capacityLimits": [{"capacityUnit": "gpu", "maxCapacity": 2}],
+                        "resourceSharingConfiguration": {"strategy": "LEND_AND_BORROW", "borrowLimit": -1},
+                    },
+                ],
+            }
+        ]
+    },
+    "quotas.yaml",
+)
+
+
+@pytest.fixture
+def teams(db: Database) -> Iterator[Database]:
+    with db.session() as session, session.begin():
+        apply_quota_config(session, TWO_TEAMS, applied_by="test", source="quotas.yaml", now=START)
+    yield db
+
+
+def at(seconds: float) -> datetime:
+    return START + timedelta(seconds=seconds)
+
+
+def cycle(db: Database, seconds: float, **settings: Any) -> CycleReport:
+    with db.session() as session, session.begin():
+        return run_allocation_cycle(session, at(seconds), CycleSettings(**settings))
+
+
+def ti_of(db: Database, task_id: str) -> TaskInstance:
+    with db.session() as session:
+        ti = session.scalar(sa.select(TaskInstance).where(TaskInstance.task_id == task_id))
+        assert ti is not None
+        return ti
+
+
+def set_ti(db: Database, task_id: str, **values: Any) -> None:
+    with db.engine.begin() as connection:
+        connection.execute(
+            sa.update(TaskInstance.__table__).where(TaskInstance.task_id == task_id).values(**values)
+        )
+
+
+def defer_on_monitor(db: Database, task_id: str) -> None:
+    """The granted task launched its training job and deferred on its monitoring trigger."""
+    with db.session() as session, session.begin():
+        trigger = Trigger(MONITOR_CLASSPATH, {"training_job_name": task_id}, created_date=START)
+        session.add(trigger)
+        session.flush()
+        trigger_id = trigger.id
+    set_ti(db, task_id, state=TaskInstanceState.DEFERRED, trigger_id=trigger_id, next_method="on_monitor")
+
+
+def redefer_for_admission(db: Database, task_id: str, job_id: str, *, seconds: float, share: str) -> None:
+    """The task stopped its training job and deferred for admission again (from a worker: pid set)."""
+    kwargs = QuotaAdmissionTrigger(
+        job_queue=QUEUE,
+        job_name=task_id,
+        quota_share_name=share,
+        capacity_unit="gpu",
+        instance_count=2,
+        submitted_at=START.isoformat(),
+        attempt=1,
+    ).serialize()[1] | {"released_lease_id": f"{job_id}#1"}
+    with db.session() as session, session.begin():
+        trigger = Trigger(ADMISSION_CLASSPATH, kwargs, created_date=at(seconds))
+        session.add(trigger)
+        session.flush()
+        trigger_id = trigger.id
+    set_ti(
+        db, task_id, state=TaskInstanceState.DEFERRED, trigger_id=trigger_id, next_method="on_grant", pid=7
+    )
+
+
+def store_get(db: Database, task_id: str, key: str) -> Any:
+    with db.session() as session:
+        value = get_state_backend().get(TaskScope(DAG_ID, RUN_ID, task_id), key, session=session)
+        return None if value is None else json.loads(value)
+
+
+def store_set(db: Database, task_id: str, key: str, document: Any) -> None:
+    with db.session() as session, session.begin():
+        get_state_backend().set(
+            TaskScope(DAG_ID, RUN_ID, task_id), key, json.dumps(document), session=session
+        )
+
+
+def event_of(db: Database, task_id: str) -> Any:
+    return deserialize(ti_of(db, task_id).next_kwargs)["event"]
+
+
+def held(db: Database) -> dict[str, int]:
+    """Units each job holds, by job id (what the ledger counts as taken)."""
+    with db.session() as session:
+        rows = session.scalars(sa.select(JobRow).where(JobRow.held_instance_count > 0))
+        return {row.job_id: row.held_instance_count for row in rows}
+
+
+def borrower_and_lender(db: Database) -> tuple[str, str, str]:
+    """team-b runs b-own on its 2 GPUs and b-borrow on team-a's idle 2; then team-a's job arrives."""
+    own = defer(db, "b-own", gpus=2, quota_share_name="team-b", deferred_at=START)
+    borrower = defer(db, "b-borrow", gpus=2, quota_share_name="team-b", deferred_at=at(0.5))
+    report = cycle(db, 1)
+    assert [lease.job_id for lease in report.granted] == [own, borrower]
+    lender = defer(db, "a-job", gpus=2, quota_share_name="team-a", deferred_at=at(2))
+    return own, borrower, lender
+
+
+def test_a_granted_task_moves_scheduled_starting_running_as_it_starts_and_launches(teams: Database) -> None:
+    job_id = defer(teams, "train", gpus=1, quota_share_name="team-a")
+    cycle(teams, 1)
+    assert job(teams, job_id).status == "SCHEDULED"
+
+    set_ti(teams, "train", state=TaskInstanceState.RUNNING)
+    cycle(teams, 2)
+    assert job(teams, job_id).status == "STARTING"
+
+    store_set(
+        teams,
+        "train",
+        TRAINING_JOB_KEY,
+        {
+            "backend": "sagemaker",
+            "name": "train-a1",
+            "attempt": 1,
+            "lease_id": f"{job_id}#1",
+            "state": "launched",
+        },
+    )
+    cycle(teams, 3)
+    row = job(teams, job_id)
+    assert row.status == "RUNNING"
+    assert row.training_job == {"backend": "sagemaker", "name": "train-a1", "state": "launched"}
+
+
+def test_a_borrower_deferred_on_its_monitor_is_resumed_with_a_preempt_event_and_told_in_its_store(
+    teams: Database,
+) -> None:
+    _, borrower, lender = borrower_and_lender(teams)
+    defer_on_monitor(teams, "b-borrow")
+
+    report = cycle(teams, 3)
+
+    assert report.preempted == {lender: [borrower]}
+    assert report.preempted_by_rule == {"RECLAIM": 1}
+    assert ti_of(teams, "b-borrow").state == TaskInstanceState.SCHEDULED
+    event = event_of(teams, "b-borrow")
+    assert event["preempt"] is True
+    assert (event["lease_id"], event["preempted_by"], event["rule"]) == (f"{borrower}#1", lender, "RECLAIM")
+    assert store_get(teams, "b-borrow", PREEMPT_KEY) == event
+    # Two-phase: the borrower still holds its GPUs, the lender waits for them.
+    assert held(teams)[borrower] == 2
+    assert job(teams, lender).status == "RUNNABLE"
+    assert ti_of(teams, "a-job").state == TaskInstanceState.DEFERRED
+
+
+def test_a_borrower_running_in_a_worker_is_told_through_its_store_only(teams: Database) -> None:
+    _, borrower, lender = borrower_and_lender(teams)
+    set_ti(teams, "b-borrow", state=TaskInstanceState.RUNNING)
+
+    cycle(teams, 3)
+
+    assert ti_of(teams, "b-borrow").state == TaskInstanceState.RUNNING
+    signal = store_get(teams, "b-borrow", PREEMPT_KEY)
+    assert (signal["lease_id"], signal["preempted_by"]) == (f"{borrower}#1", lender)
+    assert job(teams, borrower).stop_signalled_at is not None
+
+
+def test_the_victims_redeferral_is_its_stop_report_then_it_is_requeued_and_the_lender_granted(
+    teams: Database,
+) -> None:
+    own, borrower, lender = borrower_and_lender(teams)
+    set_ti(teams, "b-borrow", state=TaskInstanceState.RUNNING)
+    cycle(teams, 3)
+    assert held(teams)[borrower] == 2  # told to stop, not stopped yet
+    redefer_for_admission(teams, "b-borrow", borrower, seconds=4, share="team-b")
+
+    report = cycle(teams, 5)
+
+    assert report.stopped == [borrower]
+    assert [lease.job_id for lease in report.granted] == [lender]
+    assert held(teams) == {own: 2, lender: 2}
+    requeued = job(teams, borrower)
+    assert (requeued.status, requeued.preempted_attempt_count) == ("RUNNABLE", 1)
+    assert requeued.recent_preempted_attempts[0]["preemptedBy"] == lender
+    # It waits again at its old place (deferred from a worker, it also waits out the settle time).
+    assert ti_of(teams, "b-borrow").state == TaskInstanceState.DEFERRED
+    assert report.settling == [borrower]
+    assert [row.job_id for row in audit(teams, AuditKind.REQUEUED)] == [borrower]
+
+
+def test_capacity_is_released_when_the_task_try_ends_and_the_job_takes_its_outcome(teams: Database) -> None:
+    done = defer(teams, "done", gpus=1, quota_share_name="team-a")
+    broken = defer(teams, "broken", gpus=1, quota_share_name="team-a")
+    cycle(teams, 1)
+    set_ti(teams, "done", state=TaskInstanceState.SUCCESS)
+    set_ti(teams, "broken", state=TaskInstanceState.FAILED)
+
+    report = cycle(teams, 2)
+
+    assert sorted(report.finished) == sorted([done, broken])
+    assert held(teams) == {}
+    assert job(teams, done).status == "SUCCEEDED"
+    failed = job(teams, broken)
+    assert (failed.status, failed.status_reason) == ("FAILED", "Its task try 1 failed")
+
+
+def test_a_task_cleared_while_it_holds_capacity_ends_its_job(teams: Database) -> None:
+    job_id = defer(teams, "train", gpus=1, quota_share_name="team-a")
+    cycle(teams, 1)
+    set_ti(teams, "train", state=None, try_number=2, id=uuid.uuid4())
+
+    cycle(teams, 2)
+
+    row = job(teams, job_id)
+    assert (row.status, row.held_instance_count) == ("FAILED", 0)
+    assert "cleared" in row.status_reason
+
+
+class RecordingStopper:
+    """Stands in for the SageMaker API (a fault we cannot cause for real here: an orphan that is slow to
+    stop); records each stop request and answers "stopped" from the ``stopped_after``-th call on."""
+
+    def __init__(self, stopped_after: int) -> None:
+        self.calls: list[str] = []
+        self.stopped_after = stopped_after
+
+    def __call__(self, record: TrainingJobRecord) -> bool:
+        self.calls.append(record["name"])
+        return len(self.calls) >= self.stopped_after
+
+
+def test_an_orphaned_training_job_is_stopped_before_its_capacity_is_released(teams: Database) -> None:
+    job_id = defer(teams, "train", gpus=2, quota_share_name="team-a")
+    cycle(teams, 1)
+    record = {"backend": "sagemaker", "name": "train-a1", "attempt": 1, "lease_id": f"{job_id}#1"}
+    store_set(teams, "train", TRAINING_JOB_KEY, record | {"state": "launched"})
+    set_ti(teams, "train", state=TaskInstanceState.FAILED)  # e.g. the worker died under it
+    stopper = RecordingStopper(stopped_after=2)
+
+    first = cycle(teams, 2, orphan_stopper=stopper)
+
+    assert (first.orphans, first.finished) == ([job_id], [])
+    assert held(teams) == {job_id: 2}
+    assert job(teams, job_id).status_reason.startswith("Stopping: ")
+
+    second = cycle(teams, 3, orphan_stopper=stopper)
+
+    assert stopper.calls == ["train-a1", "train-a1"]
+    assert second.finished == [job_id]
+    assert held(teams) == {}
+
+
+def test_an_orphan_not_confirmed_stopped_has_its_capacity_released_after_the_orphan_timeout(
+    teams: Database,
+) -> None:
+    job_id = defer(teams, "train", gpus=2, quota_share_name="team-a")
+    cycle(teams, 1)
+    store_set(
+        teams,
+        "train",
+        TRAINING_JOB_KEY,
+        {
+            "backend": "sagemaker",
+            "name": "train-a1",
+            "attempt": 1,
+            "lease_id": f"{job_id}#1",
+            "state": "launched",
+        },
+    )
+    set_ti(teams, "train", state=TaskInstanceState.FAILED)
+    never = RecordingStopper(stopped_after=1_000)
+
+    cycle(teams, 2, orphan_stopper=never, orphan_timeout=timedelta(seconds=60))
+    assert held(teams) == {job_id: 2}
+
+    late = cycle(teams, 62, orphan_stopper=never, orphan_timeout=timedelta(seconds=60))
+
+    assert late.finished == [job_id]
+    assert held(teams) == {}
+
+
+def test_a_training_job_recorded_as_ended_is_no_orphan(teams: Database) -> None:
+    job_id = defer(teams, "train", gpus=2, quota_share_name="team-a")
+    cycle(teams, 1)
+    store_set(
+        teams,
+        "train",
+        TRAINING_JOB_KEY,
+        {
+            "backend": "sagemaker",
+            "name": "train-a1",
+            "attempt": 1,
+            "lease_id": f"{job_id}#1",
+            "state": "ended",
+        },
+    )
+    set_ti(teams, "train", state=TaskInstanceState.FAILED)
+    stopper = RecordingStopper(stopped_after=1)
+
+    report = cycle(teams, 2, orphan_stopper=stopper)
+
+    assert (report.finished, stopper.calls) == ([job_id], [])
+
+
+def test_a_victim_that_does_not_stop_within_the_stop_deadline_is_cleared(teams: Database) -> None:
+    _, borrower, _ = borrower_and_lender(teams)
+    set_ti(teams, "b-borrow", state=TaskInstanceState.RUNNING)
+    cycle(teams, 3, stop_deadline=timedelta(seconds=30))
+
+    patient = cycle(teams, 32, stop_deadline=timedelta(seconds=30))
+    assert patient.cleared == []
+
+    report = cycle(teams, 33, stop_deadline=timedelta(seconds=30))
+
+    assert report.cleared == [borrower]
+    assert ti_of(teams, "b-borrow").state == TaskInstanceState.RESTARTING
+
+
+def test_a_victim_out_of_preemption_retries_is_failed_and_its_task_told_why(teams: Database) -> None:
+    defer(teams, "b-own", gpus=2, quota_share_name="team-b")
+    borrower = defer(
+        teams,
+        "b-borrow",
+        gpus=2,
+        quota_share_name="team-b",
+        deferred_at=at(0.5),
+        preemption_retries_before_termination=0,
+    )
+    cycle(teams, 1)
+    defer(teams, "a-job", gpus=2, quota_share_name="team-a", deferred_at=at(2))
+    set_ti(teams, "b-borrow", state=TaskInstanceState.RUNNING)
+    cycle(teams, 3)
+    redefer_for_admission(teams, "b-borrow", borrower, seconds=4, share="team-b")
+
+    report = cycle(teams, 15)
+
+    assert report.rejected[borrower] == job(teams, borrower).status_reason
+    assert job(teams, borrower).status == "FAILED"
+    event = event_of(teams, "b-borrow")
+    assert event["rejected"] is True
+    assert "preemptionRetriesBeforeTermination" in event["reason"] or "retries" in event["reason"]
+
+
+def test_a_job_terminated_by_an_admin_is_told_to_stop_by_the_next_cycle(teams: Database) -> None:
+    job_id = defer(teams, "train", gpus=1, quota_share_name="team-a")
+    cycle(teams, 1)
+    defer_on_monitor(teams, "train")
+    with teams.session() as session, session.begin():
+        record_termination(session, load_queue_state(session, QUEUE), job_id, at(2), "Wrong dataset")
+
+    report = cycle(teams, 3)
+
+    assert report.signalled == [job_id]
+    event = event_of(teams, "train")
+    assert (event["preempt"], event["preempted_by"], event["rule"]) == (True, None, "TERMINATED")
+
+
+def test_local_gpu_grants_name_distinct_device_indices_and_a_stopped_jobs_indices_are_reused(
+    teams: Database,
+) -> None:
+    first = defer(teams, "first", gpus=1, quota_share_name="team-a", capacity_unit="local-gpu")
+    second = defer(teams, "second", gpus=1, quota_share_name="team-a", capacity_unit="local-gpu")
+
+    report = cycle(teams, 1)
+
+    devices = {lease.job_id: lease.payload["devices"] for lease in report.granted}
+    assert devices == {first: [0], second: [1]}
+    set_ti(teams, "first", state=TaskInstanceState.SUCCESS)
+    third = defer(teams, "third", gpus=1, quota_share_name="team-a", capacity_unit="local-gpu")
+
+    later = cycle(teams, 2)
+
+    assert {lease.job_id: lease.payload["devices"] for lease in later.granted} == {third: [0]}
+    assert job(teams, second).held_devices == [1]
