@@ -19,6 +19,8 @@ a crash anywhere leaves the ledger as the last committed cycle wrote it). Steps:
    - the task deferred for admission again: if it was being stopped, that is its stop report
      (REQUEUED at its place, or FAILED out of preemption retries); a new request is recorded; a
      request that can never be granted resumes its task with a rejection, so only that task fails.
+     A task that deferred from a worker run is resumed only once it has settled (``settle_time``):
+     it may be granted and preempt before, its capacity held for it meanwhile.
 
 4. ``plan_cycle``, ``record_cycle``; each grant resumes its task with the lease (``protocol.Grant``),
    each victim is signalled at once.
@@ -126,7 +128,7 @@ class CycleReport:
     cleared: list[str] = field(default_factory=list)
     #: Requests that can never be granted, by job id: why (their task was resumed with a rejection).
     rejected: dict[str, str] = field(default_factory=dict)
-    #: Deferred from a worker less than the settle time ago: not resumed this cycle.
+    #: Granted but deferred from a worker less than the settle time ago: resumed by a later cycle.
     settling: list[str] = field(default_factory=list)
     #: Granted in the ledger but no claimed task instance to resume (picked up again next cycle).
     unresumed: list[str] = field(default_factory=list)
@@ -324,17 +326,14 @@ class _Cycle:
                 self.report.submitted.append(each.job_id)
             job = state.jobs.get(each.job_id)
             if job is not None and job.status.holds_capacity:
-                if not job.is_stopping:  # resumed but back without being told to stop: a lost grant
-                    self._resume_grant(each, self._row(each.job_id), reattach=True)
+                if not job.is_stopping:  # granted while it settled (or its resume was lost): resume it
+                    self._resume_grant(each, self._row(each.job_id))
                     continue
                 state = record_stop_completed(self.session, state, each.job_id, self.now)
                 self.report.stopped.append(each.job_id)
                 job = state.jobs.get(each.job_id)
             if job is None:  # final: refused at submission, out of preemption retries, terminated
                 self._reject(each, self._row(each.job_id).status_reason)
-                continue
-            if not each.settled:
-                self.report.settling.append(each.job_id)
                 continue
             grantable[each.job_id] = each
         return state, grantable
@@ -359,7 +358,7 @@ class _Cycle:
         if waiting is None:
             self.report.unresumed.append(grant.job_id)
             return
-        self._resume_grant(waiting, row, reattach=False)
+        self._resume_grant(waiting, row)
 
     def _devices_for(self, state: QueueState, row: JobRow, grant: Grant) -> list[int]:
         held = self.session.scalars(
@@ -379,7 +378,11 @@ class _Cycle:
             )
         return devices
 
-    def _resume_grant(self, waiting: _Waiting, row: JobRow, *, reattach: bool) -> None:
+    def _resume_grant(self, waiting: _Waiting, row: JobRow) -> None:
+        """Resume the granted task, once it has settled (else a later cycle resumes it)."""
+        if not waiting.settled:
+            self.report.settling.append(row.job_id)
+            return
         payload: dict[str, Any] = {
             "lease_id": lease_id_of(row),
             "job_id": row.job_id,
@@ -391,8 +394,6 @@ class _Cycle:
             "borrowed": row.borrowed_instance_count,
             "granted_at": self.now.astimezone(UTC).isoformat(),
         }
-        if reattach:
-            payload["reattach"] = True
         if row.held_devices is not None:
             payload["devices"] = list(row.held_devices)
         resume(self.session, waiting.ti, payload)
@@ -472,7 +473,10 @@ def _submitted_at(kwargs: dict[str, Any]) -> datetime | None:
 
 
 def _planning_state(state: QueueState, grantable: dict[str, _Waiting]) -> QueueState:
-    """The queue without waiting jobs whose task cannot be resumed now (settling, locked or gone).
+    """The queue without waiting jobs whose task is not claimed now (locked elsewhere, or gone).
+
+    A job whose task still settles is planned: it may be granted (its capacity is held for it and
+    its task resumed by the first cycle after it settled), and it may preempt.
 
     Jobs holding capacity, being stopped or holding a reservation stay: they count in the usage.
     """

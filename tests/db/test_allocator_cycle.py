@@ -209,8 +209,9 @@ def test_a_task_deferred_from_a_worker_waits_out_the_settle_time(db: Database) -
 
     early = cycle(db, START + SETTLE_TIME - timedelta(seconds=1))
 
+    # Granted (its capacity held for it), but its task is resumed only once it has settled.
     assert (early.submitted, early.settling, early.granted) == ([job_id], [job_id], [])
-    assert job(db, job_id).status == "RUNNABLE"
+    assert job(db, job_id).status == "SCHEDULED"
     assert task_instances(db)["job0"].state == TaskInstanceState.DEFERRED
 
     late = cycle(db, START + SETTLE_TIME)
