@@ -1,0 +1,97 @@
+"""Probe DAGs for the real-scheduler tests: tasks that speak the allocator's protocol, nothing else.
+
+``ProbeOperator`` waits for quota deferred on ``QuotaAdmissionTrigger``, "trains" for a few seconds in
+the worker while it polls its ``task_state_store`` for the allocator's preemption signal, and when
+preempted defers for admission again in the same try (the protocol of ``airflow_quota.protocol``,
+without any training backend). Every step is appended as a JSON line to ``$QUOTA_PROBE_LOG`` so the
+tests can read the timeline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk import DAG, BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_quota.protocol import PREEMPT_KEY
+from airflow_quota.triggers.admission import QuotaAdmissionTrigger
+
+QUEUE = "gpu-training"
+
+
+def note(task_id: str, event: str, **details: Any) -> None:
+    with open(os.environ["QUOTA_PROBE_LOG"], "a") as log:
+        log.write(json.dumps({"task": task_id, "event": event, "t": time.time(), **details}) + "\n")
+
+
+class ProbeOperator(BaseOperator):
+    def __init__(self, *, share: str, gpus: int = 1, train_seconds: float = 3, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.share = share
+        self.gpus = gpus
+        self.train_seconds = train_seconds
+
+    def execute(self, context: Any) -> None:
+        note(self.task_id, "execute")
+        self._wait(datetime.now(UTC).isoformat(), attempt=0)
+
+    def _wait(self, submitted_at: str, attempt: int, released: str | None = None) -> None:
+        trigger = QuotaAdmissionTrigger(
+            job_queue=QUEUE,
+            job_name=self.task_id,
+            quota_share_name=self.share,
+            capacity_unit="gpu",
+            instance_count=self.gpus,
+            submitted_at=submitted_at,
+            attempt=attempt,
+        )
+        self.defer(
+            trigger=trigger,
+            method_name="on_grant",
+            kwargs={"submitted_at": submitted_at, "attempt": attempt},
+        )
+
+    def on_grant(self, context: Any, event: dict[str, Any], submitted_at: str, attempt: int) -> None:
+        if event.get("rejected"):
+            note(self.task_id, "rejected", reason=event["reason"])
+            raise AirflowException(event["reason"])
+        if event["ti_id"] != str(context["ti"].id):
+            self._wait(submitted_at, attempt)
+        store = context["task_state_store"]
+        lease = event["lease_id"]
+        note(self.task_id, "start", lease=lease, try_number=context["ti"].try_number)
+        deadline = time.monotonic() + self.train_seconds
+        while time.monotonic() < deadline:
+            signal = store.get(PREEMPT_KEY)
+            if isinstance(signal, dict) and signal.get("lease_id") == lease:
+                store.delete(PREEMPT_KEY)
+                note(self.task_id, "stop", lease=lease, preempted_by=signal.get("preempted_by"))
+                self._wait(submitted_at, attempt + 1, released=lease)
+            time.sleep(0.5)
+        note(self.task_id, "end", lease=lease)
+
+
+def canary() -> None:
+    note("canary", "ran")
+
+
+with DAG("quota_slots", schedule=None, catchup=False, max_active_tasks=16) as slots:
+    # Five jobs for one GPU wait deferred; the canary still gets a worker slot (parallelism is 4).
+    for index in range(5):
+        ProbeOperator(task_id=f"probe{index}", share="team-a", train_seconds=2, priority_weight=10)
+    PythonOperator(task_id="canary", python_callable=canary, priority_weight=1)
+
+with DAG("quota_reclaim", schedule=None, catchup=False, max_active_tasks=16) as reclaim:
+    # team-b runs on its own GPU, then borrows team-a's idle one; team-a's job arrives and takes it back.
+    # (Lending is pooled: the victim is team-b's most recently started job, the one started second.)
+    ProbeOperator(task_id="b_own", share="team-b", train_seconds=40)
+    then = PythonOperator(task_id="b_later", python_callable=lambda: time.sleep(3))
+    then >> ProbeOperator(task_id="b_borrow", share="team-b", train_seconds=30)
+    arrive = PythonOperator(task_id="a_arrives_later", python_callable=lambda: time.sleep(20))
+    arrive >> ProbeOperator(task_id="a_job", share="team-a", train_seconds=4)

@@ -1,0 +1,133 @@
+"""The deferred-task path on real Airflow processes: scheduler (hosting the allocator), dag processor,
+triggerer and api-server, LocalExecutor, on SQLite.
+
+- Waiting jobs hold no worker slot: five jobs wait for one GPU, deferred, while another task runs; each
+  is granted in turn and runs, one at a time.
+- Reclaim: team-b borrows team-a's idle GPU; team-a's job arrives; the borrower, running in a worker,
+  reads the allocator's signal, stops and waits again in the same try; team-a's job runs on the GPU it
+  gave back; the borrower is granted again later and succeeds, without using an Airflow retry.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from tests.airflow.harness import AirflowProcesses
+
+pytestmark = pytest.mark.airflow
+
+QUOTAS = Path(__file__).parent / "quotas.yaml"
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowProcesses]:
+    home = tmp_path_factory.mktemp("airflow-home")
+    probe_log = home / "probe.jsonl"
+    probe_log.touch()
+    processes = AirflowProcesses(
+        home, f"sqlite:///{home}/airflow.db", parallelism=4, extra_env={"QUOTA_PROBE_LOG": str(probe_log)}
+    )
+    processes.migrate()
+    applied = processes.airflow("quota", "apply", "-f", str(QUOTAS))
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    processes.start()
+    try:
+        yield processes
+    finally:
+        processes.stop()
+
+
+def timeline(airflow: AirflowProcesses) -> list[dict[str, Any]]:
+    path = Path(airflow.env["QUOTA_PROBE_LOG"])
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def events(airflow: AirflowProcesses, task: str, event: str) -> list[dict[str, Any]]:
+    return [entry for entry in timeline(airflow) if entry["task"] == task and entry["event"] == event]
+
+
+def finished(airflow: AirflowProcesses, dag_id: str, run_id: str) -> bool:
+    return airflow.run_state(dag_id, run_id) in ("success", "failed")
+
+
+def ledger(airflow: AirflowProcesses, sql: str, **params: Any) -> list[Any]:
+    with airflow.engine.connect() as connection:
+        return list(connection.execute(sa.text(sql), params))
+
+
+def test_waiting_jobs_hold_no_worker_slot_and_are_granted_one_at_a_time(airflow: AirflowProcesses) -> None:
+    airflow.wait_for_dag("quota_slots")
+    airflow.trigger("quota_slots", "slots-1")
+
+    airflow.wait_for("the slots run to finish", lambda: finished(airflow, "quota_slots", "slots-1"), 240)
+
+    states = airflow.task_states("quota_slots", "slots-1")
+    assert states == {task: ("success", 1) for task in [*(f"probe{i}" for i in range(5)), "canary"]}, (
+        airflow.log_tails()
+    )
+    runs = sorted(
+        (start["t"], end["t"])
+        for i in range(5)
+        for start, end in zip(
+            events(airflow, f"probe{i}", "start"), events(airflow, f"probe{i}", "end"), strict=True
+        )
+    )
+    assert len(runs) == 5
+    # One GPU: no two jobs ever trained at once.
+    for (_, previous_end), (next_start, _) in itertools.pairwise(runs):
+        assert next_start >= previous_end
+    # The canary ran while at least four of the five jobs were still waiting, deferred.
+    canary_at = events(airflow, "canary", "ran")[0]["t"]
+    assert sum(start > canary_at for start, _ in runs) >= 4
+    granted = ledger(
+        airflow, "SELECT count(*) FROM quota_audit_log WHERE kind = 'GRANTED' AND job_id LIKE 'quota_slots/%'"
+    )
+    assert granted[0][0] == 5
+
+
+def test_team_a_reclaims_its_gpu_from_a_borrower_running_in_a_worker(airflow: AirflowProcesses) -> None:
+    airflow.wait_for_dag("quota_reclaim")
+    airflow.trigger("quota_reclaim", "reclaim-1")
+
+    airflow.wait_for(
+        "the reclaim run to finish", lambda: finished(airflow, "quota_reclaim", "reclaim-1"), 300
+    )
+
+    states = airflow.task_states("quota_reclaim", "reclaim-1")
+    assert states == {
+        "b_own": ("success", 1),
+        "b_borrow": ("success", 1),  # preempted and resumed in the same try: no Airflow retry used
+        "b_later": ("success", 1),
+        "a_arrives_later": ("success", 1),
+        "a_job": ("success", 1),
+    }, airflow.log_tails()
+    borrower_id = "quota_reclaim/reclaim-1/b_borrow/-1/1"
+    lender_id = "quota_reclaim/reclaim-1/a_job/-1/1"
+    stop = events(airflow, "b_borrow", "stop")
+    assert [entry["preempted_by"] for entry in stop] == [lender_id]
+    a_start = events(airflow, "a_job", "start")[0]["t"]
+    a_end = events(airflow, "a_job", "end")[0]["t"]
+    borrower_starts = [entry["t"] for entry in events(airflow, "b_borrow", "start")]
+    assert len(borrower_starts) == 2
+    # Two-phase: team-a's job starts only after the borrower stopped; the borrower resumes after it.
+    assert stop[0]["t"] <= a_start
+    assert borrower_starts[1] >= a_end
+    preempted = ledger(
+        airflow,
+        "SELECT job_id, related_job_id, rule FROM quota_audit_log WHERE kind = 'PREEMPTED' AND job_id = :j",
+        j=borrower_id,
+    )
+    assert [tuple(row) for row in preempted] == [(borrower_id, lender_id, "RECLAIM")]
+    row = ledger(
+        airflow,
+        "SELECT status, attempt, preempted_attempt_count FROM quota_job WHERE job_id = :j",
+        j=borrower_id,
+    )
+    assert tuple(row[0]) == ("SUCCEEDED", 2, 1)
