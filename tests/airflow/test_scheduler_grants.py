@@ -131,3 +131,20 @@ def test_team_a_reclaims_its_gpu_from_a_borrower_running_in_a_worker(airflow: Ai
         j=borrower_id,
     )
     assert tuple(row[0]) == ("SUCCEEDED", 2, 1)
+
+
+def test_a_request_for_an_unknown_share_fails_its_own_task_with_the_reason(airflow: AirflowProcesses) -> None:
+    airflow.wait_for_dag("quota_bad_request")
+    airflow.trigger("quota_bad_request", "bad-1")
+
+    airflow.wait_for(
+        "the bad-request run to finish", lambda: finished(airflow, "quota_bad_request", "bad-1"), 180
+    )
+
+    assert airflow.task_states("quota_bad_request", "bad-1") == {
+        "unknown_share": ("failed", 1),
+        "fine": ("success", 1),
+    }
+    [rejected] = events(airflow, "unknown_share", "rejected")
+    assert "team-z" in rejected["reason"]
+    assert "team-a" in rejected["reason"]  # and which shares exist

@@ -95,3 +95,8 @@ with DAG("quota_reclaim", schedule=None, catchup=False, max_active_tasks=16) as 
     then >> ProbeOperator(task_id="b_borrow", share="team-b", train_seconds=30)
     arrive = PythonOperator(task_id="a_arrives_later", python_callable=lambda: time.sleep(20))
     arrive >> ProbeOperator(task_id="a_job", share="team-a", train_seconds=4)
+
+with DAG("quota_bad_request", schedule=None, catchup=False) as bad_request:
+    # A request the allocator can never grant fails its own task only, with the reason.
+    ProbeOperator(task_id="unknown_share", share="team-z")
+    ProbeOperator(task_id="fine", share="team-a", train_seconds=1)

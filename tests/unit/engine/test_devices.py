@@ -1,0 +1,93 @@
+"""Device index assignment for local GPUs, one table row per rule; the row's id states the rule."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pytest
+
+from airflow_quota.engine.devices import assign_devices, free_devices
+
+
+@dataclass(frozen=True)
+class Case:
+    rule: str
+    total: int
+    held: Sequence[Sequence[int]]
+    count: int
+    expected: list[int] | None
+
+
+CASES = [
+    Case("an idle host gives the lowest indices", 8, [], 2, [0, 1]),
+    Case("two jobs never share an index", 4, [[0, 1]], 2, [2, 3]),
+    Case("a gap left by a finished job is filled lowest first", 8, [[0], [3, 4]], 3, [1, 2, 5]),
+    Case("indices need not be contiguous", 4, [[1], [3]], 2, [0, 2]),
+    Case("all or nothing: too few free gives None", 4, [[0, 1, 2]], 2, None),
+    Case("a full host gives None", 2, [[0], [1]], 1, None),
+    Case(
+        "a preempted job still stopping keeps its indices: the preemptor waits",
+        2,
+        [[0, 1]],
+        2,
+        None,
+    ),
+    Case(
+        "a preempted job's indices go to the preemptor once it stopped",
+        4,
+        [[2, 3]],  # the victim held [0, 1]; it has stopped and its lease is gone
+        2,
+        [0, 1],
+    ),
+    Case("a job without devices gets none", 2, [[0], [1]], 0, []),
+    Case("a host without GPUs grants nothing", 0, [], 1, None),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.rule for case in CASES])
+def test_assign_devices(case: Case) -> None:
+    assert assign_devices(case.total, case.held, case.count) == case.expected
+
+
+def test_granting_one_job_after_another_never_gives_an_index_twice() -> None:
+    held: list[list[int]] = []
+    for count in (1, 3, 2, 2):
+        granted = assign_devices(8, held, count)
+        assert granted is not None
+        held.append(granted)
+    assert held == [[0], [1, 2, 3], [4, 5], [6, 7]]
+    assert assign_devices(8, held, 1) is None
+    released = held.pop(1)
+    assert assign_devices(8, held, 3) == released
+
+
+def test_free_devices_lists_what_no_job_holds() -> None:
+    assert free_devices(6, [[4], [0, 2]]) == [1, 3, 5]
+    assert free_devices(3, []) == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("total", "held", "count", "complaint"),
+    [
+        pytest.param(
+            4,
+            [[4]],
+            1,
+            r"device index 4 .* outside 0\.\.3: this host has 4 device\(s\)",
+            id="index past the host",
+        ),
+        pytest.param(4, [[-1]], 1, r"device index -1 .* outside", id="negative index"),
+        pytest.param(4, [[0, 1], [1]], 1, r"device index 1 is held by jobs #0 and #1", id="held by two jobs"),
+        pytest.param(
+            4, [[2, 2]], 1, r"device index 2 is held twice by the same job", id="held twice by one job"
+        ),
+        pytest.param(4, [], -1, r"device count >= 0", id="negative count"),
+        pytest.param(-1, [], 1, r"device count must be >= 0", id="negative host size"),
+    ],
+)
+def test_an_inconsistent_ledger_is_an_error_not_a_double_grant(
+    total: int, held: list[list[int]], count: int, complaint: str
+) -> None:
+    with pytest.raises(ValueError, match=complaint):
+        assign_devices(total, held, count)
