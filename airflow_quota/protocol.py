@@ -27,8 +27,9 @@ own channels, and this module names every message:
   the task keeps a ``TrainingJobRecord`` (JSON) of its current attempt, written before the training job
   is created and updated when it ends. The allocator reads it when a task instance ends while holding
   capacity: a record still ``launched`` means a training job may still run on that capacity (an
-  orphan), which is stopped before the capacity is released. A retry of the task reads it to re-attach
-  to the running training job instead of launching a second one.
+  orphan), which is stopped before the capacity is released, unless the task instance is up for
+  retry: then the capacity is kept, and the retry's admission request takes it over (its grant says
+  ``reattach``) so the retry re-attaches to the running training job instead of launching a second.
 """
 
 from __future__ import annotations
@@ -55,7 +56,9 @@ class Grant(TypedDict):
     instanceCount: int
     borrowed: int  # how many of instanceCount are borrowed from other shares
     granted_at: str  # ISO 8601, UTC
-    #: Set when the task re-attaches to a training job its earlier try left running (same lease).
+    #: Set when this try took over the capacity of its previous try, which ended (worker crash, task
+    #: failure) while its training job still ran: re-attach to the training job named under
+    #: ``TRAINING_JOB_KEY`` (and record it under this grant's lease) instead of launching a new one.
     reattach: NotRequired[bool]
     #: Local GPUs: the device indices granted (CUDA_VISIBLE_DEVICES), when the unit is a local one.
     devices: NotRequired[list[int]]

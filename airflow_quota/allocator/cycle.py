@@ -62,6 +62,7 @@ from airflow_quota.ledger.store import (
     load_queue_state,
     record_cycle,
     record_finish,
+    record_handover,
     record_status_change,
     record_stop_completed,
     record_submission,
@@ -77,6 +78,8 @@ ALLOCATOR_LOCK_ID = int.from_bytes(b"aqalloc1", "big")
 #: Capacity units whose name starts with this are the worker's own GPUs: grants name device indices.
 LOCAL_UNIT_PREFIX = "local-"
 
+#: Task-instance states of a later try that is on its way (its retry may re-attach to the training job).
+_RETRY_ON_ITS_WAY = frozenset({"scheduled", "queued", "running", "deferred"})
 #: Stops an orphaned training job; True once it no longer runs (may be called again on later cycles).
 OrphanStopper = Callable[[TrainingJobRecord], bool]
 
@@ -124,6 +127,8 @@ class CycleReport:
     finished: list[str] = field(default_factory=list)
     #: Jobs whose task ended while a training job may still run on their capacity: being stopped.
     orphans: list[str] = field(default_factory=list)
+    #: A try's capacity and training job taken over by its retry: {previous job: retry job}.
+    handed_over: dict[str, str] = field(default_factory=dict)
     #: Tasks cleared because they did not stop within the stop deadline.
     cleared: list[str] = field(default_factory=list)
     #: Requests that can never be granted, by job id: why (their task was resumed with a rejection).
@@ -234,6 +239,13 @@ class _Cycle:
             if job.is_stopping:
                 self._signal_if_due(state.jobs[job_id], row, view)
             return state
+        if job.status.holds_capacity and self._held_for_retry(row, view):
+            held = (
+                f"its training job keeps its {row.held_instance_count} {row.held_capacity_unit} for the retry"
+            )
+            if not row.status_reason.endswith(held):
+                row.status_reason = f"{outcome.reason}; {held}"
+            return state
         if job.status.holds_capacity and not self._orphan_stopped(row, outcome.reason):
             return state
         self.report.finished.append(job_id)
@@ -280,10 +292,28 @@ class _Cycle:
             if clear_unresponsive(self.session, view.ti_id):
                 self.report.cleared.append(job.job_id)
 
-    def _orphan_stopped(self, row: JobRow, reason: str) -> bool:
-        """Whether the ended job's capacity is free: no training job of its lease can still run."""
+    def _launched(self, row: JobRow) -> TrainingJobRecord | None:
+        """The training job the task launched on the job's current lease, when it may still run."""
         record = self.records.get(row.job_id)
         if record is None or record.get("lease_id") != lease_id_of(row) or record.get("state") != "launched":
+            return None
+        return record
+
+    def _held_for_retry(self, row: JobRow, view: TaskView | None) -> bool:
+        """A try that ended with its training job running keeps its capacity while a retry is coming.
+
+        The retry re-attaches to the training job instead of launching a second one (its request
+        then takes the capacity over, ``record_handover``); the job is not stopped meanwhile.
+        """
+        if view is None or self._launched(row) is None:
+            return False
+        retry_coming = view.try_number > row.try_number and view.state in _RETRY_ON_ITS_WAY
+        return view.state == "up_for_retry" or retry_coming
+
+    def _orphan_stopped(self, row: JobRow, reason: str) -> bool:
+        """Whether the ended job's capacity is free: no training job of its lease can still run."""
+        record = self._launched(row)
+        if record is None:
             return True
         if row.stop_signalled_at is None:
             row.stop_signalled_at = self.now
@@ -314,16 +344,7 @@ class _Cycle:
                 request = self._request(each)
                 if request is None:
                     continue
-                state = record_submission(
-                    self.session,
-                    state,
-                    each.job_id,
-                    request,
-                    _task_ref(each.ti),
-                    self.now,
-                    submitted_at=_submitted_at(each.kwargs),
-                )
-                self.report.submitted.append(each.job_id)
+                state = self._submit(state, each, request)
             job = state.jobs.get(each.job_id)
             if job is not None and job.status.holds_capacity:
                 if not job.is_stopping:  # granted while it settled (or its resume was lost): resume it
@@ -337,6 +358,62 @@ class _Cycle:
                 continue
             grantable[each.job_id] = each
         return state, grantable
+
+    def _submit(self, state: QueueState, waiting: _Waiting, request: JobRequest) -> QueueState:
+        """Record a new request; a retry whose previous try still holds its capacity takes it over."""
+        self.report.submitted.append(waiting.job_id)
+        previous = self._previous_try_holding(state, waiting)
+        if previous is not None:
+            held = previous.request
+            if (held.quota_share_name, held.capacity_unit, held.instance_count) == (
+                request.quota_share_name,
+                request.capacity_unit,
+                request.instance_count,
+            ):
+                self.report.handed_over[previous.job_id] = waiting.job_id
+                return record_handover(
+                    self.session,
+                    state,
+                    previous.job_id,
+                    waiting.job_id,
+                    request,
+                    _task_ref(waiting.ti),
+                    self.now,
+                )
+            row = self._row(previous.job_id)
+            reason = f"Its retry {waiting.job_id} asks for other capacity"
+            if self._orphan_stopped(row, reason):
+                self.report.finished.append(previous.job_id)
+                state = record_finish(
+                    self.session, state, previous.job_id, self.now, succeeded=False, reason=reason
+                )
+        return record_submission(
+            self.session,
+            state,
+            waiting.job_id,
+            request,
+            _task_ref(waiting.ti),
+            self.now,
+            submitted_at=_submitted_at(waiting.kwargs),
+        )
+
+    def _previous_try_holding(self, state: QueueState, waiting: _Waiting) -> Job | None:
+        ti = waiting.ti
+        earlier = self.session.scalars(
+            select(JobRow.job_id).where(
+                JobRow.dag_id == ti.dag_id,
+                JobRow.run_id == ti.run_id,
+                JobRow.task_id == ti.task_id,
+                JobRow.map_index == ti.map_index,
+                JobRow.try_number < ti.try_number,
+                JobRow.status.not_in(FINAL_STATUSES),
+            )
+        )
+        for job_id in earlier:
+            job = state.jobs.get(job_id)
+            if job is not None and job.status.holds_capacity and not job.is_stopping:
+                return job
+        return None
 
     def _request(self, waiting: _Waiting) -> JobRequest | None:
         try:
@@ -396,6 +473,8 @@ class _Cycle:
         }
         if row.held_devices is not None:
             payload["devices"] = list(row.held_devices)
+        if row.job_id in self.report.handed_over.values():
+            payload["reattach"] = True
         resume(self.session, waiting.ti, payload)
         self.report.granted.append(Lease(row.job_id, str(waiting.ti.id), payload))
 

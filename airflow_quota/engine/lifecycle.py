@@ -130,6 +130,31 @@ def terminate_job(state: QueueState, job_id: str, reason: str = DEFAULT_TERMINAT
     return _with(state, _cleared(replace(job, status=JobStatus.FAILED, status_reason=reason)))
 
 
+def hand_over(state: QueueState, from_job_id: str, to_job_id: str, request: JobRequest) -> QueueState:
+    """A task's retry takes over what its previous try still holds: its capacity and its training job.
+
+    The new job keeps the old one's place (submission order, start, status, preemption summary), so the
+    hand-over changes nobody's usage; the old job fails, saying where its capacity went. Only a granted
+    job that is not being stopped can hand over, and only to a request for the same share and capacity.
+    """
+    old = _job(state, from_job_id)
+    if to_job_id in state.jobs:
+        raise LifecycleError(f"job {to_job_id!r} was already submitted to job queue {state.queue.name!r}")
+    if not old.status.holds_capacity or old.is_stopping:
+        raise LifecycleError(f"job {from_job_id!r} is {old.status} and holds nothing to hand over")
+    held = (old.request.quota_share_name, old.request.capacity_unit, old.request.instance_count)
+    wanted = (request.quota_share_name, request.capacity_unit, request.instance_count)
+    if held != wanted:
+        raise LifecycleError(f"job {from_job_id!r} holds {held}, but {to_job_id!r} asks for {wanted}")
+    successor = replace(old, job_id=to_job_id, request=request)
+    given_up = replace(
+        old,
+        status=JobStatus.FAILED,
+        status_reason=f"Its task try ended; its capacity and training job passed to its retry {to_job_id}",
+    )
+    return _with(_with(state, _cleared(given_up)), successor)
+
+
 def update_priority(state: QueueState, job_id: str, priority: int) -> QueueState:
     job = _job(state, job_id)
     return _with(state, replace(job, request=replace(job.request, scheduling_priority=priority)))

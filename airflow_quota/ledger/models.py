@@ -44,6 +44,7 @@ class AuditKind(StrEnum):
     TERMINATED = "TERMINATED"
     CONFIG_CHANGED = "CONFIG_CHANGED"
     PRIORITY_CHANGED = "PRIORITY_CHANGED"
+    HANDED_OVER = "HANDED_OVER"
 
 
 class LedgerBase(DeclarativeBase):

@@ -26,6 +26,7 @@ from airflow_quota.engine.lifecycle import (
     DEFAULT_TERMINATION_REASON,
     complete_stop,
     finish_job,
+    hand_over,
     set_status,
     submit_job,
     terminate_job,
@@ -493,6 +494,55 @@ def record_submission(
     )
     if job.status is JobStatus.FAILED:
         _audit(session, now, queue_name, AuditKind.FAILED, job=job, message=job.status_reason)
+    return without_final_jobs(after)
+
+
+def record_handover(
+    session: Session,
+    state: QueueState,
+    from_job_id: str,
+    to_job_id: str,
+    request: JobRequest,
+    task: TaskInstanceRef,
+    now: datetime,
+) -> QueueState:
+    """A task's retry takes over its previous try's capacity, lease attempt and training job."""
+    after = hand_over(state, from_job_id, to_job_id, request)
+    old = _job_row(session, from_job_id)
+    row = JobRow(
+        job_id=to_job_id,
+        job_queue_name=state.queue.name,
+        recent_preempted_attempts=list(old.recent_preempted_attempts),
+        attempt=old.attempt,
+        held_capacity_unit=old.held_capacity_unit,
+        held_instance_count=old.held_instance_count,
+        borrowed_instance_count=old.borrowed_instance_count,
+        borrowed_from=old.borrowed_from,
+        held_devices=old.held_devices,
+        training_job=old.training_job,
+        dag_id=task.dag_id,
+        run_id=task.run_id,
+        task_id=task.task_id,
+        map_index=task.map_index,
+        try_number=task.try_number,
+        ti_id=task.ti_id,
+        created_at=now,
+    )
+    _write_job(row, after.jobs[to_job_id], now)
+    session.add(row)
+    _write_changed_jobs(session, state, after, now)
+    name = (row.training_job or {}).get("name", "its training job")
+    _audit(
+        session,
+        now,
+        state.queue.name,
+        AuditKind.HANDED_OVER,
+        job=after.jobs[to_job_id],
+        related_job_id=from_job_id,
+        message=f"{from_job_id} handed its {row.held_instance_count} {row.held_capacity_unit} and "
+        f"{name} to its retry {to_job_id}",
+        details={"attempt": row.attempt},
+    )
     return without_final_jobs(after)
 
 

@@ -429,3 +429,90 @@ def test_local_gpu_grants_name_distinct_device_indices_and_a_stopped_jobs_indice
 
     assert {lease.job_id: lease.payload["devices"] for lease in later.granted} == {third: [0]}
     assert job(teams, second).held_devices == [1]
+
+
+def retry_defers_for_admission(db: Database, task_id: str, *, gpus: int, share: str, seconds: float) -> str:
+    """The task's next try (a new task instance id) defers for admission; return its job id."""
+    kwargs = QuotaAdmissionTrigger(
+        job_queue=QUEUE,
+        job_name=task_id,
+        quota_share_name=share,
+        capacity_unit="gpu",
+        instance_count=gpus,
+        submitted_at=START.isoformat(),
+    ).serialize()[1]
+    with db.session() as session, session.begin():
+        trigger = Trigger(ADMISSION_CLASSPATH, kwargs, created_date=at(seconds))
+        session.add(trigger)
+        session.flush()
+        trigger_id = trigger.id
+    set_ti(
+        db,
+        task_id,
+        id=uuid.uuid4(),
+        try_number=2,
+        state=TaskInstanceState.DEFERRED,
+        trigger_id=trigger_id,
+        next_method="on_grant",
+        pid=None,
+    )
+    return f"{DAG_ID}/{RUN_ID}/{task_id}/-1/2"
+
+
+def a_try_fails_with_its_training_job_running(db: Database) -> tuple[str, RecordingStopper]:
+    job_id = defer(db, "train", gpus=2, quota_share_name="team-a")
+    cycle(db, 1)
+    record = {"backend": "sagemaker", "name": "train-a1", "attempt": 1, "lease_id": f"{job_id}#1"}
+    store_set(db, "train", TRAINING_JOB_KEY, record | {"state": "launched"})
+    set_ti(db, "train", state=TaskInstanceState.UP_FOR_RETRY)  # e.g. its worker was killed
+    return job_id, RecordingStopper(stopped_after=1)
+
+
+def test_a_retry_re_attaches_to_the_training_job_its_failed_try_left_running(teams: Database) -> None:
+    first_try, stopper = a_try_fails_with_its_training_job_running(teams)
+
+    waiting_for_retry = cycle(teams, 2, orphan_stopper=stopper)
+
+    assert (waiting_for_retry.finished, waiting_for_retry.orphans, stopper.calls) == ([], [], [])
+    assert held(teams) == {first_try: 2}  # nobody else gets its GPUs meanwhile
+    assert job(teams, first_try).status_reason.endswith("keeps its 2 gpu for the retry")
+
+    retry = retry_defers_for_admission(teams, "train", gpus=2, share="team-a", seconds=3)
+    report = cycle(teams, 4, orphan_stopper=stopper)
+
+    assert report.handed_over == {first_try: retry}
+    [lease] = report.granted
+    assert (lease.job_id, lease.payload["lease_id"], lease.payload["reattach"]) == (retry, f"{retry}#1", True)
+    assert held(teams) == {retry: 2}
+    assert stopper.calls == []
+    previous = job(teams, first_try)
+    assert (previous.status, previous.held_instance_count) == ("FAILED", 0)
+    assert previous.status_reason.endswith(f"passed to its retry {retry}")
+    assert [(row.job_id, row.related_job_id) for row in audit(teams, AuditKind.HANDED_OVER)] == [
+        (retry, first_try)
+    ]
+
+
+def test_a_retry_asking_for_other_capacity_waits_and_its_previous_trys_training_job_is_stopped(
+    teams: Database,
+) -> None:
+    first_try, stopper = a_try_fails_with_its_training_job_running(teams)
+    retry = retry_defers_for_admission(teams, "train", gpus=1, share="team-a", seconds=3)
+
+    report = cycle(teams, 4, orphan_stopper=stopper)
+
+    assert report.handed_over == {}
+    assert stopper.calls == ["train-a1"]
+    assert job(teams, first_try).status == "FAILED"
+    assert [lease.job_id for lease in report.granted] == [retry]
+    assert held(teams) == {retry: 1}
+
+
+def test_a_try_that_fails_for_good_has_its_training_job_stopped(teams: Database) -> None:
+    first_try, stopper = a_try_fails_with_its_training_job_running(teams)
+    set_ti(teams, "train", state=TaskInstanceState.FAILED)
+
+    report = cycle(teams, 2, orphan_stopper=stopper)
+
+    assert (report.finished, stopper.calls) == ([first_try], ["train-a1"])
+    assert held(teams) == {}

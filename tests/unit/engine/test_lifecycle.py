@@ -10,6 +10,7 @@ from airflow_quota.engine.lifecycle import (
     LifecycleError,
     complete_stop,
     finish_job,
+    hand_over,
     submit_job,
     terminate_job,
     update_priority,
@@ -179,3 +180,33 @@ def test_a_lowered_priority_makes_a_running_job_the_preferred_victim() -> None:
     lowered = update_priority(snapshot, "demote", 0)
 
     assert [d.victim_ids for d in plan_cycle(lowered, now=3).decisions] == [("demote",)]  # type: ignore[union-attr]
+
+
+def test_a_retry_takes_over_its_previous_trys_capacity_and_place_and_usage_is_unchanged() -> None:
+    q = queue(4, share("a", 2, LEND), share("b", 2, BORROW))
+    before = state(q, running("b-try1", "b", 3, at=2, started=5))
+    retry_request = replace(before.jobs["b-try1"].request, job_name="b")
+
+    after = hand_over(before, "b-try1", "b-try2", retry_request)
+
+    retry, old = after.jobs["b-try2"], after.jobs["b-try1"]
+    assert (retry.status, retry.submitted, retry.started) == (JobStatus.RUNNING, (2.0, 0), (5.0, 0))
+    assert (old.status, old.started) == (JobStatus.FAILED, None)
+    assert "passed to its retry b-try2" in old.status_reason
+    assert Usage(q, after.jobs.values()).usage("b", "gpu") == Usage(q, before.jobs.values()).usage("b", "gpu")
+
+
+@pytest.mark.parametrize(
+    ("case", "stopping", "count"),
+    [
+        ("a job being stopped hands nothing over", True, 3),
+        ("a retry asking for other capacity takes nothing over", False, 1),
+    ],
+)
+def test_hand_over_is_refused(case: str, stopping: bool, count: int) -> None:
+    q = queue(4, share("b", 4, RESERVE))
+    before = state(q, running("b-try1", "b", 3, stopping_for="p" if stopping else None))
+    request = replace(before.jobs["b-try1"].request, instance_count=count)
+
+    with pytest.raises(LifecycleError):
+        hand_over(before, "b-try1", "b-try2", request)

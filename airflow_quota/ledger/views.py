@@ -1,0 +1,197 @@
+"""Read models over the ledger for people: who uses, borrows and lends what, and where each job stands.
+
+Usage is the engine's own accounting (``engine.usage``): a share's ``used`` units are ``own`` up to its
+limit and ``borrowed`` above it. Lending is pooled in the engine (borrowers take from the idle capacity of
+all lending shares together, plus capacity no share owns), so *who lent to whom* is an attribution, made
+deterministically: each borrowing share, in quota-file order, is served first from capacity no share owns,
+then from the lending shares' idle own capacity in quota-file order. With that, one unit's capacity is
+laid out exactly by owner: every share's limit is ``own + lent + idle`` and the rest of the queue is
+``unowned used + unowned idle`` (plus any ``overdraft``: borrowing above what was lendable, possible only
+after a limit was lowered).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from airflow_quota.engine.model import JobStatus, QueueState
+from airflow_quota.engine.planner import share_order_key
+from airflow_quota.engine.usage import usage_of
+from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
+from airflow_quota.ledger.store import job_from_row
+
+
+@dataclass(slots=True)
+class ShareUnitUsage:
+    """One share on one capacity unit: its limits and what it uses, borrows, lends and leaves idle."""
+
+    quota_share_name: str
+    capacity_unit: str
+    limit: int
+    #: Most it may hold, borrowing included, never above the queue's capacity.
+    ceiling: int
+    used: int
+    own: int
+    borrowed: int
+    #: Lender share name -> units; the key None is capacity no share owns.
+    borrowed_from: dict[str | None, int] = field(default_factory=dict)
+    lent: int = 0
+    #: Borrower share name -> units of this share's own capacity it uses.
+    lent_to: dict[str, int] = field(default_factory=dict)
+    idle: int = 0
+    #: Units still held by this share's jobs that are being stopped (preempted or terminated).
+    stopping: int = 0
+    running_jobs: int = 0
+    runnable_jobs: int = 0
+
+
+@dataclass(slots=True)
+class UnitUsage:
+    """One capacity unit of a queue, laid out by owner."""
+
+    capacity_unit: str
+    capacity: int
+    shares: list[ShareUnitUsage]
+    #: Capacity no share owns: used by borrowers (borrower -> units), and idle.
+    unowned: int = 0
+    unowned_lent_to: dict[str, int] = field(default_factory=dict)
+    unowned_idle: int = 0
+    #: Borrowed units no lendable capacity covers (after a limit was lowered); they drain or are reclaimed.
+    overdraft: int = 0
+
+
+def queue_usage(state: QueueState) -> list[UnitUsage]:
+    """Per capacity unit of the queue (and any unit its jobs name), every share's usage and lending."""
+    queue = state.queue
+    usage = usage_of(state)
+    job_counts: Counter[tuple[str, str, JobStatus]] = Counter(
+        (job.share_name, job.unit, job.status) for job in state.jobs.values()
+    )
+    stopping: Counter[tuple[str, str]] = Counter()
+    for job in state.jobs.values():
+        if job.is_stopping and job.status.holds_capacity:
+            stopping[(job.share_name, job.unit)] += job.count
+    units = list(
+        dict.fromkeys([*queue.capacity, *(unit for share in queue.shares for unit in share.capacity_limits)])
+    )
+    report = []
+    for unit in units:
+        capacity = queue.capacity.get(unit, 0)
+        shares = []
+        for share in queue.shares:
+            if not share.has_limit_for(unit) and not usage.usage(share.name, unit):
+                continue
+            used, limit = usage.usage(share.name, unit), share.own_limit(unit)
+            ceiling = share.ceiling(unit)
+            own = min(used, limit)
+            shares.append(
+                ShareUnitUsage(
+                    quota_share_name=share.name,
+                    capacity_unit=unit,
+                    limit=limit,
+                    ceiling=capacity if ceiling is None else min(ceiling, capacity),
+                    used=used,
+                    own=own,
+                    borrowed=used - own,
+                    idle=limit - own,
+                    stopping=stopping[(share.name, unit)],
+                    running_jobs=job_counts[(share.name, unit, JobStatus.RUNNING)],
+                    runnable_jobs=job_counts[(share.name, unit, JobStatus.RUNNABLE)],
+                )
+            )
+        owned = sum(share.own_limit(unit) for share in queue.shares)
+        unit_usage = UnitUsage(unit, capacity, shares, unowned=max(0, capacity - owned))
+        unit_usage.unowned_idle = unit_usage.unowned
+        _attribute_lending(unit_usage, {share.name for share in queue.shares if share.lends})
+        report.append(unit_usage)
+    return report
+
+
+def _attribute_lending(unit: UnitUsage, lending_shares: set[str]) -> None:
+    """Serve each borrower (in order) from unowned capacity first, then lenders' idle capacity in order."""
+    lenders = [share for share in unit.shares if share.quota_share_name in lending_shares]
+    for borrower in unit.shares:
+        wanted = borrower.borrowed
+        if wanted and unit.unowned_idle:
+            taken = min(wanted, unit.unowned_idle)
+            unit.unowned_idle -= taken
+            unit.unowned_lent_to[borrower.quota_share_name] = taken
+            borrower.borrowed_from[None] = taken
+            wanted -= taken
+        for lender in lenders:
+            if not wanted:
+                break
+            if lender is borrower or not lender.idle:
+                continue
+            taken = min(wanted, lender.idle)
+            lender.idle -= taken
+            lender.lent += taken
+            lender.lent_to[borrower.quota_share_name] = (
+                lender.lent_to.get(borrower.quota_share_name, 0) + taken
+            )
+            borrower.borrowed_from[lender.quota_share_name] = taken
+            wanted -= taken
+        unit.overdraft += wanted
+
+
+def share_positions(state: QueueState) -> dict[str, int]:
+    """Each RUNNABLE job's position in its share (1 is next): priority descending, then submission order."""
+    by_share = defaultdict(list)
+    for job in state.jobs.values():
+        if job.status is JobStatus.RUNNABLE:
+            by_share[job.share_name].append(job)
+    positions: dict[str, int] = {}
+    for jobs in by_share.values():
+        jobs.sort(key=share_order_key)
+        positions.update({job.job_id: position for position, job in enumerate(jobs, start=1)})
+    return positions
+
+
+def positions_of_rows(rows: Iterable[JobRow]) -> dict[str, int]:
+    """``share_positions`` for job rows of any queues (final ones are ignored)."""
+    by_queue: dict[str, list[JobRow]] = defaultdict(list)
+    for row in rows:
+        if row.status == JobStatus.RUNNABLE.value:
+            by_queue[row.job_queue_name].append(row)
+    positions: dict[str, int] = {}
+    for queue_rows in by_queue.values():
+        by_share = defaultdict(list)
+        for row in queue_rows:
+            by_share[row.quota_share_name].append(job_from_row(row))
+        for jobs in by_share.values():
+            jobs.sort(key=share_order_key)
+            positions.update({job.job_id: position for position, job in enumerate(jobs, start=1)})
+    return positions
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionNote:
+    """The latest preemption decision that named a job as a victim: by whom, when, under which rule."""
+
+    preempted_by: str | None
+    at: datetime
+    rule: str | None
+    message: str
+
+
+def latest_preemptions(session: Session, job_ids: Iterable[str]) -> dict[str, PreemptionNote]:
+    """For each of ``job_ids`` that was ever preempted, the latest PREEMPTED audit row about it."""
+    wanted = list(job_ids)
+    notes: dict[str, PreemptionNote] = {}
+    if not wanted:
+        return notes
+    rows = session.scalars(
+        select(AuditRow)
+        .where(AuditRow.kind == AuditKind.PREEMPTED.value, AuditRow.job_id.in_(wanted))
+        .order_by(AuditRow.id)
+    )
+    for row in rows:
+        if row.job_id is not None:
+            notes[row.job_id] = PreemptionNote(row.related_job_id, row.at, row.rule, row.message)
+    return notes
