@@ -25,6 +25,8 @@ class QuotaAdmissionTrigger(BaseTrigger):
 
     ``submitted_at`` is the job's first submission (ISO 8601, UTC), kept across re-deferrals so a
     requeued job keeps its place; ``attempt`` counts this try's admissions (0 for the first wait).
+    ``released_lease_id`` is set on the wait that follows a preemption: the lease the task held, whose
+    training job has now really stopped (this deferral is the task's stop report).
     """
 
     def __init__(
@@ -39,6 +41,7 @@ class QuotaAdmissionTrigger(BaseTrigger):
         preemption_retries_before_termination: int | None = None,
         submitted_at: str | None = None,
         attempt: int = 0,
+        released_lease_id: str | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # BaseTrigger.__init__ is untyped
         self.job_queue = job_queue
@@ -50,6 +53,7 @@ class QuotaAdmissionTrigger(BaseTrigger):
         self.preemption_retries_before_termination = preemption_retries_before_termination
         self.submitted_at = submitted_at
         self.attempt = attempt
+        self.released_lease_id = released_lease_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -64,6 +68,7 @@ class QuotaAdmissionTrigger(BaseTrigger):
                 "preemption_retries_before_termination": self.preemption_retries_before_termination,
                 "submitted_at": self.submitted_at,
                 "attempt": self.attempt,
+                "released_lease_id": self.released_lease_id,
             },
         )
 

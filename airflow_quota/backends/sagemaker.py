@@ -1,0 +1,348 @@
+"""SageMaker training jobs for quota-managed tasks: names, requests, launch, describe, stop.
+
+Every attempt of a task is its own training job, named ``<base>-a<attempt>``; ``<base>`` is computed from
+the task instance (DAG, run, task, map index, try), so a worker that crashed, or the same try resumed,
+finds the same names again. All attempts of a task instance (every try) share one checkpoint prefix,
+``<CheckpointConfig.S3Uri, or OutputDataConfig.S3OutputPath + /checkpoints>/<task key>/``, so a new
+attempt resumes from what the stopped one saved, and two task instances never share one.
+
+SageMaker calls go through the amazon provider's ``SageMakerHook`` (connection, credentials, region,
+``endpoint_url``), with what it lacks added here: a stop, a wait until ``Stopped`` (the hook has neither),
+a launch that treats "the job exists" as success (the stock operator renames the job instead), and a
+status reading in which ``Stopped`` is never a success.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Final
+
+from botocore.exceptions import ClientError
+
+log = logging.getLogger(__name__)
+
+#: SageMaker's TrainingJobName rule (botocore and moto do not check it: we do).
+TRAINING_JOB_NAME_PATTERN: Final = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+MAX_TRAINING_JOB_NAME_LENGTH: Final = 63
+#: The longest attempt suffix a name keeps room for (``-a`` and five digits).
+_ATTEMPT_SUFFIX_ROOM: Final = len("-a99999")
+#: Statuses in which a training job still holds its instances.
+RUNNING_STATUSES: Final = frozenset({"InProgress", "Stopping"})
+TERMINAL_STATUSES: Final = frozenset({"Completed", "Failed", "Stopped"})
+#: Tag keys this provider sets on every training job (AWS's ``aws:`` prefix is reserved; ours is not).
+TAG_PREFIX: Final = "airflow-quota:"
+_TAG_VALUE_UNSAFE = re.compile(r"[^\w .:/=+\-@]")
+_MAX_TAG_VALUE_LENGTH: Final = 256
+
+
+class TrainingRequestError(ValueError):
+    """A CreateTrainingJob request SageMaker would refuse, or one we cannot schedule; lists every problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        heading = f"training_job_config: {len(problems)} error{'s' if len(problems) != 1 else ''}"
+        super().__init__("\n".join([heading, *(f"  {problem}" for problem in problems)]))
+
+
+@dataclass(frozen=True, slots=True)
+class TaskIdentity:
+    """The task instance a training job belongs to."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    try_number: int
+
+    @property
+    def task_key(self) -> str:
+        """The same for every try of the task instance: names its checkpoint prefix."""
+        slug = _slug(f"{self.dag_id}-{self.task_id}")[:32].strip("-") or "task"
+        digest = hashlib.sha256(
+            "\0".join([self.dag_id, self.run_id, self.task_id, str(self.map_index)]).encode()
+        ).hexdigest()[:10]
+        return f"{slug}-{digest}"
+
+    @property
+    def base_name(self) -> str:
+        """``<task key>-t<try>``: the attempts of one try are ``<base_name>-a<attempt>``."""
+        base = f"{self.task_key}-t{self.try_number}"
+        if len(base) > MAX_TRAINING_JOB_NAME_LENGTH - _ATTEMPT_SUFFIX_ROOM:
+            raise ValueError(f"try number {self.try_number} leaves no room for a training job name")
+        return base
+
+
+def training_job_name(identity: TaskIdentity, attempt: int) -> str:
+    """The training job of ``attempt`` (1 for the first grant): a valid SageMaker name of <= 63 chars."""
+    if attempt < 1:
+        raise ValueError(f"attempt must be >= 1, got {attempt}")
+    name = f"{identity.base_name}-a{attempt}"
+    if len(name) > MAX_TRAINING_JOB_NAME_LENGTH or not TRAINING_JOB_NAME_PATTERN.match(name):
+        raise ValueError(f"{name!r} is not a valid SageMaker training job name")
+    return name
+
+
+def checkpoint_s3_uri(request: Mapping[str, Any], identity: TaskIdentity) -> str:
+    """The checkpoint prefix shared by every attempt (and try) of this task instance."""
+    configured = (request.get("CheckpointConfig") or {}).get("S3Uri")
+    root = configured or f"{str(request['OutputDataConfig']['S3OutputPath']).rstrip('/')}/checkpoints"
+    return f"{str(root).rstrip('/')}/{identity.task_key}/"
+
+
+def quota_tags(
+    identity: TaskIdentity, *, job_queue: str, quota_share_name: str, attempt: int, lease_id: str
+) -> dict[str, str]:
+    """The tags that say which queue, share, DAG run, task and attempt a training job belongs to."""
+    values = {
+        "job-queue": job_queue,
+        "quota-share": quota_share_name,
+        "dag-id": identity.dag_id,
+        "run-id": identity.run_id,
+        "task-id": identity.task_id,
+        "map-index": str(identity.map_index),
+        "try-number": str(identity.try_number),
+        "attempt": str(attempt),
+        "lease-id": lease_id,
+    }
+    return {f"{TAG_PREFIX}{key}": _tag_value(value) for key, value in values.items()}
+
+
+def capacity_of(request: Mapping[str, Any]) -> tuple[str, int]:
+    """The instance type and count the request asks for (its ``ResourceConfig``)."""
+    problems = capacity_problems(request)
+    if problems:
+        raise TrainingRequestError(problems)
+    resource = request["ResourceConfig"]
+    return str(resource["InstanceType"]), int(resource["InstanceCount"])
+
+
+def capacity_problems(request: Mapping[str, Any]) -> list[str]:
+    resource = request.get("ResourceConfig")
+    if not isinstance(resource, Mapping):
+        return [
+            "ResourceConfig: missing; give InstanceType and InstanceCount (the capacity the quota counts)"
+        ]
+    problems = []
+    if resource.get("InstanceGroups"):
+        problems.append(
+            "ResourceConfig.InstanceGroups: heterogeneous clusters are not supported; "
+            "give one InstanceType and InstanceCount"
+        )
+    if not isinstance(resource.get("InstanceType"), str) or not resource.get("InstanceType"):
+        problems.append("ResourceConfig.InstanceType: missing; give an instance type such as ml.p4d.24xlarge")
+    count = resource.get("InstanceCount")
+    if isinstance(count, str) and count.strip().isdigit():
+        count = int(count)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        problems.append(f"ResourceConfig.InstanceCount: must be a whole number >= 1, got {count!r}")
+    return problems
+
+
+def normalized_request(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy with the integer fields Jinja renders as strings cast back (as the stock operator does)."""
+    request = copy.deepcopy(dict(raw))
+    for section, field in (
+        ("ResourceConfig", "InstanceCount"),
+        ("ResourceConfig", "VolumeSizeInGB"),
+        ("StoppingCondition", "MaxRuntimeInSeconds"),
+        ("StoppingCondition", "MaxWaitTimeInSeconds"),
+        ("StoppingCondition", "MaxPendingTimeInSeconds"),
+    ):
+        value = (request.get(section) or {}).get(field)
+        if isinstance(value, str) and value.strip().isdigit():
+            request[section][field] = int(value)
+    return request
+
+
+def request_problems(request: Mapping[str, Any]) -> list[str]:
+    """Everything SageMaker's API model refuses in a CreateTrainingJob request, plus what we need.
+
+    Checked offline with botocore's own parameter validation (unknown fields, missing required fields,
+    wrong types), so a bad request fails before the task waits for quota.
+    """
+    from botocore.validate import ParamValidator
+
+    problems = capacity_problems(request)
+    document = {**request, "TrainingJobName": request.get("TrainingJobName") or "placeholder"}
+    report = ParamValidator().validate(document, _create_training_job_shape())
+    if report.has_errors():
+        lines = report.generate_report().splitlines()
+        problems += [
+            line.strip() for line in lines if line.strip() and not line.startswith("Parameter validation")
+        ]
+    return problems
+
+
+@cache
+def _create_training_job_shape() -> Any:
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    return model.operation_model("CreateTrainingJob").input_shape
+
+
+def build_request(
+    request: Mapping[str, Any], *, name: str, checkpoint_uri: str, tags: Mapping[str, str]
+) -> dict[str, Any]:
+    """The request of one attempt: our name, the task's checkpoint prefix, the user's tags plus ours."""
+    built = normalized_request(request)
+    built["TrainingJobName"] = name
+    built["CheckpointConfig"] = {**(built.get("CheckpointConfig") or {}), "S3Uri": checkpoint_uri}
+    user_tags = [tag for tag in built.get("Tags") or [] if tag.get("Key") not in tags]
+    built["Tags"] = [*user_tags, *({"Key": key, "Value": value} for key, value in tags.items())]
+    return built
+
+
+def is_running(description: Mapping[str, Any] | None) -> bool:
+    return description is not None and description.get("TrainingJobStatus") in RUNNING_STATUSES
+
+
+class SageMakerTrainingJobs:
+    """The training jobs of one AWS connection and region, through the amazon provider's hook."""
+
+    def __init__(
+        self,
+        aws_conn_id: str | None = "aws_default",
+        region_name: str | None = None,
+        *,
+        verify: bool | str | None = None,
+        botocore_config: dict[str, Any] | None = None,
+    ) -> None:
+        self.aws_conn_id = aws_conn_id
+        self.region_name = region_name
+        self.verify = verify
+        self.botocore_config = botocore_config
+        self._hook: Any = None
+
+    @property
+    def hook(self) -> Any:
+        """The provider's ``SageMakerHook`` (built on first use: building it reads the connection)."""
+        if self._hook is None:
+            from airflow.providers.amazon.aws.hooks.sagemaker import SageMakerHook
+
+            self._hook = SageMakerHook(  # type: ignore[no-untyped-call]
+                aws_conn_id=self.aws_conn_id,
+                region_name=self.region_name,
+                verify=self.verify,
+                config=self.botocore_config,
+            )
+        return self._hook
+
+    @property
+    def region(self) -> str:
+        return str(self.hook.conn_region_name)
+
+    @property
+    def partition(self) -> str:
+        return str(self.hook.conn_partition)
+
+    def launch(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Create the training job, or find the one of the same name: (its description, created now?).
+
+        Idempotent on the name: SageMaker refuses a second job of a name, and that refusal means this
+        attempt was already launched (by this task before a crash, or before a resume), so it is
+        re-attached instead.
+        """
+        name = str(request["TrainingJobName"])
+        try:
+            self.hook.create_training_job(dict(request), wait_for_completion=False, print_log=False)
+            created = True
+        except ClientError as error:
+            if not _already_exists(error):
+                raise
+            log.info("Training job %s already exists: attaching to it", name)
+            created = False
+        description = self.describe(name)
+        if description is None:  # pragma: no cover - SageMaker just said it exists
+            raise RuntimeError(f"training job {name} was created but cannot be described")
+        return description, created
+
+    def describe(self, name: str) -> dict[str, Any] | None:
+        """DescribeTrainingJob, or None when there is no training job of that name."""
+        try:
+            return dict(self.hook.describe_training_job(name))
+        except ClientError as error:
+            if _not_found(error):
+                return None
+            raise
+
+    def request_stop(self, name: str) -> dict[str, Any] | None:
+        """StopTrainingJob without waiting; a job already stopping or ended is left as it is.
+
+        Returns the job's description after the request (None when there is no such job).
+        """
+        try:
+            self.hook.conn.stop_training_job(TrainingJobName=name)
+            log.info("Asked SageMaker to stop training job %s", name)
+        except ClientError as error:
+            if not (_not_found(error) or _not_stoppable(error)):
+                raise
+            log.info("Training job %s needs no stop: %s", name, _message(error))
+        return self.describe(name)
+
+    def stop_and_wait(
+        self, name: str, *, poll_interval: float = 10.0, timeout: float = 1800.0
+    ) -> dict[str, Any] | None:
+        """Stop the training job and wait until it has really ended (``Stopped``, or ended on its own).
+
+        Returns its last description (None when there is no such job). Raises ``TimeoutError`` when it
+        still runs after ``timeout`` seconds: its capacity must not be counted free before it ends.
+        """
+        description = self.request_stop(name)
+        deadline = time.monotonic() + timeout
+        while is_running(description):
+            if time.monotonic() >= deadline:
+                status = description.get("TrainingJobStatus") if description else None
+                raise TimeoutError(f"training job {name} is still {status} after {timeout:.0f} s")
+            time.sleep(poll_interval)
+            description = self.describe(name)
+        return description
+
+
+def stop_orphaned_training_job(aws_conn_id: str | None, region_name: str | None, name: str) -> bool:
+    """For the allocator's orphan reaper: stop a training job nobody monitors; True once it no longer runs.
+
+    Issues StopTrainingJob and returns at once with the job's current state (a job that is ``Stopping``
+    is still running: False, ask again later). A job that does not exist is not running (True).
+    """
+    description = SageMakerTrainingJobs(aws_conn_id, region_name).request_stop(name)
+    return not is_running(description)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"-+", "-", re.sub(r"[^a-zA-Z0-9]", "-", text)).strip("-")
+
+
+def _tag_value(value: str) -> str:
+    return _TAG_VALUE_UNSAFE.sub("_", value)[:_MAX_TAG_VALUE_LENGTH]
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def _message(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Message", ""))
+
+
+def _already_exists(error: ClientError) -> bool:
+    message = _message(error).lower()
+    return _code(error) == "ResourceInUse" or "already exists" in message or "must be unique" in message
+
+
+def _not_found(error: ClientError) -> bool:
+    message = _message(error).lower()
+    return _code(error) == "ResourceNotFound" or (
+        _code(error) == "ValidationException" and ("could not find" in message or "not found" in message)
+    )
+
+
+def _not_stoppable(error: ClientError) -> bool:
+    return _code(error) == "ValidationException" and "in status" in _message(error)

@@ -1,0 +1,685 @@
+"""QuotaTrainingOperator: a training job that waits for quota, trains, and is preempted and resumed.
+
+The task's life, all in one Airflow try (``airflow_quota.protocol`` names every message):
+
+1. ``execute`` validates the request (SageMaker's API model, the capacity, the quota fields) and defers on
+   ``QuotaAdmissionTrigger``: the job is RUNNABLE and holds no worker slot.
+2. ``on_grant`` (the allocator resumed it with a ``Grant``) launches ``<base>-a<attempt>`` (or re-attaches
+   to the training job its record says still runs) and defers on the backend's monitoring trigger.
+3. ``on_monitor`` ends the task when the training job ends, or, on a ``Preempt`` for its lease, stops the
+   job, waits until it has really stopped, and defers on ``QuotaAdmissionTrigger`` again (``attempt`` + 1,
+   the same ``submitted_at``, ``released_lease_id``): back to RUNNABLE at its place in the queue, no
+   Airflow retry used. The next grant launches a new training job on the same checkpoint prefix.
+
+Where the job trains is a small strategy object (``TrainingBackend``); ``SageMakerBackend`` is the one
+implemented. A local backend (processes on the worker's own GPUs) plugs in at ``_backend()``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.execution_time.context import NEVER_EXPIRE
+
+from airflow_quota.backends.sagemaker import (
+    RUNNING_STATUSES,
+    SageMakerTrainingJobs,
+    TaskIdentity,
+    TrainingRequestError,
+    build_request,
+    capacity_of,
+    checkpoint_s3_uri,
+    normalized_request,
+    quota_tags,
+    request_problems,
+    training_job_name,
+)
+from airflow_quota.engine.config import JobRequestError, validate_job_request
+from airflow_quota.operators.links import TRAINING_JOB_XCOM_KEY, QuotaShareLink, SageMakerTrainingJobLink
+from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY, Backend, TrainingJobRecord
+from airflow_quota.triggers.admission import QuotaAdmissionTrigger
+from airflow_quota.triggers.sagemaker import SageMakerTrainingJobTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from airflow.triggers.base import BaseTrigger
+
+RecordState = Literal["launched", "ended"]
+#: ``training_job_config`` given as a request dict, a ``ModelTrainer``, or a callable returning either.
+TrainingJobConfig = Mapping[str, Any] | Any | Callable[..., Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """A validated request: the capacity it needs and the backend's own document."""
+
+    capacity_unit: str
+    instance_count: int
+    document: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    """A training job as the operator sees it, in SageMaker's status words whatever the backend."""
+
+    name: str
+    status: str  # InProgress | Stopping | Completed | Failed | Stopped | Missing | Error
+    secondary_status: str | None = None
+    failure_reason: str | None = None
+    arn: str | None = None
+    model_artifacts: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.status in RUNNING_STATUSES
+
+    @classmethod
+    def from_event(cls, event: Mapping[str, Any]) -> JobState:
+        return cls(
+            name=str(event.get("training_job_name")),
+            status=str(event.get("status")),
+            secondary_status=event.get("secondary_status"),
+            failure_reason=event.get("failure_reason"),
+            arn=event.get("training_job_arn"),
+            model_artifacts=event.get("model_artifacts"),
+        )
+
+
+class TrainingBackend(Protocol):
+    """Where a granted job trains. Every method may be called again after a crash: all are idempotent.
+
+    The local backend (``airflow_quota.backends.local``) will differ in one place: its job is a process
+    of the worker, so the worker itself watches it instead of a monitoring trigger, with the preemption
+    signal as its stop condition (``LocalTrainingRun.run(should_stop=<PREEMPT_KEY holds this lease>)``),
+    then ends or requeues as ``on_monitor`` does. That branch goes where ``on_grant`` calls ``monitor``.
+    """
+
+    kind: Backend
+
+    def prepare(self, context: Context) -> PreparedRequest:
+        """Render or compile the request and validate it; raise ``TrainingRequestError`` if bad."""
+
+    def job_name(self, identity: TaskIdentity, attempt: int) -> str: ...
+
+    def record(self, name: str, attempt: int, lease_id: str, state: RecordState) -> TrainingJobRecord:
+        """The ``TrainingJobRecord``, with what the allocator needs to stop an orphan of this backend."""
+
+    def launch(
+        self, prepared: PreparedRequest, name: str, identity: TaskIdentity, tags: Mapping[str, str]
+    ) -> JobState:
+        """Start the job called ``name``; if it already exists, return it (re-attach)."""
+
+    def state(self, name: str) -> JobState: ...
+
+    def request_stop(self, name: str) -> None: ...
+
+    def stop_and_wait(self, name: str) -> JobState:
+        """Stop the job and return once it no longer runs."""
+
+    def monitor(self, name: str) -> BaseTrigger:
+        """The trigger that fires once, when the job ends (its event feeds ``JobState.from_event``)."""
+
+    def link(self, name: str) -> dict[str, Any]:
+        """What the operator's extra link to this job needs (XCom)."""
+
+
+class SageMakerBackend:
+    """Training jobs on SageMaker, through the amazon provider's hook (``backends.sagemaker``)."""
+
+    kind: Backend = "sagemaker"
+
+    def __init__(self, operator: QuotaTrainingOperator) -> None:
+        self.operator = operator
+        self.jobs = SageMakerTrainingJobs(
+            operator.aws_conn_id,
+            operator.region_name,
+            verify=operator.verify,
+            botocore_config=operator.botocore_config,
+        )
+
+    def prepare(self, context: Context) -> PreparedRequest:
+        document = normalized_request(self._request_document(context))
+        problems = request_problems(document)
+        if problems:
+            raise TrainingRequestError(problems)
+        capacity_unit, instance_count = capacity_of(document)
+        return PreparedRequest(capacity_unit, instance_count, document)
+
+    def _request_document(self, context: Context) -> Mapping[str, Any]:
+        config = self.operator.training_job_config
+        if config is None:
+            config = self.operator.model_trainer
+        if callable(config) and not _is_model_trainer(config):
+            config = _call_factory(config, context)
+        if isinstance(config, Mapping):
+            return config
+        if _is_model_trainer(config):
+            request: dict[str, Any] = config._create_training_job_args(
+                input_data_config=self.operator.input_data_config, boto3=True
+            )
+            return request
+        raise TrainingRequestError(
+            [f"expected a CreateTrainingJob request dict or a ModelTrainer, got {type(config).__name__}"]
+        )
+
+    def job_name(self, identity: TaskIdentity, attempt: int) -> str:
+        return training_job_name(identity, attempt)
+
+    def record(self, name: str, attempt: int, lease_id: str, state: RecordState) -> TrainingJobRecord:
+        return {
+            "backend": self.kind,
+            "name": name,
+            "attempt": attempt,
+            "lease_id": lease_id,
+            "state": state,
+            "aws_conn_id": self.operator.aws_conn_id,
+            "region_name": self.jobs.region,
+        }
+
+    def launch(
+        self, prepared: PreparedRequest, name: str, identity: TaskIdentity, tags: Mapping[str, str]
+    ) -> JobState:
+        request = build_request(
+            prepared.document,
+            name=name,
+            checkpoint_uri=checkpoint_s3_uri(prepared.document, identity),
+            tags=tags,
+        )
+        description, created = self.jobs.launch(request)
+        verb = "Launched" if created else "Re-attached to"
+        self.operator.log.info(
+            "%s SageMaker training job %s (%s x %d, checkpoints %s)",
+            verb,
+            name,
+            prepared.capacity_unit,
+            prepared.instance_count,
+            request["CheckpointConfig"]["S3Uri"],
+        )
+        return _state(name, description)
+
+    def state(self, name: str) -> JobState:
+        return _state(name, self.jobs.describe(name))
+
+    def request_stop(self, name: str) -> None:
+        self.jobs.request_stop(name)
+
+    def stop_and_wait(self, name: str) -> JobState:
+        description = self.jobs.stop_and_wait(
+            name, poll_interval=self.operator.stop_poll_interval, timeout=self.operator.stop_timeout
+        )
+        return _state(name, description)
+
+    def monitor(self, name: str) -> BaseTrigger:
+        settle = timedelta(seconds=self.operator.settle_seconds)
+        return SageMakerTrainingJobTrigger(
+            training_job_name=name,
+            aws_conn_id=self.operator.aws_conn_id,
+            region_name=self.jobs.region,
+            poll_interval=self.operator.poll_interval,
+            not_before=(datetime.now(UTC) + settle).isoformat(),
+        )
+
+    def link(self, name: str) -> dict[str, Any]:
+        return {"training_job_name": name, "region_name": self.jobs.region, "partition": self.jobs.partition}
+
+
+class QuotaTrainingOperator(BaseOperator):
+    """Run one training job under a quota share of a job queue, with preemption and resume.
+
+    :param job_queue: the job queue whose capacity the job uses.
+    :param quota_share_name: the quota share the job is charged to.
+    :param training_job_config: a SageMaker CreateTrainingJob request (templated dict), a SageMaker SDK
+        ``ModelTrainer``, or a callable returning either (called on the worker, with ``context`` when it
+        takes an argument: build a ``ModelTrainer`` there, never at DAG parse time). Its
+        ``ResourceConfig`` (InstanceType, InstanceCount) is the capacity the job asks for. The name,
+        ``CheckpointConfig.S3Uri`` and quota tags are set by the operator.
+    :param scheduling_priority: AWS Batch's schedulingPriority, 0..9999, higher first.
+    :param preemption_retries_before_termination: how many preemptions the job survives; None: no limit.
+    :param input_data_config: the ``input_data_config`` passed to a ``ModelTrainer``'s request builder.
+    :param poll_interval: seconds between DescribeTrainingJob calls while the job trains.
+    :param stop_timeout: how long a preemption waits for the training job to reach ``Stopped``.
+    :param settle_seconds: the monitoring trigger fires no sooner than this after the task deferred on it
+        (a guard against apache/airflow#71580: a task resumed too soon after a worker deferral is failed).
+    """
+
+    template_fields = ("training_job_config", "job_queue", "quota_share_name")
+    template_fields_renderers = {"training_job_config": "json"}  # noqa: RUF012 - BaseOperator declares it
+    ui_color = "#f0e4ff"
+    operator_extra_links = (SageMakerTrainingJobLink(), QuotaShareLink())
+
+    def __init__(
+        self,
+        *,
+        job_queue: str,
+        quota_share_name: str,
+        training_job_config: TrainingJobConfig,
+        scheduling_priority: int = 0,
+        preemption_retries_before_termination: int | None = None,
+        backend: Backend = "sagemaker",
+        aws_conn_id: str | None = "aws_default",
+        region_name: str | None = None,
+        verify: bool | str | None = None,
+        botocore_config: dict[str, Any] | None = None,
+        input_data_config: Any = None,
+        poll_interval: float = 30.0,
+        stop_poll_interval: float = 10.0,
+        stop_timeout: float = 1800.0,
+        settle_seconds: float = 10.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job_queue = job_queue
+        self.quota_share_name = quota_share_name
+        # A dict is templated; a ModelTrainer or a factory is kept apart (Airflow would call a callable
+        # template field with its own arguments).
+        is_dict = isinstance(training_job_config, Mapping)
+        self.training_job_config: Any = training_job_config if is_dict else None
+        self.model_trainer: Any = None if is_dict else training_job_config
+        self.scheduling_priority = scheduling_priority
+        self.preemption_retries_before_termination = preemption_retries_before_termination
+        self.backend = backend
+        self.aws_conn_id = aws_conn_id
+        self.region_name = region_name
+        self.verify = verify
+        self.botocore_config = botocore_config
+        self.input_data_config = input_data_config
+        self.poll_interval = poll_interval
+        self.stop_poll_interval = stop_poll_interval
+        self.stop_timeout = stop_timeout
+        self.settle_seconds = settle_seconds
+        #: The training job this worker process launched or watches (what ``on_kill`` stops).
+        self._current_job: str | None = None
+        self._training_backend: TrainingBackend | None = None
+        if backend not in ("sagemaker", "local"):
+            raise ValueError(f"backend must be 'sagemaker' or 'local', got {backend!r}")
+        if training_job_config is None:
+            raise ValueError("training_job_config is required")
+        self._validate_quota_fields("placeholder", 1)  # fail at DAG parse time on a bad priority
+
+    # --- the steps -------------------------------------------------------------------------------------
+
+    def execute(self, context: Context) -> Any:
+        """Validate the request and wait for quota."""
+        identity = _identity(context)
+        prepared = self._prepare(context)
+        submitted_at = datetime.now(UTC).isoformat()
+        self.log.info(
+            "Job %s asks %s x %d in quota share %s of job queue %s (priority %d): waiting for quota",
+            identity.base_name,
+            prepared.capacity_unit,
+            prepared.instance_count,
+            self.quota_share_name,
+            self.job_queue,
+            self.scheduling_priority,
+        )
+        # The extra link reads this key when the task pauses; it is filled once a training job is launched.
+        context["ti"].xcom_push(key=TRAINING_JOB_XCOM_KEY, value={})
+        self._wait_for_quota(context, prepared, submitted_at=submitted_at, admission=0, preemptions=0)
+
+    def on_grant(
+        self,
+        context: Context,
+        event: Mapping[str, Any] | None = None,
+        *,
+        submitted_at: str,
+        admission: int = 0,
+        preemptions: int = 0,
+    ) -> Any:
+        """Granted (or rejected): launch or re-attach, then watch the training job."""
+        event = event or {}
+        if event.get("rejected"):
+            raise AirflowFailException(f"The quota allocator rejected this job: {event.get('reason')}")
+        prepared = self._prepare(context)
+        ti_id = str(context["ti"].id)
+        if event.get("ti_id") != ti_id:
+            self.log.warning(
+                "Ignoring lease %s of task instance %s (this one is %s): waiting for quota again",
+                event.get("lease_id"),
+                event.get("ti_id"),
+                ti_id,
+            )
+            self._wait_for_quota(
+                context, prepared, submitted_at=submitted_at, admission=admission, preemptions=preemptions
+            )
+        lease_id = str(event["lease_id"])
+        attempt = int(event["attempt"])
+        if (event.get("capacityUnit"), event.get("instanceCount")) != (
+            prepared.capacity_unit,
+            prepared.instance_count,
+        ):
+            raise AirflowException(
+                f"Lease {lease_id} grants {event.get('capacityUnit')} x {event.get('instanceCount')} but the "
+                f"request now asks {prepared.capacity_unit} x {prepared.instance_count}"
+            )
+        self.log.info("Granted lease %s (attempt %d, %s borrowed)", lease_id, attempt, event.get("borrowed"))
+        backend = self._backend()
+        store = context["task_state_store"]
+        monitor_kwargs: dict[str, Any] = {
+            "submitted_at": submitted_at,
+            "admission": admission,
+            "preemptions": preemptions,
+            "lease_id": lease_id,
+        }
+
+        signal = _preempt_signal(store, lease_id)
+        if signal is not None:  # preempted before this run launched anything for the lease
+            record = _read_json(store.get(TRAINING_JOB_KEY)) or {}
+            launched = record.get("state") == "launched" and record.get("lease_id") == lease_id
+            name = str(record["name"]) if launched else None
+            return self._stop_and_requeue(context, backend, prepared, name, signal, **monitor_kwargs)
+
+        job = self._reattachable_job(context, backend, lease_id)
+        if job is None:
+            name = backend.job_name(_identity(context), attempt)
+            self._write_record(context, backend, name, attempt, lease_id, "launched")
+            self._current_job = name
+            tags = quota_tags(
+                _identity(context),
+                job_queue=self.job_queue,
+                quota_share_name=self.quota_share_name,
+                attempt=attempt,
+                lease_id=lease_id,
+            )
+            job = backend.launch(prepared, name, _identity(context), tags)
+        context["ti"].xcom_push(key=TRAINING_JOB_XCOM_KEY, value=backend.link(job.name))
+
+        signal = _preempt_signal(store, lease_id)
+        if signal is not None:  # arrived while this worker ran: nobody resumes the monitor for it
+            return self._stop_and_requeue(context, backend, prepared, job.name, signal, **monitor_kwargs)
+        self.defer(
+            trigger=backend.monitor(job.name),
+            method_name="on_monitor",
+            kwargs={**monitor_kwargs, "training_job_name": job.name},
+            timeout=None,
+        )
+
+    def on_monitor(
+        self,
+        context: Context,
+        event: Mapping[str, Any] | None = None,
+        *,
+        submitted_at: str,
+        lease_id: str,
+        training_job_name: str,
+        admission: int = 0,
+        preemptions: int = 0,
+    ) -> Any:
+        """The training job ended, or the allocator preempts it."""
+        event = event or {}
+        backend = self._backend()
+        store = context["task_state_store"]
+        self._current_job = training_job_name
+        monitor_kwargs: dict[str, Any] = {
+            "submitted_at": submitted_at,
+            "admission": admission,
+            "preemptions": preemptions,
+            "lease_id": lease_id,
+        }
+        if event.get("preempt"):
+            if event.get("lease_id") != lease_id:
+                self.log.warning(
+                    "Ignoring a preemption of lease %s (this task holds %s)", event.get("lease_id"), lease_id
+                )
+                self.defer(
+                    trigger=backend.monitor(training_job_name),
+                    method_name="on_monitor",
+                    kwargs={**monitor_kwargs, "training_job_name": training_job_name},
+                    timeout=None,
+                )
+            prepared = self._prepare(context)
+            return self._stop_and_requeue(
+                context, backend, prepared, training_job_name, event, **monitor_kwargs
+            )
+
+        job = JobState.from_event(event)
+        if job.status == "Stopped" and (signal := _preempt_signal(store, lease_id)) is not None:
+            # Preempted through the store while the trigger saw the stop first.
+            prepared = self._prepare(context)
+            return self._stop_and_requeue(
+                context, backend, prepared, training_job_name, signal, **monitor_kwargs
+            )
+        return self._finish(context, backend, job, lease_id, preemptions)
+
+    def on_kill(self) -> None:
+        """The task is killed while it runs in a worker: stop the training job it launched or watches."""
+        if self._current_job is not None:
+            self.log.info("Task killed: stopping training job %s", self._current_job)
+            self._backend().request_stop(self._current_job)
+
+    # --- helpers ---------------------------------------------------------------------------------------
+
+    def _backend(self) -> TrainingBackend:
+        """The strategy for ``backend`` (one per worker process: it holds the AWS session)."""
+        if self._training_backend is None:
+            if self.backend != "sagemaker":
+                # The local backend (airflow_quota.backends.local) plugs in here.
+                raise AirflowFailException(f"backend {self.backend!r} is not available yet")
+            self._training_backend = SageMakerBackend(self)
+        return self._training_backend
+
+    def _prepare(self, context: Context) -> PreparedRequest:
+        """The validated request; a bad request fails the task at once, with no retry."""
+        try:
+            prepared = self._backend().prepare(context)
+            self._validate_quota_fields(prepared.capacity_unit, prepared.instance_count)
+        except (TrainingRequestError, JobRequestError) as error:
+            raise AirflowFailException(str(error)) from error
+        return prepared
+
+    def _validate_quota_fields(self, capacity_unit: str, instance_count: int) -> None:
+        """The quota fields as the allocator will read them (a share name still to render is not checked)."""
+        share = self.quota_share_name
+        document = {
+            "jobName": "job",
+            "quotaShareName": "placeholder" if "{{" in str(share) else share,
+            "capacityUnit": capacity_unit,
+            "instanceCount": instance_count,
+            "schedulingPriority": self.scheduling_priority,
+            "preemptionRetriesBeforeTermination": self.preemption_retries_before_termination,
+        }
+        validate_job_request(document, source=f"task {self.task_id}")
+
+    def _wait_for_quota(
+        self,
+        context: Context,
+        prepared: PreparedRequest,
+        *,
+        submitted_at: str,
+        admission: int,
+        preemptions: int,
+        released_lease_id: str | None = None,
+    ) -> NoReturn:
+        trigger = QuotaAdmissionTrigger(
+            job_queue=self.job_queue,
+            job_name=_identity(context).base_name,
+            quota_share_name=self.quota_share_name,
+            capacity_unit=prepared.capacity_unit,
+            instance_count=prepared.instance_count,
+            scheduling_priority=self.scheduling_priority,
+            preemption_retries_before_termination=self.preemption_retries_before_termination,
+            submitted_at=submitted_at,
+            attempt=admission,
+            released_lease_id=released_lease_id,
+        )
+        self.defer(
+            trigger=trigger,
+            method_name="on_grant",
+            kwargs={"submitted_at": submitted_at, "admission": admission, "preemptions": preemptions},
+            timeout=None,
+        )
+
+    def _reattachable_job(self, context: Context, backend: TrainingBackend, lease_id: str) -> JobState | None:
+        """The training job an earlier run left running (or completed), now under this lease; else None."""
+        record = _read_json(context["task_state_store"].get(TRAINING_JOB_KEY))
+        if not record or record.get("state") != "launched" or record.get("backend") != backend.kind:
+            return None
+        name = str(record["name"])
+        job = backend.state(name)
+        if job.status == "Stopping":
+            job = backend.stop_and_wait(name)
+        if job.status in ("InProgress", "Completed"):
+            self.log.info(
+                "Re-attaching to training job %s (%s), launched for lease %s",
+                name,
+                job.status,
+                record.get("lease_id"),
+            )
+            self._write_record(context, backend, name, int(record.get("attempt", 0)), lease_id, "launched")
+            self._current_job = name
+            return job
+        self.log.info("Training job %s of an earlier run is %s: launching a new one", name, job.status)
+        self._write_record(
+            context, backend, name, int(record.get("attempt", 0)), str(record.get("lease_id")), "ended"
+        )
+        return None
+
+    def _write_record(
+        self,
+        context: Context,
+        backend: TrainingBackend,
+        name: str,
+        attempt: int,
+        lease_id: str,
+        state: RecordState,
+    ) -> None:
+        record = backend.record(name, attempt, lease_id, state)
+        value: Any = dict(record)
+        context["task_state_store"].set(TRAINING_JOB_KEY, value, retention=NEVER_EXPIRE)
+
+    def _stop_and_requeue(
+        self,
+        context: Context,
+        backend: TrainingBackend,
+        prepared: PreparedRequest,
+        name: str | None,
+        signal: Mapping[str, Any],
+        *,
+        submitted_at: str,
+        admission: int,
+        preemptions: int,
+        lease_id: str,
+    ) -> dict[str, Any]:
+        """Preempted: stop the training job, wait until it has stopped, and wait for quota again.
+
+        Returns only when the job completed before it could be stopped (the task's result then).
+        """
+        self.log.warning(
+            "Preempted (lease %s) by %s, rule %s: %s",
+            lease_id,
+            signal.get("preempted_by"),
+            signal.get("rule"),
+            signal.get("reason"),
+        )
+        if name is not None:
+            self._current_job = name
+            job = backend.stop_and_wait(name)
+            self.log.info("Training job %s is %s (%s)", name, job.status, job.secondary_status)
+            if job.status == "Completed":  # it finished before the stop reached it: the work is done
+                context["task_state_store"].delete(PREEMPT_KEY)
+                return self._finish(context, backend, job, lease_id, preemptions)
+            record = _read_json(context["task_state_store"].get(TRAINING_JOB_KEY)) or {}
+            self._write_record(context, backend, name, int(record.get("attempt", 0)), lease_id, "ended")
+        context["task_state_store"].delete(PREEMPT_KEY)
+        self._current_job = None
+        self.log.info("Capacity of lease %s released: waiting for quota again", lease_id)
+        self._wait_for_quota(
+            context,
+            prepared,
+            submitted_at=submitted_at,
+            admission=admission + 1,
+            preemptions=preemptions + 1,
+            released_lease_id=lease_id,
+        )
+
+    def _finish(
+        self, context: Context, backend: TrainingBackend, job: JobState, lease_id: str, preemptions: int
+    ) -> dict[str, Any]:
+        store = context["task_state_store"]
+        record = _read_json(store.get(TRAINING_JOB_KEY)) or {}
+        attempts = int(record.get("attempt", 0))
+        self._write_record(context, backend, job.name, attempts, lease_id, "ended")
+        if _preempt_signal(store, lease_id) is not None:  # the job ended before the preemption reached it
+            store.delete(PREEMPT_KEY)
+        self._current_job = None
+        if job.status == "Completed":
+            self.log.info("Training job %s completed: %s", job.name, job.model_artifacts)
+            return {
+                "training_job_name": job.name,
+                "training_job_arn": job.arn,
+                "model_artifacts": job.model_artifacts,
+                "attempts": attempts,
+                "preemptions": preemptions,
+            }
+        if job.status == "Stopped" and job.secondary_status == "MaxRuntimeExceeded":
+            raise AirflowException(
+                f"Training job {job.name} ran past its runtime limit (StoppingCondition.MaxRuntimeInSeconds)"
+            )
+        if job.status == "Stopped":
+            raise AirflowException(f"Training job {job.name} was stopped outside the quota allocator")
+        if job.status == "Failed":
+            raise AirflowException(f"Training job {job.name} failed: {job.failure_reason}")
+        raise AirflowException(
+            f"Training job {job.name} is {job.status}: {job.failure_reason or 'no details'}"
+        )
+
+    def execute_complete(self, context: Context, event: Any = None) -> Any:  # pragma: no cover - unused
+        raise AirflowException("QuotaTrainingOperator resumes in on_grant or on_monitor only")
+
+
+def _identity(context: Context) -> TaskIdentity:
+    ti = context["ti"]
+    map_index = -1 if ti.map_index is None else int(ti.map_index)
+    return TaskIdentity(ti.dag_id, ti.run_id, ti.task_id, map_index, int(ti.try_number))
+
+
+def _read_json(value: Any) -> dict[str, Any] | None:
+    """A ``task_state_store`` value as a dict (the allocator writes JSON documents)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return dict(value) if isinstance(value, Mapping) else None
+
+
+def _preempt_signal(store: Any, lease_id: str) -> dict[str, Any] | None:
+    """The allocator's ``Preempt`` for this lease, if any; a signal for another lease is stale."""
+    signal = _read_json(store.get(PREEMPT_KEY))
+    if not signal or not signal.get("preempt"):
+        return None
+    return signal if signal.get("lease_id") == lease_id else None
+
+
+def _state(name: str, description: Mapping[str, Any] | None) -> JobState:
+    if description is None:
+        return JobState(name, "Missing")
+    return JobState(
+        name=name,
+        status=str(description["TrainingJobStatus"]),
+        secondary_status=description.get("SecondaryStatus"),
+        failure_reason=description.get("FailureReason"),
+        arn=description.get("TrainingJobArn"),
+        model_artifacts=(description.get("ModelArtifacts") or {}).get("S3ModelArtifacts"),
+    )
+
+
+def _is_model_trainer(value: Any) -> bool:
+    return type(value).__name__ == "ModelTrainer" and hasattr(value, "_create_training_job_args")
+
+
+def _call_factory(factory: Callable[..., Any], context: Context) -> Any:
+    try:
+        takes_context = bool(inspect.signature(factory).parameters)
+    except (TypeError, ValueError):
+        takes_context = False
+    return factory(context) if takes_context else factory()
+
+
+__all__ = ["JobState", "PreparedRequest", "QuotaTrainingOperator", "SageMakerBackend", "TrainingBackend"]

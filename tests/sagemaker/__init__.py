@@ -1,0 +1,1 @@
+"""SageMaker backend, trigger and operator, against moto's server extended by ``moto_sagemaker``."""

@@ -1,0 +1,135 @@
+"""One moto server (with our SageMaker emulator) per test session, and the Airflow connection to it.
+
+The server runs in a subprocess (``python -m tests.sagemaker.moto_sagemaker``) on 127.0.0.1 and a free
+port; ``AIRFLOW_CONN_AWS_DEFAULT`` points the provider's hooks at it through ``endpoint_url``, and
+``AWS_ENDPOINT_URL`` and dummy credentials make sure nothing in these tests can reach AWS. ``AIRFLOW_HOME``
+is a temporary folder, set before any test module imports Airflow.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+REGION = "us-east-1"
+ROLE_ARN = "arn:aws:iam::123456789012:role/training"
+
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="quota-sagemaker-tests-airflow-home-"))
+atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
+for _name, _value in {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+}.items():
+    os.environ[_name] = _value
+
+
+@dataclass(frozen=True)
+class MotoServer:
+    """moto's server with our SageMaker emulator, and a plain boto3 client to look at it."""
+
+    endpoint_url: str
+
+    def client(self, service: str = "sagemaker") -> Any:
+        import boto3
+
+        return boto3.client(service, endpoint_url=self.endpoint_url, region_name=REGION)
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoServer]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.sagemaker.moto_sagemaker", "--port", "0"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    first_line = process.stdout.readline()
+    if not first_line.startswith("PORT "):
+        process.kill()
+        rest = process.stdout.read()
+        pytest.fail(f"moto server did not start: {first_line}{rest}")
+    endpoint_url = f"http://127.0.0.1:{int(first_line.split()[1])}"
+    connection = {
+        "conn_type": "aws",
+        "login": "testing",
+        "password": "testing",
+        "extra": {"region_name": REGION, "endpoint_url": endpoint_url},
+    }
+    saved = {name: os.environ.get(name) for name in ("AIRFLOW_CONN_AWS_DEFAULT", "AWS_ENDPOINT_URL")}
+    os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(connection)
+    os.environ["AWS_ENDPOINT_URL"] = endpoint_url
+    try:
+        yield MotoServer(endpoint_url)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def training_request(
+    *,
+    duration_s: float = 1.0,
+    outcome: str = "Completed",
+    failure_reason: str | None = None,
+    instance_type: str = "ml.p4d.24xlarge",
+    instance_count: int = 2,
+    max_runtime_s: int = 3600,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A CreateTrainingJob request whose emulated job runs ``duration_s`` and ends with ``outcome``."""
+    hyper_parameters = {
+        "epochs": "3",
+        "emulator.duration_s": str(duration_s),
+        "emulator.outcome": outcome,
+        "emulator.stop_delay_s": "0.3",
+    }
+    if failure_reason is not None:
+        hyper_parameters["emulator.failure_reason"] = failure_reason
+    return {
+        "AlgorithmSpecification": {
+            "TrainingImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1",
+            "TrainingInputMode": "File",
+        },
+        "RoleArn": ROLE_ARN,
+        "OutputDataConfig": {"S3OutputPath": "s3://team-a-models/llm"},
+        "ResourceConfig": {
+            "InstanceType": instance_type,
+            "InstanceCount": instance_count,
+            "VolumeSizeInGB": 100,
+        },
+        "StoppingCondition": {"MaxRuntimeInSeconds": max_runtime_s},
+        "HyperParameters": hyper_parameters,
+        **extra,
+    }
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short suffix that keeps one test's names apart from every other's (the server is shared)."""
+    return uuid.uuid4().hex[:8]

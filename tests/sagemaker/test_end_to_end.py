@@ -1,0 +1,90 @@
+"""QuotaTrainingOperator on real Airflow processes (scheduler with the allocator, triggerer, dag processor,
+api-server; LocalExecutor; SQLite), its SageMaker being moto's server with our emulator.
+
+team-b's training job borrows team-a's idle instance; team-a's job arrives; the allocator preempts the
+borrower while it is deferred on its monitoring trigger; the task stops its training job, waits until
+it is Stopped and waits for quota again in the same try; team-a's job runs; then team-b's is granted
+again and its second training job, on the same checkpoint prefix, completes. Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests.airflow.harness import AirflowProcesses
+from tests.sagemaker.conftest import MotoServer
+
+pytestmark = pytest.mark.airflow
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def airflow(moto_server: MotoServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowProcesses]:
+    home = tmp_path_factory.mktemp("airflow-home-sagemaker")
+    processes = AirflowProcesses(
+        home, f"sqlite:///{home}/airflow.db", extra_env={"AIRFLOW__CORE__DAGS_FOLDER": str(HERE / "dags")}
+    )
+    processes.migrate()
+    applied = processes.airflow("quota", "apply", "-f", str(HERE / "quotas.yaml"))
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    processes.start()
+    try:
+        yield processes
+    finally:
+        processes.stop()
+
+
+def training_jobs(moto_server: MotoServer) -> dict[str, tuple[str, str]]:
+    client = moto_server.client()
+    jobs = {}
+    for summary in client.list_training_jobs(MaxResults=100)["TrainingJobSummaries"]:
+        name = summary["TrainingJobName"]
+        if name.startswith("quota-sm-"):
+            described = client.describe_training_job(TrainingJobName=name)
+            jobs[name] = (described["TrainingJobStatus"], described["CheckpointConfig"]["S3Uri"])
+    return jobs
+
+
+def test_the_owner_reclaims_its_instance_from_a_sagemaker_borrower(
+    airflow: AirflowProcesses, moto_server: MotoServer
+) -> None:
+    airflow.wait_for_dag("quota_sm_borrower")
+    airflow.wait_for_dag("quota_sm_owner")
+    airflow.trigger("quota_sm_borrower", "e2e-1")
+    borrower_first = airflow.wait_for(
+        "the borrower's first training job to run",
+        lambda: [name for name, (status, _) in training_jobs(moto_server).items() if status == "InProgress"],
+        120,
+    )
+    airflow.trigger("quota_sm_owner", "e2e-1")
+
+    for dag_id in ("quota_sm_owner", "quota_sm_borrower"):
+        airflow.wait_for(
+            f"{dag_id} to finish",
+            lambda d=dag_id: airflow.run_state(d, "e2e-1") in ("success", "failed"),
+            240,
+        )
+
+    assert airflow.task_states("quota_sm_owner", "e2e-1") == {"train": ("success", 1)}, airflow.log_tails()
+    # Preempted and resumed in the same try: no Airflow retry used.
+    assert airflow.task_states("quota_sm_borrower", "e2e-1") == {"train": ("success", 1)}, airflow.log_tails()
+    jobs = training_jobs(moto_server)
+    [first] = borrower_first
+    assert first.endswith("-t1-a1")
+    second = first.removesuffix("-a1") + "-a2"
+    assert jobs[first][0] == "Stopped"
+    assert jobs[second][0] == "Completed"
+    assert jobs[first][1] == jobs[second][1]  # the same checkpoint prefix
+    owner = [name for name in jobs if name not in (first, second)]
+    assert [jobs[name][0] for name in owner] == ["Completed"]
+    with airflow.engine.connect() as connection:
+        row = connection.execute(
+            sa.text("SELECT status, attempt, preempted_attempt_count FROM quota_job WHERE job_id = :j"),
+            {"j": "quota_sm_borrower/e2e-1/train/-1/1"},
+        ).one()
+    assert tuple(row) == ("SUCCEEDED", 2, 1)

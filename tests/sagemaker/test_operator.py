@@ -1,0 +1,338 @@
+"""QuotaTrainingOperator's steps, driven as the task runner drives them, against the server.
+
+Each step runs the operator's real code against moto's server with our emulator; only the task instance
+and its ``task_state_store`` are stand-ins (``task_runtime``). The end-to-end test on a real scheduler and
+triggerer (the allocator's) covers those.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_quota.engine.config import JobRequestError
+from airflow_quota.operators.links import quota_share_url, training_job_console_url
+from airflow_quota.operators.training import QuotaTrainingOperator
+from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY
+from airflow_quota.triggers.admission import QuotaAdmissionTrigger
+from airflow_quota.triggers.sagemaker import SageMakerTrainingJobTrigger
+from tests.sagemaker.conftest import MotoServer, training_request
+from tests.sagemaker.task_runtime import TaskInstanceStandIn, TaskRun, monitor_event
+
+
+def operator(**kwargs: Any) -> QuotaTrainingOperator:
+    arguments: dict[str, Any] = {
+        "task_id": "train",
+        "job_queue": "gpu-training",
+        "quota_share_name": "team-a",
+        "training_job_config": training_request(duration_s=0.5),
+        "scheduling_priority": 50,
+        "poll_interval": 0.1,
+        "stop_poll_interval": 0.05,
+        "settle_seconds": 0,
+        **kwargs,
+    }
+    return QuotaTrainingOperator(**arguments)
+
+
+def task_run(unique: str, **kwargs: Any) -> TaskRun:
+    return TaskRun(operator(**kwargs), TaskInstanceStandIn(dag_id="team_a_pipeline", run_id=f"run-{unique}"))
+
+
+def status_of(moto_server: MotoServer, name: str) -> str:
+    return str(moto_server.client().describe_training_job(TrainingJobName=name)["TrainingJobStatus"])
+
+
+def job_names(moto_server: MotoServer, contains: str) -> list[str]:
+    summaries = moto_server.client().list_training_jobs(NameContains=contains)["TrainingJobSummaries"]
+    return sorted(summary["TrainingJobName"] for summary in summaries)
+
+
+# --- validation ---------------------------------------------------------------------------------------------
+
+
+def test_a_priority_out_of_range_fails_at_dag_parse_time() -> None:
+    with pytest.raises(JobRequestError, match="schedulingPriority"):
+        operator(scheduling_priority=10000)
+    with pytest.raises(JobRequestError, match="preemptionRetriesBeforeTermination"):
+        operator(preemption_retries_before_termination=-1)
+
+
+def test_a_bad_request_fails_before_waiting_with_every_problem(unique: str) -> None:
+    request = training_request(Hyperparameters={"lr": "1"})
+    del request["ResourceConfig"]
+    run = task_run(unique, training_job_config=request)
+
+    with pytest.raises(AirflowFailException) as failure:
+        run.operator.execute(run.context)
+
+    message = str(failure.value)
+    assert "ResourceConfig: missing" in message
+    assert 'Unknown parameter in input: "Hyperparameters"' in message
+
+
+def test_a_request_the_quota_cannot_hold_fails_before_waiting(unique: str) -> None:
+    run = task_run(unique, training_job_config=training_request(instance_count=0))
+    with pytest.raises(AirflowFailException, match="InstanceCount: must be a whole number >= 1"):
+        run.operator.execute(run.context)
+
+
+def test_execute_waits_for_quota_with_the_request(unique: str) -> None:
+    run = task_run(unique, preemption_retries_before_termination=2)
+
+    deferred = run.execute()
+
+    trigger = deferred.trigger
+    assert isinstance(trigger, QuotaAdmissionTrigger)
+    assert (deferred.method_name, deferred.timeout) == ("on_grant", None)
+    assert trigger.job_queue == "gpu-training"
+    assert trigger.quota_share_name == "team-a"
+    assert (trigger.capacity_unit, trigger.instance_count) == ("ml.p4d.24xlarge", 2)
+    assert (trigger.scheduling_priority, trigger.preemption_retries_before_termination) == (50, 2)
+    assert (trigger.attempt, trigger.released_lease_id) == (0, None)
+    assert trigger.submitted_at is not None and datetime.fromisoformat(trigger.submitted_at).tzinfo
+    assert deferred.kwargs == {"submitted_at": trigger.submitted_at, "admission": 0, "preemptions": 0}
+
+
+# --- grant, monitor, finish ---------------------------------------------------------------------------------
+
+
+def test_a_granted_job_trains_and_returns_its_result(moto_server: MotoServer, unique: str) -> None:
+    run = task_run(unique)
+    waiting = run.execute()
+
+    monitoring = run.resume_deferred(waiting, run.grant(attempt=1))
+
+    assert isinstance(monitoring.trigger, SageMakerTrainingJobTrigger)
+    assert monitoring.method_name == "on_monitor"
+    name = monitoring.trigger.training_job_name
+    assert name.endswith("-t1-a1")
+    assert run.record()["state"] == "launched"
+    assert run.record()["name"] == name
+    assert run.record()["aws_conn_id"] == "aws_default"
+    assert run.ti.xcom["quota_training_job"]["training_job_name"] == name
+
+    result = run.resume(monitoring, monitor_event(monitoring))
+
+    assert result["training_job_name"] == name
+    assert result["training_job_arn"].endswith(f"training-job/{name}")
+    assert result["model_artifacts"].endswith(f"/{name}/output/model.tar.gz")
+    assert (result["attempts"], result["preemptions"]) == (1, 0)
+    assert run.record()["state"] == "ended"
+
+
+def test_a_rejection_fails_the_task_with_its_reason(unique: str) -> None:
+    run = task_run(unique)
+    waiting = run.execute()
+    reason = "preemptionRetriesBeforeTermination (2) exhausted"
+    rejection = {"rejected": True, "job_id": "j", "reason": reason}
+
+    with pytest.raises(AirflowFailException, match=r"rejected this job: preemptionRetriesBeforeTermination"):
+        run.resume(waiting, rejection)
+
+
+def test_a_lease_of_another_task_instance_is_ignored(moto_server: MotoServer, unique: str) -> None:
+    run = task_run(unique)
+    waiting = run.execute()
+
+    again = run.resume_deferred(waiting, run.grant(ti_id=str(uuid.uuid4())))
+
+    assert isinstance(again.trigger, QuotaAdmissionTrigger)
+    assert again.trigger.submitted_at == waiting.kwargs["submitted_at"]  # type: ignore[index]
+    assert again.trigger.attempt == 0
+    assert run.store.get(TRAINING_JOB_KEY) is None
+    assert job_names(moto_server, _identity(run)) == []
+
+
+def test_failed_and_stopped_jobs_fail_the_task_for_its_retry_policy(
+    moto_server: MotoServer, unique: str
+) -> None:
+    request = training_request(duration_s=0.2, outcome="Failed", failure_reason="AlgorithmError: OOM")
+    failing = task_run(f"{unique}-f", training_job_config=request)
+    monitoring = failing.resume_deferred(failing.execute(), failing.grant())
+    with pytest.raises(AirflowException, match="failed: AlgorithmError: OOM") as failure:
+        failing.resume(monitoring, monitor_event(monitoring))
+    assert not isinstance(failure.value, AirflowFailException)  # retries apply
+    assert failing.record()["state"] == "ended"
+
+    too_long = task_run(f"{unique}-t", training_job_config=training_request(duration_s=60, max_runtime_s=1))
+    monitoring = too_long.resume_deferred(too_long.execute(), too_long.grant())
+    with pytest.raises(AirflowException, match="ran past its runtime limit"):
+        too_long.resume(monitoring, monitor_event(monitoring))
+
+    stopped = task_run(f"{unique}-s", training_job_config=training_request(duration_s=60))
+    monitoring = stopped.resume_deferred(stopped.execute(), stopped.grant())
+    moto_server.client().stop_training_job(TrainingJobName=monitoring.trigger.training_job_name)  # type: ignore[attr-defined]
+    with pytest.raises(AirflowException, match="was stopped outside the quota allocator"):
+        stopped.resume(monitoring, monitor_event(monitoring))
+
+
+# --- preemption ---------------------------------------------------------------------------------------------
+
+
+def preempt(run: TaskRun, lease_id: str) -> dict[str, Any]:
+    return {
+        "preempt": True,
+        "lease_id": lease_id,
+        "job_id": run.grant()["job_id"],
+        "preempted_by": "team_a_pipeline/urgent/train/-1/1",
+        "rule": "IN_SHARE_PRIORITY",
+        "reason": "Preempted by a higher-priority job",
+        "at": "2026-11-30T05:01:00+00:00",
+    }
+
+
+def test_a_preempted_job_stops_requeues_in_place_and_resumes(moto_server: MotoServer, unique: str) -> None:
+    run = task_run(unique, training_job_config=training_request(duration_s=60))
+    waiting = run.execute()
+    first_grant = run.grant(attempt=1)
+    monitoring = run.resume_deferred(waiting, first_grant)
+    first_job = monitoring.trigger.training_job_name  # type: ignore[attr-defined]
+    run.store.set(PREEMPT_KEY, preempt(run, first_grant["lease_id"]))  # the allocator writes both channels
+
+    requeued = run.resume_deferred(monitoring, preempt(run, first_grant["lease_id"]))
+
+    assert status_of(moto_server, first_job) == "Stopped"  # really stopped before the stop report
+    assert isinstance(requeued.trigger, QuotaAdmissionTrigger)
+    assert requeued.method_name == "on_grant"
+    assert requeued.trigger.attempt == 1
+    assert requeued.trigger.released_lease_id == first_grant["lease_id"]
+    assert requeued.trigger.submitted_at == waiting.kwargs["submitted_at"]  # type: ignore[index]
+    assert run.store.get(PREEMPT_KEY) is None
+    assert run.record() | {"aws_conn_id": None, "region_name": None} == {
+        "backend": "sagemaker",
+        "name": first_job,
+        "attempt": 1,
+        "lease_id": first_grant["lease_id"],
+        "state": "ended",
+        "aws_conn_id": None,
+        "region_name": None,
+    }
+
+    # The next grant launches attempt 2 on the same checkpoint prefix; it completes.
+    run.operator.training_job_config = training_request(duration_s=0.3)
+    monitoring = run.resume_deferred(requeued, run.grant(attempt=2))
+    second_job = monitoring.trigger.training_job_name  # type: ignore[attr-defined]
+    assert second_job == first_job.removesuffix("-a1") + "-a2"
+    describe = moto_server.client().describe_training_job
+    checkpoints = [
+        describe(TrainingJobName=name)["CheckpointConfig"]["S3Uri"] for name in (first_job, second_job)
+    ]
+    assert checkpoints[0] == checkpoints[1]
+    tags = moto_server.client().list_tags(ResourceArn=describe(TrainingJobName=second_job)["TrainingJobArn"])
+    assert {"Key": "airflow-quota:attempt", "Value": "2"} in tags["Tags"]
+
+    result = run.resume(monitoring, monitor_event(monitoring))
+    assert (result["training_job_name"], result["attempts"], result["preemptions"]) == (second_job, 2, 1)
+
+
+def test_a_preemption_signalled_before_launch_launches_nothing(moto_server: MotoServer, unique: str) -> None:
+    run = task_run(unique)
+    waiting = run.execute()
+    grant = run.grant(attempt=1)
+    run.store.set(PREEMPT_KEY, preempt(run, grant["lease_id"]))
+
+    requeued = run.resume_deferred(waiting, grant)
+
+    assert isinstance(requeued.trigger, QuotaAdmissionTrigger)
+    assert (requeued.trigger.attempt, requeued.trigger.released_lease_id) == (1, grant["lease_id"])
+    assert run.store.get(PREEMPT_KEY) is None
+    assert run.store.get(TRAINING_JOB_KEY) is None
+    assert job_names(moto_server, _identity(run)) == []
+
+
+def test_a_preemption_of_another_lease_is_ignored(moto_server: MotoServer, unique: str) -> None:
+    run = task_run(unique, training_job_config=training_request(duration_s=60))
+    monitoring = run.resume_deferred(run.execute(), run.grant(attempt=2))
+    run.store.set(PREEMPT_KEY, preempt(run, "an-old-lease#1"))
+
+    again = run.resume_deferred(monitoring, preempt(run, "an-old-lease#1"))
+
+    assert isinstance(again.trigger, SageMakerTrainingJobTrigger)
+    assert again.trigger.training_job_name == monitoring.trigger.training_job_name  # type: ignore[attr-defined]
+    assert status_of(moto_server, again.trigger.training_job_name) == "InProgress"
+    run.operator.on_kill()
+
+
+# --- crashes, retries, kills --------------------------------------------------------------------------------
+
+
+def test_a_retry_reattaches_to_the_training_job_still_running(moto_server: MotoServer, unique: str) -> None:
+    run = task_run(unique, training_job_config=training_request(duration_s=1.5))
+    monitoring = run.resume_deferred(run.execute(), run.grant(attempt=1))
+    launched = monitoring.trigger.training_job_name  # type: ignore[attr-defined]
+
+    # The worker dies; the task's next try is granted (the allocator marks it a re-attach).
+    retry = run.retry()
+    monitoring = retry.resume_deferred(retry.execute(), retry.grant(attempt=1) | {"reattach": True})
+
+    assert monitoring.trigger.training_job_name == launched  # type: ignore[attr-defined]
+    assert job_names(moto_server, _identity(run)) == [launched]
+    assert retry.record()["lease_id"] == retry.grant(attempt=1)["lease_id"]
+    result = retry.resume(monitoring, monitor_event(monitoring))
+    assert result["training_job_name"] == launched
+
+
+def test_a_retry_after_a_failed_job_launches_a_new_one(moto_server: MotoServer, unique: str) -> None:
+    run = task_run(unique, training_job_config=training_request(duration_s=0.1, outcome="Failed"))
+    monitoring = run.resume_deferred(run.execute(), run.grant(attempt=1))
+    first = monitoring.trigger.training_job_name  # type: ignore[attr-defined]
+    time.sleep(0.3)  # it failed, and the worker died before it saw it: the record still says launched
+
+    retry = run.retry()
+    retry.operator.training_job_config = training_request(duration_s=0.2)
+    monitoring = retry.resume_deferred(retry.execute(), retry.grant(attempt=1))
+
+    second = monitoring.trigger.training_job_name  # type: ignore[attr-defined]
+    assert second != first and second.endswith("-t2-a1")
+    assert retry.resume(monitoring, monitor_event(monitoring))["training_job_name"] == second
+
+
+def test_launching_twice_for_one_grant_reattaches(moto_server: MotoServer, unique: str) -> None:
+    run = task_run(unique, training_job_config=training_request(duration_s=60))
+    waiting = run.execute()
+    grant = run.grant(attempt=1)
+    first = run.resume_deferred(waiting, grant)
+    run.store.delete(TRAINING_JOB_KEY)  # as if the record write was lost
+
+    second = run.resume_deferred(waiting, grant)  # CreateTrainingJob answers ResourceInUse
+
+    assert second.trigger.training_job_name == first.trigger.training_job_name  # type: ignore[attr-defined]
+    run.operator.on_kill()
+
+
+def test_on_kill_stops_the_training_job(moto_server: MotoServer, unique: str) -> None:
+    run = task_run(unique, training_job_config=training_request(duration_s=60))
+    monitoring = run.resume_deferred(run.execute(), run.grant(attempt=1))
+    name = monitoring.trigger.training_job_name  # type: ignore[attr-defined]
+
+    run.operator.on_kill()
+
+    assert status_of(moto_server, name) in ("Stopping", "Stopped")
+
+
+# --- links --------------------------------------------------------------------------------------------------
+
+
+def test_the_links_point_at_the_console_and_the_share_page() -> None:
+    assert (
+        training_job_console_url("team-a-abc-t1-a2", "eu-west-1")
+        == "https://console.aws.amazon.com/sagemaker/home?region=eu-west-1#/jobs/team-a-abc-t1-a2"
+    )
+    assert (
+        quota_share_url("gpu training", "team-a", base_url="https://airflow.example.com/")
+        == "https://airflow.example.com/quota/shares/gpu%20training/team-a"
+    )
+
+
+def _identity(run: TaskRun) -> str:
+    """The name part every training job of this task instance shares."""
+    from airflow_quota.backends.sagemaker import TaskIdentity
+
+    ti = run.ti
+    return TaskIdentity(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number).task_key
