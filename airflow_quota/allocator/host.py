@@ -16,8 +16,12 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from airflow import settings as airflow_settings
+
+# Airflow core's metrics module: the one its scheduler, executors and api-server initialize and emit through
+# (``airflow.sdk.observability.stats`` is the task SDK's own copy, not set up in the scheduler).
+from airflow._shared.observability.metrics import stats as Stats
 from airflow.configuration import conf
-from airflow.stats import Stats
+from airflow.observability.metrics import stats_utils
 from sqlalchemy.orm import Session
 
 from airflow_quota.allocator.cycle import CycleReport, CycleSettings, run_allocation_cycle
@@ -46,6 +50,14 @@ def cycle_settings() -> CycleSettings:
     )
 
 
+def initialize_metrics() -> None:
+    """Set up Airflow's metrics backend (``[metrics]``) in a process Airflow did not (the CLI daemon)."""
+    Stats.initialize(
+        factory=stats_utils.get_stats_factory(),
+        export_legacy_names=conf.getboolean("metrics", "legacy_names_on"),
+    )
+
+
 def run_cycle(settings: CycleSettings | None = None) -> CycleReport | None:
     """One cycle in its own transaction; None when it failed (rolled back and logged)."""
     engine = airflow_settings.engine
@@ -64,7 +76,12 @@ def run_cycle(settings: CycleSettings | None = None) -> CycleReport | None:
 
 
 def emit_metrics(report: CycleReport, seconds: float) -> None:
-    """The cycle's figures: time, grants, preemptions by rule, and per share and unit usage."""
+    """The cycle's figures: time, grants, preemptions by rule, and per share and unit usage.
+
+    Like Airflow's own pool metrics, each per-share gauge is emitted twice: with tags (for backends that
+    keep them: OpenTelemetry, Datadog, InfluxDB-style StatsD) and with the names in the metric name
+    (``quota.share.usage.<queue>.<share>.<unit>``) for plain StatsD.
+    """
     if report.skipped:
         Stats.incr("quota.cycle.skipped")
         return
@@ -72,6 +89,7 @@ def emit_metrics(report: CycleReport, seconds: float) -> None:
     Stats.incr("quota.grants", len(report.granted))
     for rule, victims in report.preempted_by_rule.items():
         Stats.incr("quota.preemptions", victims, tags={"rule": rule})
+        Stats.incr(f"quota.preemptions.{rule}", victims)
     Stats.incr("quota.rejections", len(report.rejected))
     for queue_name, state in report.states.items():
         usage = usage_of(state)
@@ -79,14 +97,21 @@ def emit_metrics(report: CycleReport, seconds: float) -> None:
         for share in state.queue.shares:
             jobs = [job for job in state.jobs.values() if job.share_name == share.name]
             tags = {"job_queue": queue_name, "quota_share": share.name}
-            runnable = sum(job.status is JobStatus.RUNNABLE for job in jobs)
-            running = sum(job.status in HOLDING_CAPACITY for job in jobs)
-            Stats.gauge("quota.share.runnable", runnable, tags=tags)
-            Stats.gauge("quota.share.running", running, tags=tags)
+            suffix = f"{queue_name}.{share.name}"
+            _gauge(
+                "quota.share.runnable", sum(job.status is JobStatus.RUNNABLE for job in jobs), tags, suffix
+            )
+            _gauge("quota.share.running", sum(job.status in HOLDING_CAPACITY for job in jobs), tags, suffix)
             for unit, limit in share.capacity_limits.items():
                 used = usage.usage(share.name, unit)
                 unit_tags = tags | {"capacity_unit": unit}
-                Stats.gauge("quota.share.usage", used, tags=unit_tags)
-                Stats.gauge("quota.share.borrowed", max(0, used - limit), tags=unit_tags)
-                Stats.gauge("quota.share.idle", max(0, limit - used), tags=unit_tags)
-                Stats.gauge("quota.share.lent", lent.get((share.name, unit), 0), tags=unit_tags)
+                unit_suffix = f"{suffix}.{unit}"
+                _gauge("quota.share.usage", used, unit_tags, unit_suffix)
+                _gauge("quota.share.borrowed", max(0, used - limit), unit_tags, unit_suffix)
+                _gauge("quota.share.idle", max(0, limit - used), unit_tags, unit_suffix)
+                _gauge("quota.share.lent", lent.get((share.name, unit), 0), unit_tags, unit_suffix)
+
+
+def _gauge(name: str, value: int, tags: dict[str, str], suffix: str) -> None:
+    Stats.gauge(name, value, tags=tags)
+    Stats.gauge(f"{name}.{suffix}", value)

@@ -14,7 +14,7 @@ import threading
 from types import FrameType
 
 from airflow_quota.allocator.cycle import CycleReport
-from airflow_quota.allocator.host import allocation_interval, run_cycle
+from airflow_quota.allocator.host import allocation_interval, initialize_metrics, run_cycle
 from airflow_quota.cli.common import console, fail, print_json, wants_json
 
 
@@ -25,6 +25,7 @@ def allocator(args: argparse.Namespace) -> None:
         interval = -1.0
     if interval <= 0:
         fail(f"--interval must be a positive number of seconds, not {args.interval!r}")
+    initialize_metrics()
     if args.once:
         report = run_cycle()
         if report is None:

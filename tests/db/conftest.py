@@ -45,14 +45,21 @@ class Database:
     def session(self) -> Session:
         return Session(self.engine)
 
-    def airflow(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-        """Run the ``airflow`` command against this database, as a user would."""
-        env = {
+    def airflow_env(self, **extra: str) -> dict[str, str]:
+        """The environment an ``airflow`` command needs to work on this database."""
+        return {
             **os.environ,
             "AIRFLOW_HOME": str(self.home),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.url,
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            **extra,
         }
+
+    def airflow(
+        self, *args: str, timeout: float = 180, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the ``airflow`` command against this database, as a user would."""
+        env = self.airflow_env(**(env or {}))
         return subprocess.run(
             [str(AIRFLOW), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
         )

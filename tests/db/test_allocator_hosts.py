@@ -1,0 +1,109 @@
+"""The allocator's own process, ``airflow quota allocator``: one cycle, the daemon, and its metrics.
+
+Real ``airflow`` subprocesses against a migrated database with a task instance deferred on the admission
+trigger; StatsD metrics are read from a UDP socket the test listens on (what a StatsD server receives).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from airflow.utils.state import TaskInstanceState
+
+from tests.db.conftest import Database
+from tests.db.test_allocator_cycle import START, db, defer, migrated, task_instances
+
+pytestmark = pytest.mark.db
+__all__ = ["db", "migrated"]  # the fixtures this module borrows
+
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+
+
+@pytest.fixture
+def statsd() -> Iterator[socket.socket]:
+    """A UDP socket standing where a StatsD server would listen."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.settimeout(0.5)
+        yield sock
+
+
+def received(sock: socket.socket) -> list[str]:
+    lines: list[str] = []
+    while True:
+        try:
+            packet = sock.recv(65536)
+        except TimeoutError:
+            return lines
+        lines.extend(packet.decode().splitlines())
+
+
+def test_allocator_once_grants_a_waiting_task_and_prints_what_it_did(db: Database) -> None:
+    job_id = defer(db, "job0", deferred_at=START)
+
+    result = db.airflow("quota", "allocator", "--once", "-o", "json")
+
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["submitted"], report["granted"], report["skipped"]) == ([job_id], [job_id], False)
+    assert task_instances(db)["job0"].state == TaskInstanceState.SCHEDULED
+
+
+def test_allocator_refuses_a_bad_interval_with_the_reason(db: Database) -> None:
+    result = db.airflow("quota", "allocator", "--interval", "soon")
+
+    assert result.returncode == 1
+    assert "--interval must be a positive number of seconds, not 'soon'" in result.stderr + result.stdout
+
+
+def test_the_cycle_emits_its_metrics_to_statsd(db: Database, statsd: socket.socket) -> None:
+    defer(db, "job0", deferred_at=START)
+    defer(db, "job1", deferred_at=START, gpus=2)  # waits: one of the two GPUs is taken
+    env = {
+        "AIRFLOW__METRICS__STATSD_ON": "True",
+        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+        "AIRFLOW__METRICS__STATSD_PORT": str(statsd.getsockname()[1]),
+        "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+    }
+
+    result = db.airflow("quota", "allocator", "--once", env=env)
+
+    assert result.returncode == 0, result.stderr
+    metrics = received(statsd)
+    assert "airflow.quota.grants:1|c" in metrics
+    assert any(line.startswith("airflow.quota.cycle.duration:") and line.endswith("|ms") for line in metrics)
+    assert "airflow.quota.share.usage.gpu-training.team-a.gpu:1|g" in metrics
+    assert "airflow.quota.share.idle.gpu-training.team-a.gpu:1|g" in metrics
+    assert "airflow.quota.share.runnable.gpu-training.team-a:1|g" in metrics
+    assert "airflow.quota.share.running.gpu-training.team-a:1|g" in metrics
+
+
+def test_the_allocator_daemon_grants_as_tasks_arrive_and_stops_on_sigterm(db: Database) -> None:
+    daemon = subprocess.Popen(
+        [AIRFLOW, "quota", "allocator", "--interval", "0.2"],
+        env=db.airflow_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        defer(db, "job0", deferred_at=START)
+        deadline = time.monotonic() + 60
+        while task_instances(db)["job0"].state != TaskInstanceState.SCHEDULED:
+            assert time.monotonic() < deadline, "the daemon did not grant the waiting task within 60 s"
+            assert daemon.poll() is None, daemon.stdout.read() if daemon.stdout else ""
+            time.sleep(0.2)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        output, _ = daemon.communicate(timeout=30)
+
+    assert daemon.returncode == 0, output
+    assert "Quota allocator stopped" in output
