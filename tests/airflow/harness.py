@@ -8,6 +8,7 @@ test that fails prints their tails. Nothing here is mocked: this is what a user 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -89,26 +90,39 @@ class AirflowProcesses:
         assert result.returncode == 0, result.stderr[-3000:]
 
     def start(self, *components: str) -> None:
+        """Start Airflow components (default: api-server, scheduler, dag-processor, triggerer)."""
         for component in components or COMPONENTS:
-            log = (self.home / "logs" / f"{component}.log").open("ab")
-            self.processes[component] = subprocess.Popen(
-                [AIRFLOW, *component.split()],
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            self.start_process(component, component.split())
+
+    def start_process(self, name: str, argv: list[str], **env: str) -> None:
+        """Start ``airflow <argv>`` as the process called ``name`` (logs in ``logs/<name>.log``)."""
+        log = (self.home / "logs" / f"{name}.log").open("ab")
+        self.processes[name] = subprocess.Popen(
+            [AIRFLOW, *argv],
+            env={**self.env, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def kill(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Kill a component's whole process group (its workers and supervisors too) with ``sig``."""
+        process = self.processes.pop(name)
+        os.killpg(process.pid, sig)
+        process.wait(30)
 
     def stop(self) -> None:
         for process in self.processes.values():
             if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
         deadline = time.monotonic() + 20
         for process in self.processes.values():
             try:
                 process.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
         self.processes.clear()
         self.engine.dispose()

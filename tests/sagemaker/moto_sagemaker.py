@@ -8,7 +8,9 @@ server, so that:
   or ``Failed`` with a reason; the test chooses per job, through hyperparameters read only here:
   ``emulator.duration_s`` (default 1; ``"60,2"`` gives attempt ``-a1`` 60 s and every later attempt 2 s,
   the attempt read from the job name's ``-a<N>`` suffix), ``emulator.outcome`` (``Completed`` or ``Failed``),
-  ``emulator.failure_reason`` and ``emulator.stop_delay_s`` (how long ``Stopping`` lasts, default 0.5);
+  ``emulator.failure_reason``, ``emulator.stop_delay_s`` (how long ``Stopping`` lasts, default 0.5) and
+  ``emulator.create_delay_s`` (the first try's first job exists at once, but ``CreateTrainingJob``
+  answers only after this many seconds: a window to kill the task that launched it in);
 * ``StoppingCondition.MaxRuntimeInSeconds`` shorter than the duration stops the job at that time with the
   secondary status ``MaxRuntimeExceeded``, as SageMaker does;
 * ``StopTrainingJob`` moves an ``InProgress`` job to ``Stopping`` and then ``Stopped``; on a job in any
@@ -99,9 +101,11 @@ def _create_training_job(self: Any, training_job_name: str, **kwargs: Any) -> An
                 f"training job with this name already exists ({arn})"
             )
         job = _original_create(self, training_job_name=training_job_name, **kwargs)
-        _TIMELINES[job.arn] = _Timeline(
-            training_job_name, dict(kwargs.get("hyper_parameters") or {}), kwargs.get("stopping_condition")
-        )
+        hyper_parameters = dict(kwargs.get("hyper_parameters") or {})
+        _TIMELINES[job.arn] = _Timeline(training_job_name, hyper_parameters, kwargs.get("stopping_condition"))
+    if training_job_name.endswith("-t1-a1"):
+        # The job exists, the caller still waits for the answer: a window to kill the caller in.
+        time.sleep(float(hyper_parameters.get("emulator.create_delay_s", "0")))
     return job
 
 
