@@ -17,4 +17,5 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_quota.operators.links.SageMakerTrainingJobLink",
             "airflow_quota.operators.links.QuotaShareLink",
         ],
+        "plugins": [{"name": "airflow_quota", "plugin-class": "airflow_quota.api.plugin.QuotaPlugin"}],
     }

@@ -64,6 +64,11 @@ class UnitUsage:
     unowned_idle: int = 0
     #: Borrowed units no lendable capacity covers (after a limit was lowered); they drain or are reclaimed.
     overdraft: int = 0
+    #: Units physically held by jobs being stopped: no longer counted in a share (a preempted job's units
+    #: count in its preemptor's share), or still counted (a terminated job), until the stop completes.
+    stopping: int = 0
+    #: Units no job holds physically now (idle counts units promised away whose holder is still stopping).
+    free: int = 0
 
 
 def queue_usage(state: QueueState) -> list[UnitUsage]:
@@ -107,6 +112,8 @@ def queue_usage(state: QueueState) -> list[UnitUsage]:
             )
         owned = sum(share.own_limit(unit) for share in queue.shares)
         unit_usage = UnitUsage(unit, capacity, shares, unowned=max(0, capacity - owned))
+        unit_usage.stopping = sum(entry.stopping for entry in shares)
+        unit_usage.free = usage.idle(unit)
         unit_usage.unowned_idle = unit_usage.unowned
         _attribute_lending(unit_usage, {share.name for share in queue.shares if share.lends})
         report.append(unit_usage)

@@ -1,0 +1,289 @@
+"""The REST API's request and response bodies, with AWS Batch's field names (they make the OpenAPI schema)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from airflow_quota.engine.model import MAX_PRIORITY, MIN_PRIORITY
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CapacityLimit(_Body):
+    capacityUnit: str = Field(description="An instance type (ml.p4d.24xlarge) or any unit, e.g. local-gpu")
+    maxCapacity: int = Field(description="Instances of that unit")
+
+
+class JobQueue(_Body):
+    jobQueueName: str
+    capacityLimits: list[CapacityLimit] = Field(description="The queue's total capacity per unit")
+    revision: int = Field(description="Increases with every applied change to the queue or its shares")
+    updatedAt: datetime
+    quotaShareNames: list[str] = Field(description="Its quota shares, in quota-file order")
+
+
+class JobQueueList(_Body):
+    jobQueues: list[JobQueue]
+
+
+class Lending(_Body):
+    quotaShareName: str | None = Field(
+        description="The other share; null for queue capacity that no share owns (borrowed only)"
+    )
+    units: int
+
+
+class ShareUnitUsage(_Body):
+    """One share on one capacity unit. ``limit = own + lent + idle``; ``used = own + borrowed``."""
+
+    quotaShareName: str
+    capacityUnit: str
+    limit: int = Field(description="The share's own maxCapacity for the unit")
+    ceiling: int = Field(description="Most it may hold, borrowing included (at most the queue's capacity)")
+    used: int = Field(description="Units counting against the share now (own + borrowed)")
+    own: int = Field(description="Units used within its own limit")
+    borrowed: int = Field(description="Units used above its own limit: other shares' idle capacity")
+    borrowedFrom: list[Lending] = Field(
+        description="Whom the borrowed units come from (lending is pooled: an attribution, see docs/api.md)"
+    )
+    lent: int = Field(description="Units of its own limit other shares use now")
+    lentTo: list[Lending] = Field(description="Who uses the lent units")
+    idle: int = Field(description="Units of its own limit nobody uses")
+    stopping: int = Field(description="Units still held by its jobs being stopped (preempted or terminated)")
+    running: int = Field(description="RUNNING jobs of the share on this unit")
+    runnable: int = Field(description="RUNNABLE (waiting) jobs of the share on this unit")
+
+
+class QuotaShare(_Body):
+    jobQueueName: str
+    quotaShareName: str
+    strategy: str = Field(description="RESERVE, LEND or LEND_AND_BORROW")
+    borrowLimit: int | None = Field(
+        description="LEND_AND_BORROW: % of its own limit it may borrow per unit, -1 = no limit; else null"
+    )
+    inSharePreemption: str = Field(description="ENABLED or DISABLED")
+    state: str = Field(description="ENABLED or DISABLED")
+    capacityLimits: list[CapacityLimit]
+    usage: list[ShareUnitUsage] = Field(description="Per capacity unit")
+
+
+class QuotaShareList(_Body):
+    quotaShares: list[QuotaShare]
+
+
+class UnitUsage(_Body):
+    """One unit of a queue laid out by owner: the shares' limits plus unowned capacity make the total."""
+
+    capacityUnit: str
+    capacity: int = Field(description="The queue's total capacity for the unit")
+    unowned: int = Field(description="Capacity no share owns")
+    unownedLentTo: list[Lending] = Field(description="Who borrows the unowned capacity")
+    unownedIdle: int
+    overdraft: int = Field(description="Borrowed units no lendable capacity covers (a limit was lowered)")
+    quotaShares: list[ShareUnitUsage] = Field(description="Each share using or owning the unit")
+    stopping: int = Field(
+        description="Units held by jobs being stopped (preempted or terminated) until they stop"
+    )
+    free: int = Field(
+        description="Units no job holds now (idle minus units still held by jobs being stopped)"
+    )
+
+
+class Lease(_Body):
+    capacityUnit: str | None = Field(description="The unit held; null while the job holds nothing")
+    instanceCount: int
+    borrowed: int = Field(description="How many of instanceCount are borrowed")
+    devices: list[int] | None = Field(
+        description="Local GPUs: the device indices held (CUDA_VISIBLE_DEVICES)"
+    )
+
+
+class PreemptedAttempt(_Body):
+    model_config = ConfigDict(extra="allow")
+
+    attempt: int | None = None
+    startedAt: str | None = None
+    stoppedAt: str | None = None
+    preemptedBy: str | None = None
+    rule: str | None = None
+    statusReason: str | None = None
+
+
+class PreemptionSummary(_Body):
+    preemptedAttemptCount: int = Field(description="Completed preemptions of this job")
+    recentPreemptedAttempts: list[PreemptedAttempt] = Field(description="The last 10, oldest first")
+    beingPreemptedBy: str | None = Field(
+        description="While it is being stopped for a preemption: the job that preempted it"
+    )
+    lastPreemptedAt: datetime | None = Field(description="When the latest preemption of it was decided")
+    lastPreemptedBy: str | None = Field(description="The job whose admission preempted it, latest")
+    lastPreemptionRule: str | None = None
+
+
+class TaskInstanceLink(_Body):
+    dagId: str
+    runId: str
+    taskId: str
+    mapIndex: int
+    tryNumber: int
+    path: str = Field(description="The task instance's page in the Airflow UI, relative to its base URL")
+
+
+class TrainingJob(_Body):
+    backend: str = Field(description="sagemaker or local")
+    name: str
+    state: str = Field(description="launched or ended")
+    consoleUrl: str | None = Field(description="SageMaker: the training job in the AWS console")
+
+
+class Job(_Body):
+    jobId: str
+    jobName: str
+    jobQueueName: str
+    quotaShareName: str
+    status: str = Field(description="SUBMITTED, RUNNABLE, SCHEDULED, STARTING, RUNNING, SUCCEEDED, FAILED")
+    statusReason: str = Field(description="Why it waits or failed, in plain words; empty while it runs")
+    schedulingPriority: int
+    capacityUnit: str
+    instanceCount: int
+    position: int | None = Field(description="A RUNNABLE job's place in its share's order (1 is next)")
+    submittedAt: datetime
+    startedAt: datetime | None
+    attempt: int = Field(description="Grants so far (the current attempt), 0 before the first")
+    preemptionRetriesBeforeTermination: int | None
+    lease: Lease
+    preemptionSummary: PreemptionSummary
+    taskInstance: TaskInstanceLink
+    trainingJob: TrainingJob | None = Field(description="What the task launched, when it has told us")
+
+
+class JobList(_Body):
+    jobs: list[Job]
+
+
+class AuditEvent(_Body):
+    id: int
+    at: datetime
+    jobQueueName: str
+    kind: str = Field(
+        description="SUBMITTED, GRANTED, PREEMPTED, REQUEUED, SUCCEEDED, FAILED, TERMINATED, ..."
+    )
+    quotaShareName: str | None
+    jobId: str | None
+    relatedJobId: str | None = Field(description="The other job of the decision: a PREEMPTED job's preemptor")
+    rule: str | None
+    message: str
+    details: dict[str, Any] | None
+
+
+class AuditEventList(_Body):
+    events: list[AuditEvent] = Field(description="Oldest first")
+
+
+class FrontJob(_Body):
+    jobArn: str = Field(description="The job id")
+    quotaShareName: str
+    position: int = Field(description="Its place in its share's order")
+    schedulingPriority: int
+    capacityUnit: str
+    instanceCount: int
+    statusReason: str
+
+
+class FrontOfQueue(_Body):
+    jobs: list[FrontJob] = Field(description="The first RUNNABLE jobs, in submission order across shares")
+    lastUpdatedAt: datetime
+
+
+class FrontOfQuotaShares(_Body):
+    quotaShares: dict[str, list[FrontJob]] = Field(description="Per share, its first RUNNABLE jobs in order")
+    lastUpdatedAt: datetime
+
+
+class CapacityUsage(_Body):
+    capacityUnit: str
+    quantity: int
+
+
+class ShareCapacityUtilization(_Body):
+    quotaShareName: str
+    capacityUsage: list[CapacityUsage]
+
+
+class QuotaShareUtilization(_Body):
+    topCapacityUtilization: list[ShareCapacityUtilization]
+
+
+class QueueUtilization(_Body):
+    quotaShareUtilization: QuotaShareUtilization
+    totalCapacityUsage: list[CapacityUsage]
+    lastUpdatedAt: datetime
+
+
+class JobQueueSnapshot(_Body):
+    """Like AWS Batch's GetJobQueueSnapshot, plus each unit laid out by owner."""
+
+    jobQueueName: str
+    frontOfQueue: FrontOfQueue
+    frontOfQuotaShares: FrontOfQuotaShares
+    queueUtilization: QueueUtilization
+    capacity: list[UnitUsage]
+
+
+# --- writes -----------------------------------------------------------------------------------------------
+
+
+class ResourceSharingUpdate(_Body):
+    strategy: str = Field(description="RESERVE, LEND or LEND_AND_BORROW")
+    borrowLimit: int | None = Field(default=None, description="LEND_AND_BORROW only; -1 = no limit")
+
+
+class PreemptionUpdate(_Body):
+    inSharePreemption: str = Field(description="ENABLED or DISABLED")
+
+
+class QuotaShareUpdate(_Body):
+    """The fields to change; those left out keep their applied values. Validated like a quota file."""
+
+    capacityLimits: list[dict[str, Any]] | None = Field(
+        default=None, description="The share's whole list of {capacityUnit, maxCapacity}"
+    )
+    resourceSharingConfiguration: dict[str, Any] | None = Field(
+        default=None, description="{strategy, borrowLimit?}: replaces the applied one"
+    )
+    preemptionConfiguration: dict[str, Any] | None = Field(default=None, description="{inSharePreemption}")
+    state: str | None = Field(default=None, description="ENABLED or DISABLED")
+
+
+class ConfigChangeResult(_Body):
+    jobQueueName: str
+    quotaShareName: str | None
+    revision: int
+    old: dict[str, Any] | None
+    new: dict[str, Any] | None
+
+
+class QuotaShareUpdateResult(_Body):
+    changes: list[ConfigChangeResult] = Field(description="Empty when the share already had these values")
+    quotaShare: QuotaShare
+
+
+class PriorityUpdate(_Body):
+    jobId: str
+    schedulingPriority: int = Field(
+        ge=MIN_PRIORITY, le=MAX_PRIORITY, description=f"{MIN_PRIORITY}..{MAX_PRIORITY}, higher goes first"
+    )
+
+
+class Termination(_Body):
+    jobId: str
+    reason: str = Field(min_length=1, description="Why the job is terminated (kept in the audit log)")
+
+
+class ErrorDetail(BaseModel):
+    detail: Any = Field(description="What was wrong and how to fix it; nothing was changed")

@@ -1,0 +1,346 @@
+// The GPU Quotas page: reads the quota REST API every few seconds and draws queues, shares, jobs, events.
+"use strict";
+
+(function () {
+  const body = document.body.dataset;
+  const api = body.api;
+  const airflowBase = body.airflowBase;
+  const focusQueue = body.jobQueue || null;
+  const focusShare = body.quotaShare || null;
+  const refreshMs = 1000 * Number(body.refreshSeconds || 5);
+  const COLORS = ["#0969da", "#bf3989", "#1a7f37", "#bc4c00", "#8250df", "#0a7b83", "#9a6700", "#cf222e"];
+  const NEVER = {
+    "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE":
+      "Can never start: it needs more of its capacity unit than the job queue has",
+    "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED":
+      "Can never start: it needs more than its quota share can ever hold",
+  };
+
+  function el(tag, attributes, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(attributes || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (name === "style") node.style.cssText = value;
+      else node.setAttribute(name, value);
+    }
+    for (const child of children.flat(Infinity)) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  async function get(path) {
+    const response = await fetch(api + path, { credentials: "same-origin", headers: { Accept: "application/json" } });
+    if (!response.ok) {
+      const error = new Error(`${response.status} ${response.statusText} for ${path}`);
+      error.status = response.status;
+      throw error;
+    }
+    return response.json();
+  }
+
+  function query(parameters) {
+    const entries = Object.entries(parameters).filter(([, value]) => value !== null && value !== undefined);
+    return entries.length ? "?" + new URLSearchParams(entries).toString() : "";
+  }
+
+  function time(iso) {
+    if (!iso) return "";
+    const at = new Date(iso);
+    return at.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  }
+
+  function dateTime(iso) {
+    if (!iso) return "";
+    const at = new Date(iso);
+    return at.toLocaleDateString([], { month: "short", day: "numeric" }) + " " + time(iso);
+  }
+
+  function badge(text, extra) {
+    return el("span", { class: `badge ${text} ${extra || ""}` }, text);
+  }
+
+  function shareLink(queue, share) {
+    const href = `${api.replace(/\/api$/, "")}/shares/${encodeURIComponent(queue)}/${encodeURIComponent(share)}`;
+    return el("a", { href }, share);
+  }
+
+  function plural(count, noun) {
+    return `${count} ${noun}${count === 1 ? "" : "s"}`;
+  }
+
+  function lendingText(entries, direction) {
+    return entries.map((entry) => `${entry.units} ${direction} ${entry.quotaShareName ?? "unowned capacity"}`).join(", ");
+  }
+
+  // --- capacity bars -------------------------------------------------------------------------------
+
+  function segment(units, total, color, label, title, classes) {
+    const width = total ? (100 * units) / total : 0;
+    return el(
+      "div",
+      { class: `seg ${classes || ""}`, style: `width:${width}%;background-color:${color}`, title },
+      label,
+    );
+  }
+
+  function unitBar(queueName, unit, colorOf) {
+    const inUse = unit.quotaShares.reduce((sum, share) => sum + share.used, 0);
+    const idle = unit.quotaShares.reduce((sum, share) => sum + share.idle, 0) + unit.unownedIdle;
+    const total = Math.max(
+      unit.capacity,
+      unit.quotaShares.reduce((sum, share) => sum + share.limit, 0) + unit.unowned + unit.overdraft,
+    );
+    const segments = [];
+    for (const share of unit.quotaShares) {
+      const name = share.quotaShareName;
+      const focus = name === focusShare && queueName === (focusQueue || queueName) ? "focus" : "";
+      if (share.own) {
+        segments.push(segment(share.own, total, colorOf(name), `${name} ${share.own}`,
+          `${name}: ${share.own} in use within its own limit of ${share.limit}`, focus));
+      }
+      for (const lent of share.lentTo) {
+        segments.push(segment(lent.units, total, colorOf(lent.quotaShareName),
+          `${lent.quotaShareName} ${lent.units} borrowed`,
+          `${lent.quotaShareName} borrows ${lent.units} of ${name}'s idle capacity`, `hatch ${focus}`));
+      }
+      if (share.idle) {
+        segments.push(segment(share.idle, total, `${colorOf(name)}22`, `${name} idle ${share.idle}`,
+          `${name}: ${share.idle} of its own ${share.limit} idle`, `idle ${focus}`));
+      }
+    }
+    for (const lent of unit.unownedLentTo) {
+      segments.push(segment(lent.units, total, colorOf(lent.quotaShareName), `${lent.quotaShareName} ${lent.units} borrowed`,
+        `${lent.quotaShareName} borrows ${lent.units} of the capacity no share owns`, "hatch"));
+    }
+    if (unit.unownedIdle) {
+      segments.push(segment(unit.unownedIdle, total, "transparent", `unowned idle ${unit.unownedIdle}`,
+        `${unit.unownedIdle} of the queue's capacity no share owns, idle`, "idle"));
+    }
+    if (unit.overdraft) {
+      segments.push(segment(unit.overdraft, total, "#cf222e", `over ${unit.overdraft}`,
+        `${unit.overdraft} borrowed beyond what can be lent (a limit was lowered); they drain or are reclaimed`));
+    }
+    const legend = unit.quotaShares.map((share) => {
+      const parts = [`${share.own} own of ${share.limit}`];
+      if (share.borrowed) parts.push(`${share.borrowed} borrowed (${lendingText(share.borrowedFrom, "from")})`);
+      if (share.lent) parts.push(`${share.lent} lent (${lendingText(share.lentTo, "to")})`);
+      parts.push(`${share.idle} idle`);
+      if (share.stopping) parts.push(`${share.stopping} stopping`);
+      return el("span", { "data-share": share.quotaShareName },
+        el("span", { class: "swatch", style: `background:${colorOf(share.quotaShareName)}` }),
+        el("b", {}, share.quotaShareName), ": ", parts.join(", "));
+    });
+    return el("div", { class: "unit", "data-unit": unit.capacityUnit },
+      el("div", { class: "unit-title" },
+        el("span", {}, unit.capacityUnit),
+        el("span", { class: "queue-total" },
+          `${unit.capacity} total: ${inUse} in use, ${idle} idle` +
+          (unit.stopping ? ` · ${unit.stopping} held by jobs being stopped, ${unit.free} free now` : ""))),
+      el("div", { class: "bar" }, segments),
+      el("div", { class: "legend" }, legend));
+  }
+
+  // --- shares --------------------------------------------------------------------------------------
+
+  function borrowLimitText(share) {
+    if (share.borrowLimit === null) return "-";
+    return share.borrowLimit === -1 ? "no limit" : `${share.borrowLimit}%`;
+  }
+
+  function sharesTable(shares, colorOf) {
+    const rows = [];
+    for (const share of shares) {
+      const units = share.usage.length ? share.usage : [null];
+      units.forEach((usage, index) => {
+        const first = index === 0;
+        const cells = first
+          ? [
+              el("td", { rowspan: units.length },
+                el("span", { class: "swatch", style: `background:${colorOf(share.quotaShareName)}` }),
+                shareLink(share.jobQueueName, share.quotaShareName)),
+              el("td", { rowspan: units.length }, share.strategy),
+              el("td", { rowspan: units.length, class: "num" }, borrowLimitText(share)),
+              el("td", { rowspan: units.length }, share.inSharePreemption),
+              el("td", { rowspan: units.length }, share.state),
+            ]
+          : [];
+        const numbers = usage
+          ? [
+              usage.capacityUnit,
+              usage.limit,
+              usage.ceiling,
+              usage.own,
+              usage.borrowed,
+              usage.lent,
+              usage.idle,
+              usage.running,
+              usage.runnable,
+            ]
+          : ["-", "", "", "", "", "", "", "", ""];
+        rows.push(el("tr", { class: share.quotaShareName === focusShare ? "focus" : null, "data-share": share.quotaShareName },
+          cells, numbers.map((value, i) => el("td", { class: i ? "num" : null }, value))));
+      });
+    }
+    const headers = ["Quota share", "Strategy", "Borrow limit", "In-share preemption", "State", "Capacity unit",
+      "Limit", "Ceiling", "Own", "Borrowed", "Lent", "Idle", "RUNNING", "RUNNABLE"];
+    return el("table", { class: "shares" },
+      el("thead", {}, el("tr", {}, headers.map((header, i) => el("th", { class: i > 5 || i === 2 ? "num" : null }, header)))),
+      el("tbody", {}, rows));
+  }
+
+  function shareCard(share) {
+    const facts = [
+      ["Job queue", share.jobQueueName],
+      ["Strategy", share.strategy],
+      ["Borrow limit", borrowLimitText(share)],
+      ["In-share preemption", share.inSharePreemption],
+      ["State", share.state],
+    ];
+    for (const usage of share.usage) {
+      facts.push([usage.capacityUnit,
+        `limit ${usage.limit}, ceiling ${usage.ceiling}: ${usage.used} in use (${usage.own} own, ${usage.borrowed} borrowed), ` +
+        `${usage.lent} lent, ${usage.idle} idle; ${usage.running} RUNNING, ${usage.runnable} RUNNABLE`]);
+    }
+    return el("dl", { class: "share-card" }, facts.map(([term, value]) => [el("dt", {}, term), el("dd", {}, value)]));
+  }
+
+  // --- jobs ----------------------------------------------------------------------------------------
+
+  function plainReason(job) {
+    const reason = job.statusReason || "";
+    for (const [code, words] of Object.entries(NEVER)) {
+      if (reason.startsWith(code)) return `${words} (${code})`;
+    }
+    return reason;
+  }
+
+  function whyCell(job) {
+    const lines = [];
+    const summary = job.preemptionSummary;
+    if (summary.beingPreemptedBy) {
+      lines.push(el("div", { class: "preempted" },
+        `Being preempted by ${summary.beingPreemptedBy}` +
+        (summary.lastPreemptedAt ? ` (decided ${time(summary.lastPreemptedAt)}, ${summary.lastPreemptionRule || ""})` : "")));
+    }
+    const reason = plainReason(job);
+    if (reason) lines.push(el("div", {}, reason));
+    if (summary.preemptedAttemptCount) {
+      const last = summary.recentPreemptedAttempts[summary.recentPreemptedAttempts.length - 1];
+      lines.push(el("div", { class: "preempted" },
+        `Preempted ${plural(summary.preemptedAttemptCount, "time")}` +
+        (last ? `, last by ${last.preemptedBy || "?"} at ${time(last.stoppedAt)}` : "")));
+    }
+    return el("td", { class: "reason" }, lines);
+  }
+
+  function leaseText(job) {
+    const lease = job.lease;
+    if (!lease.instanceCount) return "";
+    return `holds ${lease.instanceCount}` + (lease.borrowed ? ` (${lease.borrowed} borrowed)` : "") +
+      (lease.devices && lease.devices.length ? `, GPUs ${lease.devices.join(",")}` : "");
+  }
+
+  function jobsTable(jobs) {
+    const rows = jobs.map((job) => {
+      const ti = job.taskInstance;
+      const taskLink = el("a", { href: airflowBase + ti.path, target: "_top", title: job.jobId },
+        `${ti.dagId} / ${ti.taskId}` + (ti.mapIndex >= 0 ? ` [${ti.mapIndex}]` : ""));
+      const training = job.trainingJob
+        ? job.trainingJob.consoleUrl
+          ? el("a", { href: job.trainingJob.consoleUrl, target: "_blank", rel: "noopener" }, job.trainingJob.name)
+          : job.trainingJob.name
+        : "";
+      const stopping = job.preemptionSummary.beingPreemptedBy ? badge("stopping", "stopping") : null;
+      return el("tr", { "data-job": job.jobId, class: job.quotaShareName === focusShare ? "focus" : null },
+        el("td", {}, job.quotaShareName),
+        el("td", { class: "num" }, job.position ?? ""),
+        el("td", {}, taskLink, el("div", { class: "muted" }, `run ${ti.runId}, try ${ti.tryNumber}`)),
+        el("td", { class: "num" }, job.schedulingPriority),
+        el("td", {}, badge(job.status), " ", stopping),
+        el("td", {}, `${job.instanceCount} × ${job.capacityUnit}`, el("div", { class: "muted" }, leaseText(job))),
+        whyCell(job),
+        el("td", {}, training));
+    });
+    const headers = ["Quota share", "Position", "Task instance", "Priority", "Status", "Capacity", "Why it waits / what happened", "Training job"];
+    return el("table", { class: "jobs" },
+      el("thead", {}, el("tr", {}, headers.map((header, i) => el("th", { class: i === 1 || i === 3 ? "num" : null }, header)))),
+      el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: headers.length, class: "muted" }, "No jobs."))));
+  }
+
+  function eventsTable(events) {
+    const rows = events.map((event) =>
+      el("tr", { "data-kind": event.kind },
+        el("td", {}, dateTime(event.at)),
+        el("td", {}, badge(event.kind)),
+        el("td", {}, event.quotaShareName || ""),
+        el("td", {}, event.message)));
+    return el("table", { class: "events" },
+      el("thead", {}, el("tr", {}, ["At", "Decision", "Quota share", "What happened"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: 4, class: "muted" }, "No events yet."))));
+  }
+
+  // --- the page ------------------------------------------------------------------------------------
+
+  async function load() {
+    const queues = (await get("/jobQueues")).jobQueues.filter((q) => !focusQueue || q.jobQueueName === focusQueue);
+    const shareFilter = { jobQueueName: focusQueue, quotaShareName: focusShare };
+    const [snapshots, shareLists, unfinished, finished, events] = await Promise.all([
+      Promise.all(queues.map((q) => get(`/jobQueues/${encodeURIComponent(q.jobQueueName)}/snapshot`))),
+      Promise.all(queues.map((q) => get("/quotaShares" + query({ jobQueueName: q.jobQueueName })))),
+      get("/jobs" + query({ ...shareFilter, finished: "false" })),
+      get("/jobs" + query({ ...shareFilter, finished: "true", limit: 10 })),
+      get("/events" + query({ jobQueueName: focusQueue, limit: focusShare ? 200 : 30 })),
+    ]);
+    const content = [];
+    if (focusShare) {
+      const share = shareLists.flatMap((list) => list.quotaShares).find((s) => s.quotaShareName === focusShare);
+      content.push(el("p", {}, el("a", { href: api.replace(/\/api$/, "") + "/" }, "← All job queues")));
+      content.push(share ? shareCard(share) : el("div", { class: "error" }, `No quota share ${focusShare} in ${focusQueue}.`));
+    }
+    if (!queues.length) {
+      content.push(el("p", {}, "No job queues are applied: apply a quota file with ", el("code", {}, "airflow quota apply -f FILE"), "."));
+    }
+    queues.forEach((queue, index) => {
+      const shares = shareLists[index].quotaShares;
+      const palette = new Map(queue.quotaShareNames.map((name, i) => [name, COLORS[i % COLORS.length]]));
+      const colorOf = (name) => palette.get(name) || "#6e7781";
+      content.push(el("section", { class: "queue", "data-queue": queue.jobQueueName },
+        el("h2", {}, `Job queue ${queue.jobQueueName}`,
+          el("span", { class: "muted", style: "font-weight:400;font-size:13px" }, `  revision ${queue.revision}`)),
+        snapshots[index].capacity.map((unit) => unitBar(queue.jobQueueName, unit, colorOf)),
+        el("h3", {}, "Quota shares"),
+        sharesTable(shares, colorOf)));
+    });
+    content.push(el("h2", {}, focusShare ? `Jobs of ${focusShare}` : "Jobs"), jobsTable(unfinished.jobs));
+    if (finished.jobs.length) {
+      content.push(el("h3", {}, "Recently finished"), jobsTable(finished.jobs.slice().reverse()));
+    }
+    let recent = events.events.slice().reverse();
+    if (focusShare) recent = recent.filter((event) => event.quotaShareName === focusShare).slice(0, 30);
+    content.push(el("h2", {}, "Recent decisions"), eventsTable(recent));
+    document.getElementById("content").replaceChildren(...content);
+  }
+
+  async function refresh() {
+    const status = document.getElementById("status");
+    const error = document.getElementById("error");
+    try {
+      await load();
+      error.hidden = true;
+      status.textContent = `Updated ${time(new Date().toISOString())} · refreshes every ${refreshMs / 1000} s · ${body.user}`;
+    } catch (problem) {
+      error.hidden = false;
+      if (problem.status === 401) {
+        error.replaceChildren("Your session has ended: ",
+          el("a", { href: window.location.href, target: "_top" }, "log in again"), ".");
+      } else {
+        error.textContent = `Could not refresh (${problem.message}); retrying.`;
+      }
+    }
+  }
+
+  refresh();
+  setInterval(refresh, refreshMs);
+})();

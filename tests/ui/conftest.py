@@ -1,0 +1,284 @@
+"""A real ``airflow api-server`` for the UI and REST API tests, and a ledger seeded through the store.
+
+One server per test session: a temporary ``AIRFLOW_HOME`` with a SQLite metadata DB made by ``airflow db
+migrate`` (which also creates the ledger's tables), Airflow's default configuration (SimpleAuthManager,
+lazy provider discovery: the plugin must load through its entry point), three users (``admin``, ``op``,
+``viewer``) with known passwords, on a free port of 127.0.0.1, with two uvicorn workers (spawned processes,
+as in production: the plugin builds its app only in the api-server's processes). Each test empties the
+ledger and seeds it with the store's own functions, as the allocator would write it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import requests
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+# Airflow is imported in this process too (the ledger's models use its column types): never let it read or
+# write a real installation. (The api-server gets its own AIRFLOW_HOME below.)
+if "airflow" not in sys.modules:
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="quota-ui-tests-airflow-home-")
+    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
+
+from airflow_quota.engine.config import QuotaConfig, parse_quota_config
+from airflow_quota.engine.model import CyclePlan, JobRequest, JobStatus, QueueState
+from airflow_quota.engine.planner import plan_cycle
+from airflow_quota.ledger.models import JobRow, ledger_metadata
+from airflow_quota.ledger.store import (
+    TaskInstanceRef,
+    apply_quota_config,
+    load_queue_state,
+    record_cycle,
+    record_status_change,
+    record_stop_completed,
+    record_submission,
+    to_engine_time,
+)
+
+AIRFLOW = Path(sys.executable).parent / "airflow"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+PASSWORDS = {"admin": "admin-password", "op": "op-password", "viewer": "viewer-password"}
+T = TypeVar("T")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class ApiServer:
+    """The running api-server: its URL, its database, and tokens per user."""
+
+    url: str
+    home: Path
+    engine: sa.Engine
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def token(self, user: str) -> str:
+        if user not in self.tokens:
+            response = requests.post(
+                f"{self.url}/auth/token",
+                json={"username": user, "password": PASSWORDS[user]},
+                timeout=30,
+            )
+            assert response.status_code == 201, response.text
+            self.tokens[user] = response.json()["access_token"]
+        return self.tokens[user]
+
+    def get(self, path: str, user: str | None = "viewer", **params: Any) -> requests.Response:
+        return requests.get(f"{self.url}{path}", params=params, headers=self._auth(user), timeout=30)
+
+    def send(self, method: str, path: str, body: Any, user: str | None = "admin") -> requests.Response:
+        return requests.request(method, f"{self.url}{path}", json=body, headers=self._auth(user), timeout=30)
+
+    def _auth(self, user: str | None) -> dict[str, str]:
+        return {} if user is None else {"Authorization": f"Bearer {self.token(user)}"}
+
+
+@pytest.fixture(scope="session")
+def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    home = tmp_path_factory.mktemp("airflow-home-ui")
+    port = _free_port()
+    passwords = home / "simple_auth_manager_passwords.json"
+    passwords.write_text(json.dumps(PASSWORDS))
+    database = f"sqlite:///{home / 'airflow.db'}"
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database,
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,op:op,viewer:viewer",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__API_AUTH__JWT_SECRET": "quota-ui-tests-secret",
+        "AIRFLOW__API__EXPOSE_CONFIG": "False",
+    }
+    migrated = subprocess.run(
+        [str(AIRFLOW), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert migrated.returncode == 0, migrated.stdout + migrated.stderr
+    log = (home / "api-server.log").open("w")
+    server = subprocess.Popen(
+        [str(AIRFLOW), "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "2"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    engine = sa.create_engine(database)
+    try:
+        _wait_until_serving(url, server, home / "api-server.log")
+        yield ApiServer(url, home, engine)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+        engine.dispose()
+
+
+def _wait_until_serving(url: str, server: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"airflow api-server exited with {server.returncode}:\n{log.read_text()[-5000:]}")
+        try:
+            if requests.get(f"{url}/api/v2/monitor/health", timeout=2).status_code == 200:
+                return
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"airflow api-server did not answer within 180 s:\n{log.read_text()[-5000:]}")
+
+
+# --- the ledger, seeded through the store ---------------------------------------------------------------
+
+QUEUE = "gpu-training"
+UNIT = "ml.p4d.24xlarge"
+START = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def share(name: str, gpus: int, strategy: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "quotaShareName": name,
+        "capacityLimits": [{"capacityUnit": UNIT, "maxCapacity": gpus}],
+        "resourceSharingConfiguration": {"strategy": strategy, **extra.pop("sharing", {})},
+        **extra,
+    }
+
+
+#: 8 GPUs: research lends 4, vision borrows (up to 100% of its 2), urgent keeps 2 and preempts in its share.
+QUOTA_FILE = {
+    "jobQueues": [
+        {
+            "jobQueueName": QUEUE,
+            "capacityLimits": [{"capacityUnit": UNIT, "maxCapacity": 8}],
+            "quotaShares": [
+                share("research", 4, "LEND"),
+                share("vision", 2, "LEND_AND_BORROW", sharing={"borrowLimit": 100}),
+                share("urgent", 2, "RESERVE", preemptionConfiguration={"inSharePreemption": "ENABLED"}),
+            ],
+        }
+    ]
+}
+
+
+class Ledger:
+    """Writes the ledger the way the allocator does: each step in its own transaction, with a clock."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+        self.now = START
+
+    def tick(self) -> datetime:
+        self.now += timedelta(seconds=5)
+        return self.now
+
+    def step(self, action: Callable[[Session], T]) -> T:
+        with Session(self.engine) as session, session.begin():
+            return action(session)
+
+    def load(self) -> QueueState:
+        with Session(self.engine) as session:
+            return load_queue_state(session, QUEUE)
+
+    def empty(self) -> None:
+        with self.engine.begin() as connection:
+            for table in reversed(ledger_metadata.sorted_tables):
+                connection.execute(table.delete())
+            connection.execute(sa.text("DELETE FROM task_state_store"))
+
+    def apply(self, document: dict[str, Any] = QUOTA_FILE) -> None:
+        config: QuotaConfig = parse_quota_config(document, "quotas.yaml")
+        now = self.tick()
+        self.step(
+            lambda session: apply_quota_config(session, config, applied_by="alice", source="q.yaml", now=now)
+        )
+
+    def submit(self, task_id: str, share_name: str, gpus: int, priority: int = 0, map_index: int = -1) -> str:
+        job_id = f"train/run-1/{task_id}/{map_index}/1"
+        request = JobRequest(task_id, share_name, UNIT, gpus, priority)
+        task = TaskInstanceRef("train", "run-1", task_id, map_index=map_index, try_number=1)
+        state, now = self.load(), self.tick()
+        self.step(lambda session: record_submission(session, state, job_id, request, task, now))
+        return job_id
+
+    def cycle(self) -> CyclePlan:
+        before, now = self.load(), self.tick()
+        plan = plan_cycle(before, to_engine_time(now))
+        self.step(lambda session: record_cycle(session, before, plan, now))
+        return plan
+
+    def running(self, job_id: str) -> None:
+        state, now = self.load(), self.tick()
+        self.step(lambda session: record_status_change(session, state, job_id, JobStatus.RUNNING, now))
+
+    def stopped(self, job_id: str) -> None:
+        state, now = self.load(), self.tick()
+        self.step(lambda session: record_stop_completed(session, state, job_id, now))
+
+    def training_job(
+        self,
+        job_id: str,
+        name: str,
+        *,
+        in_ledger: bool = True,
+        region: str | None = "us-west-2",
+        lease: str = "",
+    ) -> None:
+        """What the task reports it launched: its record under protocol.TRAINING_JOB_KEY in its
+        task_state_store (with ``region``; none when it is None) and, copied by the allocator, the job row's
+        ``training_job`` (``in_ledger``). This engine, unlike Airflow's, leaves SQLite's foreign keys off:
+        no dag_run row is needed.
+        """
+        dag_id, run_id, task_id, map_index, _ = job_id.split("/")
+        record = {"backend": "sagemaker", "name": name, "attempt": 1, "lease_id": lease or f"{job_id}#1"}
+        record |= {"state": "launched", "region_name": region}
+        with self.engine.begin() as connection:
+            if in_ledger:
+                ledger_record = {"backend": "sagemaker", "name": name, "state": "launched"}
+                connection.execute(
+                    sa.update(JobRow).where(JobRow.job_id == job_id).values(training_job=ledger_record)
+                )
+            if region is None:
+                return
+            connection.execute(
+                sa.text(
+                    "INSERT INTO task_state_store (dag_run_id, task_id, map_index, key, dag_id, run_id, "
+                    "value, updated_at) VALUES (1, :task_id, :map_index, 'quota.training_job', :dag_id, "
+                    ":run_id, :value, :now)"
+                ),
+                {
+                    "task_id": task_id,
+                    "map_index": int(map_index),
+                    "dag_id": dag_id,
+                    "run_id": run_id,
+                    "value": json.dumps(json.dumps(record)),
+                    "now": self.now.replace(tzinfo=None),
+                },
+            )
+
+    def devices(self, job_id: str, devices: list[int]) -> None:
+        """The local GPUs the allocator granted (``held_devices``)."""
+        with self.engine.begin() as connection:
+            connection.execute(sa.update(JobRow).where(JobRow.job_id == job_id).values(held_devices=devices))

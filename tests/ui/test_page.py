@@ -1,0 +1,243 @@
+"""The "GPU Quotas" page in a real browser (headless Debian chromium through selenium) on a real api-server.
+
+It loads after logging in through Airflow's login page, shows a share's usage once a job is granted, shows a
+preemption (who, by whom, when) after the next refresh once the allocator records one, has a per-share page,
+and sits in Airflow's navigation. Screenshots go to ``test-artifacts/``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.wait import WebDriverWait
+
+from tests.ui.conftest import ARTIFACTS, PASSWORDS, QUEUE, UNIT, ApiServer, Ledger
+
+T = TypeVar("T")
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+pytestmark = [
+    pytest.mark.airflow,
+    pytest.mark.skipif(  # under CI (CI=true) they must be there: the browser fixture fails instead
+        (CHROMIUM is None or CHROMEDRIVER is None) and os.environ.get("CI") != "true",
+        reason="needs Debian's chromium and chromium-driver (.ci/run installs them)",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    if CHROMIUM is None or CHROMEDRIVER is None:
+        pytest.fail("chromium and chromedriver are missing: apt-get install chromium chromium-driver")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1500,1200"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
+    ARTIFACTS.mkdir(exist_ok=True)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_for(driver: WebDriver, condition: Callable[[WebDriver], T], what: str, seconds: float = 25) -> T:
+    """Wait for ``condition`` (the page refreshes itself every 5 s); fail saying what never appeared."""
+    try:
+        wait = WebDriverWait(
+            driver,
+            seconds,
+            poll_frequency=0.25,
+            ignored_exceptions=(StaleElementReferenceException, KeyError),
+        )
+        return wait.until(condition)
+    except TimeoutException:
+        ARTIFACTS.mkdir(exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "gpu-quotas-failure.png"))
+        pytest.fail(f"{what} did not appear within {seconds} s; page text:\n{text(driver)[:3000]}")
+
+
+def text(driver: WebDriver) -> str:
+    return str(driver.find_element(By.TAG_NAME, "body").text)
+
+
+def log_in(driver: WebDriver, server: ApiServer, path: str, user: str) -> None:
+    """Open ``path`` without a session: Airflow's login page comes first, then the page itself."""
+    driver.delete_all_cookies()
+    driver.get(server.url + path)
+    username = wait_for(driver, lambda d: d.find_element(By.NAME, "username"), "the login form")
+    assert "/auth/login" in driver.current_url
+    username.send_keys(user)
+    driver.find_element(By.NAME, "password").send_keys(PASSWORDS[user])
+    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_for(driver, lambda d: d.current_url == server.url + path, f"the redirect back to {path}")
+
+
+#: What the page shows, read in one script run (the page redraws itself every few seconds).
+SHOWN = """
+const text = (node) => (node ? node.innerText.trim() : null);
+const cells = (row) => [...row.querySelectorAll(":scope > td")].map(text);
+const jobs = {};
+for (const row of document.querySelectorAll("table.jobs tr[data-job]")) {
+  const task = row.querySelector("td:nth-child(3) a");
+  const training = row.querySelector("td:last-child a");
+  jobs[row.dataset.job] = {
+    cells: cells(row),
+    text: text(row),
+    taskHref: task && task.href, taskTarget: task && task.getAttribute("target"),
+    trainingHref: training && training.href, training: text(training),
+  };
+}
+return {
+  title: document.title,
+  units: [...document.querySelectorAll(".unit-title span:first-child")].map(text),
+  totals: [...document.querySelectorAll(".unit .queue-total")].map(text),
+  segments: [...document.querySelectorAll(".bar .seg")].map(text),
+  legends: Object.fromEntries(
+    [...document.querySelectorAll(".legend [data-share]")].map((e) => [e.dataset.share, text(e)])),
+  card: text(document.querySelector(".share-card")),
+  jobs,
+  jobOrder: [...document.querySelectorAll("table.jobs tr[data-job]")].map((row) => row.dataset.job),
+  events: [...document.querySelectorAll("table.events tr[data-kind]")].map(cells),
+  status: text(document.getElementById("status")),
+};
+"""
+
+
+def shown(driver: WebDriver) -> dict[str, Any]:
+    state: dict[str, Any] = driver.execute_script(SHOWN)
+    return state
+
+
+def showing(driver: WebDriver, what: str, condition: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """Wait until what the page shows satisfies ``condition``; return it."""
+
+    def check(d: WebDriver) -> dict[str, Any] | None:
+        state = shown(d)
+        return state if condition(state) else None
+
+    result: dict[str, Any] = wait_for(driver, check, what)
+    return result
+
+
+def test_the_page_shows_usage_after_a_grant_and_then_a_preemption(
+    api_server: ApiServer, browser: WebDriver
+) -> None:
+    ledger = Ledger(api_server.engine)
+    ledger.empty()
+    ledger.apply()
+    vision_a = ledger.submit("vision-a", "vision", 3, priority=10)
+    research_a = ledger.submit("research-a", "research", 2)
+    urgent_a = ledger.submit("urgent-a", "urgent", 1, priority=5)
+    ledger.cycle()
+    for job_id in (vision_a, research_a, urgent_a):
+        ledger.running(job_id)
+    ledger.training_job(vision_a, "vision-a-2026-03-01")
+
+    log_in(browser, api_server, "/quota/", "admin")
+    page = showing(browser, "vision's usage", lambda page: "vision" in page["legends"])
+    assert page["title"] == "GPU Quotas"
+    # One bar for the queue's unit, laid out by owner: vision's 1 borrowed GPU sits in research's block.
+    assert (page["units"], page["totals"]) == ([UNIT], ["8 total: 6 in use, 2 idle"])
+    assert page["segments"] == [
+        "research 2",
+        "vision 1 borrowed",
+        "research idle 1",
+        "vision 2",
+        "urgent 1",
+        "urgent idle 1",
+    ]
+    assert page["legends"] == {
+        "research": "research: 2 own of 4, 1 lent (1 to vision), 1 idle",
+        "vision": "vision: 2 own of 2, 1 borrowed (1 from research), 0 idle",
+        "urgent": "urgent: 1 own of 2, 1 idle",
+    }
+    # Links: the Airflow task instance (in the whole window, out of Airflow's frame) and the SageMaker job.
+    job = page["jobs"][vision_a]
+    assert (job["taskHref"], job["taskTarget"]) == (
+        f"{api_server.url}/dags/train/runs/run-1/tasks/vision-a",
+        "_top",
+    )
+    assert job["training"] == "vision-a-2026-03-01"
+    assert job["trainingHref"].startswith("https://us-west-2.console.aws.amazon.com/sagemaker/")
+    assert job["cells"][4] == "RUNNING" and "holds 3 (1 borrowed)" in job["cells"][5]
+    browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-granted.png"))
+
+    # research wants its own capacity back: the allocator preempts vision-a (cross-share reclaim).
+    research_b = ledger.submit("research-b", "research", 2)
+    ledger.cycle()
+    page = showing(
+        browser, "vision-a being preempted", lambda page: "Being" in page["jobs"][vision_a]["text"]
+    )
+    why = page["jobs"][vision_a]["cells"][6]
+    assert why.startswith(f"Being preempted by {research_b} (decided ")
+    assert "RECLAIM" in why
+    assert page["jobs"][vision_a]["cells"][4] == "RUNNING stopping"
+    assert page["events"][0][1:3] == ["PREEMPTED", "vision"]
+    # research-b counts in research now; vision-a still holds its 3 until its training job has stopped.
+    assert page["totals"] == ["8 total: 5 in use, 3 idle · 3 held by jobs being stopped, 2 free now"]
+    assert page["legends"]["vision"] == "vision: 0 own of 2, 2 idle, 3 stopping"
+    assert page["events"][0][3].startswith(f"{vision_a} (vision) preempted by {research_b} (research)")
+    browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-preempting.png"))
+
+    # Its task stopped the training job: vision-a is RUNNABLE again and says by whom and when.
+    ledger.stopped(vision_a)
+    ledger.cycle()
+    page = showing(browser, "vision-a requeued", lambda page: "Preempted" in page["jobs"][vision_a]["text"])
+    cells = page["jobs"][vision_a]["cells"]
+    assert (cells[0], cells[1], cells[3], cells[4]) == ("vision", "1", "10", "RUNNABLE")
+    assert cells[6].startswith("Waiting for capacity to borrow: quota share vision is using 0 of its 2")
+    assert f"Preempted 1 time, last by {research_b} at 12:00:55" in cells[6]
+    assert [event[1] for event in page["events"][:3]] == ["GRANTED", "REQUEUED", "PREEMPTED"]
+    assert page["legends"]["research"] == "research: 4 own of 4, 0 idle"
+    browser.save_screenshot(str(ARTIFACTS / "gpu-quotas.png"))
+
+
+def test_the_share_page_focuses_on_one_share(api_server: ApiServer, browser: WebDriver) -> None:
+    path = f"/quota/shares/{QUEUE}/vision"
+    browser.get(api_server.url + path)  # still logged in from the test above
+    page = showing(browser, "the share's card", lambda page: page["card"] is not None)
+    assert page["title"] == "GPU Quotas: vision"
+    assert "LEND_AND_BORROW" in page["card"] and "100%" in page["card"]
+    assert (
+        f"{UNIT}\nlimit 2, ceiling 4: 0 in use (0 own, 0 borrowed), 0 lent, 2 idle; 0 RUNNING, 1 RUNNABLE"
+        in page["card"]
+    )
+    assert page["jobOrder"] == ["train/run-1/vision-a/-1/1"]
+    assert {event[2] for event in page["events"]} == {"vision"}
+    browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-share.png"))
+
+
+def test_the_page_is_in_airflow_navigation_and_a_viewer_can_read_it(
+    api_server: ApiServer, browser: WebDriver
+) -> None:
+    ledger = Ledger(api_server.engine)
+    ledger.empty()
+    ledger.apply()
+    log_in(browser, api_server, "/", "viewer")
+    nav = wait_for(
+        browser,
+        lambda d: d.find_elements(By.CSS_SELECTOR, 'a[aria-label="GPU Quotas"]'),
+        "GPU Quotas in Airflow's navigation",
+    )[0]
+    nav.click()
+    frame = wait_for(
+        browser, lambda d: d.find_elements(By.TAG_NAME, "iframe"), "the page's frame in Airflow"
+    )[0]
+    assert browser.current_url.startswith(f"{api_server.url}/plugin/gpu-quotas")
+    assert str(frame.get_attribute("src")).endswith("/quota/")
+    browser.switch_to.frame(frame)
+    wait_for(browser, lambda d: "Job queue gpu-training" in text(d), "the page inside Airflow's UI")
+    assert browser.find_element(By.ID, "status").text.endswith("· viewer")
+    browser.switch_to.default_content()
+    browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-in-airflow.png"))
