@@ -92,6 +92,8 @@ class TrainingJobRecord(TypedDict):
     attempt: int
     lease_id: str
     state: Literal["launched", "ended"]
+    #: Local: SIGTERM -> SIGKILL seconds; an orphaned process group may live this long after its task.
+    grace_period: NotRequired[float]
     #: SageMaker: the connection to stop an orphaned training job with.
     aws_conn_id: NotRequired[str | None]
     region_name: NotRequired[str | None]

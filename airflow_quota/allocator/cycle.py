@@ -80,6 +80,8 @@ LOCAL_UNIT_PREFIX = "local-"
 
 #: Task-instance states of a later try that is on its way (its retry may re-attach to the training job).
 _RETRY_ON_ITS_WAY = frozenset({"scheduled", "queued", "running", "deferred"})
+#: Seconds past a local job's grace period before its orphaned process group is taken as gone.
+LOCAL_KILL_MARGIN_SECONDS = 10.0
 #: Stops an orphaned training job; True once it no longer runs (may be called again on later cycles).
 OrphanStopper = Callable[[TrainingJobRecord], bool]
 
@@ -321,7 +323,7 @@ class _Cycle:
                 f"Stopping: {reason}; its training job {record.get('name')} may still run and is being "
                 "stopped before its capacity is released"
             )
-        stopped = _stop_orphan(self.settings, record)
+        stopped = self._orphan_gone(row, record)
         if not stopped and self.now - row.stop_signalled_at < self.settings.orphan_timeout:
             self.report.orphans.append(row.job_id)
             return False
@@ -333,6 +335,17 @@ class _Cycle:
                 self.settings.orphan_timeout,
             )
         return True
+
+    def _orphan_gone(self, row: JobRow, record: TrainingJobRecord) -> bool:
+        """Whether an orphaned training job no longer runs (asking its backend to stop it meanwhile).
+
+        A local process group is stopped by its watchdog when its task dies, SIGTERM then SIGKILL after
+        the grace period; its devices are free once that much time has passed.
+        """
+        if record.get("backend") == "local":
+            grace = timedelta(seconds=float(record.get("grace_period", 120.0)) + LOCAL_KILL_MARGIN_SECONDS)
+            return row.stop_signalled_at is not None and self.now - row.stop_signalled_at >= grace
+        return _stop_orphan(self.settings, record)
 
     # --- 3. admission requests -------------------------------------------------------------------------
 
@@ -524,11 +537,7 @@ def _stop_orphan(settings: CycleSettings, record: TrainingJobRecord) -> bool:
 
 
 def stop_orphan_through_backend(record: TrainingJobRecord) -> bool:
-    """Stop an orphaned training job through its backend; True once it no longer runs.
-
-    A local process group ends with its task (the local backend's watchdog kills it when the task
-    process dies), so a local record needs no action here.
-    """
+    """Stop an orphaned SageMaker training job; True once it no longer runs."""
     if record.get("backend") != "sagemaker":
         return True
     from airflow_quota.backends.sagemaker import stop_orphaned_training_job

@@ -33,3 +33,21 @@ class QuotaDBManager(BaseDBManager):
     alembic_file = (LEDGER_DIR / "alembic.ini").as_posix()
     supports_table_dropping = True
     revision_heads_map = REVISION_HEADS_MAP
+
+    def downgrade(
+        self, to_revision: str, from_revision: str | None = None, show_sql_only: bool = False
+    ) -> None:
+        """Downgrade the ledger to ``to_revision`` (``airflow db-manager downgrade ... --to-version``).
+
+        Later migrations' columns and tables are dropped: take a backup first. ``show_sql_only`` prints
+        the SQL instead (``from_revision`` is then where the printed script starts).
+        """
+        from alembic import command
+
+        config = self.get_alembic_config()  # type: ignore[no-untyped-call]  # untyped upstream
+        if show_sql_only:
+            start = from_revision or "heads"
+            command.downgrade(config, revision=f"{start}:{to_revision}", sql=True)
+            return
+        command.downgrade(config, revision=to_revision)
+        self.log.info("Downgraded the quota ledger to revision %s", to_revision)

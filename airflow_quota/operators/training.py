@@ -11,23 +11,26 @@ The task's life, all in one Airflow try (``airflow_quota.protocol`` names every 
    the same ``submitted_at``, ``released_lease_id``): back to RUNNABLE at its place in the queue, no
    Airflow retry used. The next grant launches a new training job on the same checkpoint prefix.
 
-Where the job trains is a small strategy object (``TrainingBackend``); ``SageMakerBackend`` is the one
-implemented. A local backend (processes on the worker's own GPUs) plugs in at ``_backend()``.
+Where the job trains is a small strategy object (``TrainingBackend``): ``SageMakerBackend`` here, and
+``LocalBackend`` (``operators/local.py``: a process of the worker on the granted GPUs). A local job has no
+monitoring trigger: in step 2 the worker runs it, streams its output into the task log and polls the
+preemption signal, then ends the task or requeues as step 3 does, all in the same worker run.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol, cast
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.execution_time.context import NEVER_EXPIRE
 
+from airflow_quota.backends.local import DEFAULT_GRACE_PERIOD
 from airflow_quota.backends.sagemaker import (
     RUNNING_STATUSES,
     SageMakerTrainingJobs,
@@ -50,6 +53,8 @@ from airflow_quota.triggers.sagemaker import SageMakerTrainingJobTrigger
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from airflow.triggers.base import BaseTrigger
+
+    from airflow_quota.operators.local import LocalBackend
 
 RecordState = Literal["launched", "ended"]
 #: ``training_job_config`` given as a request dict, a ``ModelTrainer``, or a callable returning either.
@@ -95,10 +100,9 @@ class JobState:
 class TrainingBackend(Protocol):
     """Where a granted job trains. Every method may be called again after a crash: all are idempotent.
 
-    The local backend (``airflow_quota.backends.local``) will differ in one place: its job is a process
-    of the worker, so the worker itself watches it instead of a monitoring trigger, with the preemption
-    signal as its stop condition (``LocalTrainingRun.run(should_stop=<PREEMPT_KEY holds this lease>)``),
-    then ends or requeues as ``on_monitor`` does. That branch goes where ``on_grant`` calls ``monitor``.
+    The local backend (``operators/local.py``) differs in one place: its job is a process of the worker,
+    so the worker itself watches it (``LocalBackend.watch``) instead of a monitoring trigger, with the
+    preemption signal as its stop condition, then ends or requeues as ``on_monitor`` does.
     """
 
     kind: Backend
@@ -112,9 +116,14 @@ class TrainingBackend(Protocol):
         """The ``TrainingJobRecord``, with what the allocator needs to stop an orphan of this backend."""
 
     def launch(
-        self, prepared: PreparedRequest, name: str, identity: TaskIdentity, tags: Mapping[str, str]
+        self,
+        prepared: PreparedRequest,
+        name: str,
+        identity: TaskIdentity,
+        tags: Mapping[str, str],
+        grant: Mapping[str, Any],
     ) -> JobState:
-        """Start the job called ``name``; if it already exists, return it (re-attach)."""
+        """Start the job called ``name`` on what ``grant`` gives; if it exists, return it (re-attach)."""
 
     def state(self, name: str) -> JobState: ...
 
@@ -128,6 +137,9 @@ class TrainingBackend(Protocol):
 
     def link(self, name: str) -> dict[str, Any]:
         """What the operator's extra link to this job needs (XCom)."""
+
+    def outputs(self, job: JobState) -> dict[str, Any]:
+        """What a completed job's task returns beside its name, attempts and preemptions."""
 
 
 class SageMakerBackend:
@@ -157,7 +169,7 @@ class SageMakerBackend:
         if config is None:
             config = self.operator.model_trainer
         if callable(config) and not _is_model_trainer(config):
-            config = _call_factory(config, context)
+            config = call_factory(config, context)
         if isinstance(config, Mapping):
             return config
         if _is_model_trainer(config):
@@ -184,7 +196,12 @@ class SageMakerBackend:
         }
 
     def launch(
-        self, prepared: PreparedRequest, name: str, identity: TaskIdentity, tags: Mapping[str, str]
+        self,
+        prepared: PreparedRequest,
+        name: str,
+        identity: TaskIdentity,
+        tags: Mapping[str, str],
+        grant: Mapping[str, Any],
     ) -> JobState:
         request = build_request(
             prepared.document,
@@ -229,6 +246,9 @@ class SageMakerBackend:
     def link(self, name: str) -> dict[str, Any]:
         return {"training_job_name": name, "region_name": self.jobs.region, "partition": self.jobs.partition}
 
+    def outputs(self, job: JobState) -> dict[str, Any]:
+        return {"training_job_arn": job.arn, "model_artifacts": job.model_artifacts}
+
 
 class QuotaTrainingOperator(BaseOperator):
     """Run one training job under a quota share of a job queue, with preemption and resume.
@@ -247,9 +267,25 @@ class QuotaTrainingOperator(BaseOperator):
     :param stop_timeout: how long a preemption waits for the training job to reach ``Stopped``.
     :param settle_seconds: the monitoring trigger fires no sooner than this after the task deferred on it
         (a guard against apache/airflow#71580: a task resumed too soon after a worker deferral is failed).
+    :param backend: ``"sagemaker"`` (default), or ``"local"``: the entry point runs in the worker on the
+        granted GPUs of a ``local-`` capacity unit (docs/operator.md, "The local backend").
+    :param entry_point: local backend: the entry point's argv, e.g. ``[sys.executable, "train.py"]``.
+    :param local_root_dir: local backend: where ``<dag>/<run>/<task>/<map index>/`` holds the checkpoint
+        directory (shared by every attempt and try) and each attempt's model and output directories.
+        Default: ``$AIRFLOW_HOME/quota-training``.
+    :param working_dir: local backend: the entry point's working directory (default: the worker's).
+    :param stop_grace_period: local backend: seconds between SIGTERM and SIGKILL when the job is stopped
+        (SageMaker's 120 by default).
     """
 
-    template_fields = ("training_job_config", "job_queue", "quota_share_name")
+    template_fields = (
+        "training_job_config",
+        "job_queue",
+        "quota_share_name",
+        "entry_point",
+        "local_root_dir",
+        "working_dir",
+    )
     template_fields_renderers = {"training_job_config": "json"}  # noqa: RUF012 - BaseOperator declares it
     ui_color = "#f0e4ff"
     operator_extra_links = (SageMakerTrainingJobLink(), QuotaShareLink())
@@ -272,6 +308,10 @@ class QuotaTrainingOperator(BaseOperator):
         stop_poll_interval: float = 10.0,
         stop_timeout: float = 1800.0,
         settle_seconds: float = 10.0,
+        entry_point: Sequence[str] | None = None,
+        local_root_dir: str | None = None,
+        working_dir: str | None = None,
+        stop_grace_period: float = DEFAULT_GRACE_PERIOD,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -294,6 +334,10 @@ class QuotaTrainingOperator(BaseOperator):
         self.stop_poll_interval = stop_poll_interval
         self.stop_timeout = stop_timeout
         self.settle_seconds = settle_seconds
+        self.entry_point: Any = None if entry_point is None else list(entry_point)
+        self.local_root_dir = local_root_dir
+        self.working_dir = working_dir
+        self.stop_grace_period = stop_grace_period
         #: The training job this worker process launched or watches (what ``on_kill`` stops).
         self._current_job: str | None = None
         self._training_backend: TrainingBackend | None = None
@@ -301,6 +345,20 @@ class QuotaTrainingOperator(BaseOperator):
             raise ValueError(f"backend must be 'sagemaker' or 'local', got {backend!r}")
         if training_job_config is None:
             raise ValueError("training_job_config is required")
+        if isinstance(entry_point, str):
+            raise ValueError(f"entry_point: give the argv as a list, e.g. [sys.executable, {entry_point!r}]")
+        if backend == "local" and entry_point is None:
+            raise ValueError(
+                "backend='local' needs entry_point, the argv to run, e.g. [sys.executable, 'train.py']"
+            )
+        local_arguments = {
+            "entry_point": entry_point,
+            "local_root_dir": local_root_dir,
+            "working_dir": working_dir,
+        }
+        misplaced = sorted(name for name, value in local_arguments.items() if value is not None)
+        if backend != "local" and misplaced:
+            raise ValueError(f"{', '.join(misplaced)}: only for backend='local'")
         self._validate_quota_fields("placeholder", 1)  # fail at DAG parse time on a bad priority
 
     # --- the steps -------------------------------------------------------------------------------------
@@ -387,8 +445,11 @@ class QuotaTrainingOperator(BaseOperator):
                 attempt=attempt,
                 lease_id=lease_id,
             )
-            job = backend.launch(prepared, name, _identity(context), tags)
+            job = backend.launch(prepared, name, _identity(context), tags, event)
         context["ti"].xcom_push(key=TRAINING_JOB_XCOM_KEY, value=backend.link(job.name))
+
+        if backend.kind == "local":  # the worker watches its own process: no monitoring trigger
+            return self._watch_local_job(context, backend, prepared, job.name, **monitor_kwargs)
 
         signal = _preempt_signal(store, lease_id)
         if signal is not None:  # arrived while this worker ran: nobody resumes the monitor for it
@@ -447,6 +508,45 @@ class QuotaTrainingOperator(BaseOperator):
             )
         return self._finish(context, backend, job, lease_id, preemptions)
 
+    def _watch_local_job(
+        self,
+        context: Context,
+        backend: TrainingBackend,
+        prepared: PreparedRequest,
+        name: str,
+        *,
+        submitted_at: str,
+        admission: int,
+        preemptions: int,
+        lease_id: str,
+    ) -> Any:
+        """Run the local job to its end, polling the store for a ``Preempt`` of this lease every second."""
+        local = cast("LocalBackend", backend)
+        store = context["task_state_store"]
+        signals: list[dict[str, Any]] = []
+
+        def preempt_requested() -> bool:
+            signal = _preempt_signal(store, lease_id)
+            if signal is not None:
+                signals.append(signal)
+            return signal is not None
+
+        job = local.watch(name, preempt_requested)
+        self.log.info("Local training job %s ended: %s", name, job.status)
+        if signals:
+            return self._stop_and_requeue(
+                context,
+                backend,
+                prepared,
+                name,
+                signals[0],
+                submitted_at=submitted_at,
+                admission=admission,
+                preemptions=preemptions,
+                lease_id=lease_id,
+            )
+        return self._finish(context, backend, job, lease_id, preemptions)
+
     def on_kill(self) -> None:
         """The task is killed while it runs in a worker: stop the training job it launched or watches."""
         if self._current_job is not None:
@@ -458,10 +558,12 @@ class QuotaTrainingOperator(BaseOperator):
     def _backend(self) -> TrainingBackend:
         """The strategy for ``backend`` (one per worker process: it holds the AWS session)."""
         if self._training_backend is None:
-            if self.backend != "sagemaker":
-                # The local backend (airflow_quota.backends.local) plugs in here.
-                raise AirflowFailException(f"backend {self.backend!r} is not available yet")
-            self._training_backend = SageMakerBackend(self)
+            if self.backend == "local":
+                from airflow_quota.operators.local import LocalBackend
+
+                self._training_backend = LocalBackend(self)
+            else:
+                self._training_backend = SageMakerBackend(self)
         return self._training_backend
 
     def _prepare(self, context: Context) -> PreparedRequest:
@@ -612,8 +714,7 @@ class QuotaTrainingOperator(BaseOperator):
             self.log.info("Training job %s completed: %s", job.name, job.model_artifacts)
             return {
                 "training_job_name": job.name,
-                "training_job_arn": job.arn,
-                "model_artifacts": job.model_artifacts,
+                **backend.outputs(job),
                 "attempts": attempts,
                 "preemptions": preemptions,
             }
@@ -674,7 +775,7 @@ def _is_model_trainer(value: Any) -> bool:
     return type(value).__name__ == "ModelTrainer" and hasattr(value, "_create_training_job_args")
 
 
-def _call_factory(factory: Callable[..., Any], context: Context) -> Any:
+def call_factory(factory: Callable[..., Any], context: Context) -> Any:
     try:
         takes_context = bool(inspect.signature(factory).parameters)
     except (TypeError, ValueError):

@@ -22,7 +22,12 @@ from airflow.sdk.serde import deserialize
 from airflow.state import TaskScope, get_state_backend
 from airflow.utils.state import TaskInstanceState
 
-from airflow_quota.allocator.cycle import CycleReport, CycleSettings, run_allocation_cycle
+from airflow_quota.allocator.cycle import (
+    LOCAL_KILL_MARGIN_SECONDS,
+    CycleReport,
+    CycleSettings,
+    run_allocation_cycle,
+)
 from airflow_quota.engine.config import parse_quota_config
 from airflow_quota.ledger.models import AuditKind, JobRow
 from airflow_quota.ledger.store import apply_quota_config, load_queue_state, record_termination
@@ -515,4 +520,24 @@ def test_a_try_that_fails_for_good_has_its_training_job_stopped(teams: Database)
     report = cycle(teams, 2, orphan_stopper=stopper)
 
     assert (report.finished, stopper.calls) == ([first_try], ["train-a1"])
+    assert held(teams) == {}
+
+
+def test_an_orphaned_local_process_group_keeps_its_devices_until_its_grace_period_has_passed(
+    teams: Database,
+) -> None:
+    job_id = defer(teams, "train", gpus=1, quota_share_name="team-a", capacity_unit="local-gpu")
+    cycle(teams, 1)
+    record = {"backend": "local", "name": "train-a1", "attempt": 1, "lease_id": f"{job_id}#1"}
+    store_set(teams, "train", TRAINING_JOB_KEY, record | {"state": "launched", "grace_period": 30.0})
+    set_ti(teams, "train", state=TaskInstanceState.FAILED)  # its worker died; the watchdog stops the group
+
+    dying = cycle(teams, 2)
+    assert (dying.orphans, held(teams)) == ([job_id], {job_id: 1})
+    still = cycle(teams, 2 + 30 + LOCAL_KILL_MARGIN_SECONDS - 1)
+    assert still.orphans == [job_id]
+
+    gone = cycle(teams, 2 + 30 + LOCAL_KILL_MARGIN_SECONDS)
+
+    assert gone.finished == [job_id]
     assert held(teams) == {}

@@ -197,6 +197,27 @@ def test_upgrade_from_the_first_migration_to_head_keeps_the_data(empty_database:
         assert QuotaDBManager(session).check_migration()
 
 
+def test_a_downgrade_to_the_first_release_then_upgrade_keeps_the_data(empty_database: Database) -> None:
+    upgrade(empty_database)
+    with empty_database.session() as session, session.begin():
+        apply_quota_config(session, quota_config(4), applied_by="test", source="quotas.yaml", now=NOW)
+    with empty_database.session() as session:
+        QuotaDBManager(session).downgrade(to_revision=first_revision())
+
+    assert version_in(empty_database) == first_revision()
+    columns = {column["name"] for column in sa.inspect(empty_database.engine).get_columns("quota_job")}
+    assert "held_devices" not in columns
+
+    upgrade(empty_database)
+
+    assert version_in(empty_database) == head()
+    assert differences_from_models(empty_database) == []
+    with empty_database.engine.connect() as connection:
+        assert connection.execute(sa.text("SELECT quota_share_name FROM quota_share")).scalars().all() == [
+            "team-a"
+        ]
+
+
 def test_the_migration_files_alone_build_the_models(empty_database: Database) -> None:
     """From nothing to head through every migration file (not create_all), the schema is the models'."""
     upgrade(empty_database, to_revision="heads")
