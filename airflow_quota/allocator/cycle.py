@@ -511,14 +511,24 @@ class _Cycle:
             "reason": job.status_reason,
             "at": self.now.astimezone(UTC).isoformat(),
         }
+        first = row.stop_signalled_at is None
         write_signal(self.session, row, dict(signal))
-        if is_monitoring(view, ADMISSION_CLASSPATH) and view is not None:
+        resumed = False
+        # A task that just deferred from a worker run gets the event once it has settled (the stale
+        # executor event again); meanwhile the store signal is there, and this is re-sent each cycle.
+        if (
+            is_monitoring(view, ADMISSION_CLASSPATH)
+            and view is not None
+            and view.settled(self.now, self.settings.settle_time)
+        ):
             ti = claim_deferred(self.session, view.ti_id)
             if ti is not None:
                 resume(self.session, ti, dict(signal))
-        if row.stop_signalled_at is None:
+                resumed = True
+        if first:
             row.stop_signalled_at = self.now
-        self.report.signalled.append(job.job_id)
+        if first or resumed:
+            self.report.signalled.append(job.job_id)
 
     def _row(self, job_id: str) -> JobRow:
         row = self.session.get(JobRow, job_id)

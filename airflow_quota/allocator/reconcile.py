@@ -10,6 +10,7 @@ release its capacity.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 #: Task-instance states in which the try is over (Airflow's TaskInstanceState values).
@@ -42,6 +43,14 @@ class TaskView:
     ti_id: str
     #: The trigger it is deferred on (its classpath), when deferred.
     trigger_classpath: str | None = None
+    #: When it deferred on that trigger, and whether it did so from a worker run (pid set): such a task
+    #: must not be resumed before it has settled (apache/airflow#71580).
+    deferred_at: datetime | None = None
+    from_worker: bool = False
+
+    def settled(self, now: datetime, settle_time: timedelta) -> bool:
+        """Whether resuming it now is safe from the stale "defer-exit" executor event."""
+        return not self.from_worker or self.deferred_at is None or self.deferred_at <= now - settle_time
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,7 +93,7 @@ def task_views(session: Session) -> dict[str, TaskView]:
     """The task instance of every open (not final) job, by job id; jobs without one are left out."""
     ti = TaskInstance
     query = (
-        select(JobRow.job_id, ti.state, ti.try_number, ti.id, Trigger.classpath)
+        select(JobRow.job_id, ti.state, ti.try_number, ti.id, ti.pid, Trigger.classpath, Trigger.created_date)
         .join(
             ti,
             and_(
@@ -112,8 +112,10 @@ def task_views(session: Session) -> dict[str, TaskView]:
             try_number=try_number,
             ti_id=str(ti_id),
             trigger_classpath=classpath,
+            deferred_at=created,
+            from_worker=pid is not None,
         )
-        for job_id, state, try_number, ti_id, classpath in session.execute(query).all()
+        for job_id, state, try_number, ti_id, pid, classpath, created in session.execute(query).all()
     }
 
 

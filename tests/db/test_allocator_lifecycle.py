@@ -103,14 +103,21 @@ def set_ti(db: Database, task_id: str, **values: Any) -> None:
         )
 
 
-def defer_on_monitor(db: Database, task_id: str) -> None:
+def defer_on_monitor(db: Database, task_id: str, *, seconds: float = 0, pid: int | None = None) -> None:
     """The granted task launched its training job and deferred on its monitoring trigger."""
     with db.session() as session, session.begin():
-        trigger = Trigger(MONITOR_CLASSPATH, {"training_job_name": task_id}, created_date=START)
+        trigger = Trigger(MONITOR_CLASSPATH, {"training_job_name": task_id}, created_date=at(seconds))
         session.add(trigger)
         session.flush()
         trigger_id = trigger.id
-    set_ti(db, task_id, state=TaskInstanceState.DEFERRED, trigger_id=trigger_id, next_method="on_monitor")
+    set_ti(
+        db,
+        task_id,
+        state=TaskInstanceState.DEFERRED,
+        trigger_id=trigger_id,
+        next_method="on_monitor",
+        pid=pid,
+    )
 
 
 def redefer_for_admission(db: Database, task_id: str, job_id: str, *, seconds: float, share: str) -> None:
@@ -214,6 +221,26 @@ def test_a_borrower_deferred_on_its_monitor_is_resumed_with_a_preempt_event_and_
     assert held(teams)[borrower] == 2
     assert job(teams, lender).status == "RUNNABLE"
     assert ti_of(teams, "a-job").state == TaskInstanceState.DEFERRED
+
+
+def test_a_borrower_that_just_deferred_on_its_monitor_from_a_worker_gets_the_event_once_settled(
+    teams: Database,
+) -> None:
+    _, borrower, _ = borrower_and_lender(teams)
+    defer_on_monitor(teams, "b-borrow", seconds=2.5, pid=4242)  # from its on_grant run in a worker
+
+    early = cycle(teams, 3)
+
+    assert early.signalled == [borrower]  # told through its store at once ...
+    assert store_get(teams, "b-borrow", PREEMPT_KEY)["lease_id"] == f"{borrower}#1"
+    assert ti_of(teams, "b-borrow").state == TaskInstanceState.DEFERRED  # ... not resumed while it settles
+    assert cycle(teams, 12).signalled == []
+
+    settled = cycle(teams, 12.5)
+
+    assert settled.signalled == [borrower]
+    assert ti_of(teams, "b-borrow").state == TaskInstanceState.SCHEDULED
+    assert event_of(teams, "b-borrow")["preempt"] is True
 
 
 def test_a_borrower_running_in_a_worker_is_told_through_its_store_only(teams: Database) -> None:

@@ -1,0 +1,210 @@
+"""The demo's flow end to end, on real Airflow processes: once on SQLite and once on PostgreSQL.
+
+The demo DAGs (demo/dags/demo_teams.py, local backend, a CPU script that checkpoints) run under the
+demo's quotas (demo/quotas.yaml) with the scheduler (hosting the allocator), dag processor, triggerer and
+api-server. Checked: nlp borrows research's idle GPUs; research's job reclaims them; the two lowest
+priority nlp trials stop, are requeued and resume from their checkpoints (their results equal an
+uninterrupted run); nobody uses an Airflow retry; the audit log and the REST API agree; at no sampled
+moment is more capacity held than the queue has, or one device index held twice. Midway, a bad quota
+file is applied (it changes nothing) and the scheduler is killed and restarted (nothing is lost).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import sqlalchemy as sa
+
+from tests.airflow.harness import AirflowProcesses
+from tests.db.conftest import _postgres_admin, _postgres_server_or_skip
+
+pytestmark = pytest.mark.airflow
+
+REPO = Path(__file__).resolve().parents[2]
+RUN = "e2e-1"
+DAGS = ("demo_nlp_sweep", "demo_vision_eval", "demo_research_pretrain")
+CAPACITY = 4
+TRIALS = {"trial_a": 200, "trial_b": 200, "trial_c": 200}  # steps, as in demo_teams.py
+
+
+def uninterrupted_value(steps: int) -> int:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "train_counter", REPO / "examples/training/train_counter.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    value = 0
+    for step in range(1, steps + 1):
+        value = module.next_value(value, step)
+    return value
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def airflow(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AirflowProcesses]:
+    home = tmp_path_factory.mktemp(f"airflow-home-demo-{request.param}")
+    cleanup = None
+    if request.param == "sqlite":
+        url = f"sqlite:///{home}/airflow.db"
+    else:
+        server = _postgres_server_or_skip()
+        name = f"quota_e2e_{home.name.replace('-', '_')[-20:]}"
+        _postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _postgres_admin(server, f'CREATE DATABASE "{name}"')
+        url = server.set(database=name).render_as_string(hide_password=False)
+
+        def cleanup() -> None:
+            _postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    passwords = home / "passwords.json"
+    passwords.write_text(json.dumps({"admin": "admin"}))
+    processes = AirflowProcesses(
+        home,
+        url,
+        parallelism=8,
+        extra_env={
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "demo" / "dags"),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        },
+    )
+    processes.migrate()
+    applied = processes.airflow("quota", "apply", "-f", str(REPO / "demo" / "quotas.yaml"))
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    processes.start()
+    try:
+        yield processes
+    finally:
+        processes.stop()
+        if cleanup is not None:
+            cleanup()
+
+
+@dataclass
+class LedgerSampler:
+    """Samples the ledger every half second: units held, and device indices held by more than one job."""
+
+    airflow: AirflowProcesses
+    held: list[int] = field(default_factory=list)
+    shared_devices: list[list[int]] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def __enter__(self) -> LedgerSampler:
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(10)
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.5):
+            with self.airflow.engine.connect() as connection:
+                rows = connection.execute(
+                    sa.text(
+                        "SELECT held_instance_count, held_devices FROM quota_job"
+                        " WHERE held_instance_count > 0"
+                    )
+                ).all()
+            self.held.append(sum(count for count, _ in rows))
+            devices: Counter[int] = Counter()
+            for _, held in rows:
+                devices.update(json.loads(held) if isinstance(held, str) else held or [])
+            self.shared_devices.append(sorted(index for index, times in devices.items() if times > 1))
+
+
+def audit(airflow: AirflowProcesses) -> list[dict[str, Any]]:
+    with airflow.engine.connect() as connection:
+        rows = connection.execute(
+            sa.text("SELECT kind, job_id, related_job_id, rule FROM quota_audit_log ORDER BY id")
+        ).mappings()
+        return [dict(row) for row in rows]
+
+
+def job_id(dag_id: str, task_id: str) -> str:
+    return f"{dag_id}/{RUN}/{task_id}/-1/1"
+
+
+def api(airflow: AirflowProcesses, path: str) -> Any:
+    base = airflow.env["AIRFLOW__API__BASE_URL"]
+    token = requests.post(f"{base}/auth/token", json={"username": "admin", "password": "admin"}, timeout=30)
+    assert token.status_code == 201, token.text
+    headers = {"Authorization": f"Bearer {token.json()['access_token']}"}
+    response = requests.get(f"{base}/quota/api{path}", headers=headers, timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_the_demo_flow_borrow_reclaim_requeue_resume_with_a_bad_file_and_a_scheduler_restart(
+    airflow: AirflowProcesses,
+) -> None:
+    for dag_id in DAGS:
+        airflow.wait_for_dag(dag_id, timeout=180)
+    with LedgerSampler(airflow) as sampler:
+        for dag_id in DAGS:
+            airflow.trigger(dag_id, RUN)
+        airflow.wait_for(
+            "research to reclaim its GPUs",
+            lambda: [event for event in audit(airflow) if event["kind"] == "PREEMPTED"],
+            240,
+        )
+        revisions_before = airflow.airflow("quota", "shares", "list", "-o", "json").stdout
+        bad = airflow.home / "bad-quotas.yaml"
+        bad.write_text(
+            (REPO / "demo" / "quotas.yaml").read_text().replace("maxCapacity: 2}", "maxCapacity: -2}")
+        )
+        refused = airflow.airflow("quota", "apply", "-f", str(bad))
+        assert refused.returncode == 1
+        assert "maxCapacity" in refused.stderr + refused.stdout
+        assert airflow.airflow("quota", "shares", "list", "-o", "json").stdout == revisions_before
+        airflow.kill("scheduler")  # SIGKILL mid-flow, then a new scheduler carries on
+        airflow.start("scheduler")
+        for dag_id in DAGS:
+            airflow.wait_for(
+                f"{dag_id} to finish",
+                lambda d=dag_id: airflow.run_state(d, RUN) in ("success", "failed"),
+                360,
+            )
+
+    for dag_id in DAGS:
+        states = airflow.task_states(dag_id, RUN)
+        assert set(states.values()) == {("success", 1)}, (dag_id, states, airflow.log_tails())
+    assert sampler.held and max(sampler.held) <= CAPACITY
+    assert not any(sampler.shared_devices), "a device index was held by two jobs at once"
+
+    pretrain = job_id("demo_research_pretrain", "pretrain")
+    events = audit(airflow)
+    preempted = [(e["job_id"], e["related_job_id"], e["rule"]) for e in events if e["kind"] == "PREEMPTED"]
+    victims = [job_id("demo_nlp_sweep", "trial_c"), job_id("demo_nlp_sweep", "trial_b")]
+    assert sorted(preempted) == sorted((victim, pretrain, "RECLAIM") for victim in victims)
+    for victim in victims:
+        kinds = [e["kind"] for e in events if e["job_id"] == victim]
+        assert kinds == ["SUBMITTED", "GRANTED", "PREEMPTED", "REQUEUED", "GRANTED", "SUCCEEDED"], kinds
+
+    # The REST API tells the same story as the ledger.
+    jobs = {job["jobId"]: job for job in api(airflow, "/jobs?finished=true&limit=100")["jobs"]}
+    for victim in victims:
+        assert jobs[victim]["status"] == "SUCCEEDED"
+        assert jobs[victim]["preemptionSummary"]["preemptedAttemptCount"] == 1
+    assert jobs[pretrain]["status"] == "SUCCEEDED"
+
+    # Resumed from their checkpoints: the results equal uninterrupted runs.
+    for trial, steps in TRIALS.items():
+        [result] = (airflow.home / "quota-training").glob(
+            f"demo_nlp_sweep/{RUN}/{trial}/*/*/model/result.json"
+        )
+        assert json.loads(result.read_text()) == {"steps": steps, "value": uninterrupted_value(steps)}
