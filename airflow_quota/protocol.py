@@ -22,7 +22,8 @@ own channels, and this module names every message:
   Either way the task stops its training job, waits until it has really stopped, deletes
   ``PREEMPT_KEY``, records the stop under ``TRAINING_JOB_KEY`` and defers on ``QuotaAdmissionTrigger``
   again with ``released_lease_id`` set and ``attempt`` + 1. That deferral is the stop report: only then
-  does the allocator count the capacity free.
+  does the allocator count the capacity free. (A task preempted before it heard of its grant is still
+  deferred for admission, naming no lease: the grant is withdrawn and counts as no preempted attempt.)
 * **Training job record** (task -> allocator): under ``TRAINING_JOB_KEY`` in ``task_state_store``
   the task keeps a ``TrainingJobRecord`` (JSON) of its current attempt, written before the training job
   is created and updated when it ends. The allocator reads it when a task instance ends while holding

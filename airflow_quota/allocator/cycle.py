@@ -59,7 +59,7 @@ from airflow_quota.ledger.store import (
     FINAL_STATUSES,
     LedgerError,
     TaskInstanceRef,
-    load_queue_state,
+    load_queue,
     record_cycle,
     record_finish,
     record_handover,
@@ -205,10 +205,12 @@ class _Cycle:
     views: dict[str, TaskView]
     records: dict[str, TrainingJobRecord]
     report: CycleReport
+    #: The rows of the queue being allocated, read once (``_row`` adds the ones read later).
+    rows: dict[str, JobRow] = field(default_factory=dict)
 
     def allocate_queue(self, queue_name: str, waiting: list[_Waiting]) -> None:
         try:
-            state = load_queue_state(self.session, queue_name)
+            state, self.rows = load_queue(self.session, queue_name)
         except LedgerError as error:
             for each in waiting:
                 self._reject(each, str(error))
@@ -352,7 +354,7 @@ class _Cycle:
     def _admit(self, state: QueueState, waiting: list[_Waiting]) -> tuple[QueueState, dict[str, _Waiting]]:
         grantable: dict[str, _Waiting] = {}
         for each in waiting:
-            row = self.session.get(JobRow, each.job_id)
+            row = self.rows.get(each.job_id) or self.session.get(JobRow, each.job_id)
             if row is None:
                 request = self._request(each)
                 if request is None:
@@ -363,7 +365,10 @@ class _Cycle:
                 if not job.is_stopping:  # granted while it settled (or its resume was lost): resume it
                     self._resume_grant(each, self._row(each.job_id))
                     continue
-                state = record_stop_completed(self.session, state, each.job_id, self.now)
+                # Its deferral is the stop report of the lease it names; a task that never received
+                # its grant names none (preempted while it settled): the grant is only withdrawn.
+                started = each.kwargs.get("released_lease_id") == lease_id_of(self._row(each.job_id))
+                state = record_stop_completed(self.session, state, each.job_id, self.now, started=started)
                 self.report.stopped.append(each.job_id)
                 job = state.jobs.get(each.job_id)
             if job is None:  # final: refused at submission, out of preemption retries, terminated
@@ -531,9 +536,10 @@ class _Cycle:
             self.report.signalled.append(job.job_id)
 
     def _row(self, job_id: str) -> JobRow:
-        row = self.session.get(JobRow, job_id)
+        row = self.rows.get(job_id) or self.session.get(JobRow, job_id)
         if row is None:
             raise LedgerError(f"job {job_id} is not in the quota ledger")
+        self.rows[job_id] = row
         return row
 
 

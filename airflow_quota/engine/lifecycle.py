@@ -71,8 +71,12 @@ def set_status(state: QueueState, job_id: str, status: JobStatus) -> QueueState:
     return _with(state, replace(job, status=status))
 
 
-def complete_stop(state: QueueState, job_id: str) -> QueueState:
-    """A stop finished: a preempted job is requeued at its place (or FAILED when out of retries)."""
+def complete_stop(state: QueueState, job_id: str, *, started: bool = True) -> QueueState:
+    """A stop finished: a preempted job is requeued at its place (or FAILED when out of retries).
+
+    ``started=False``: the job was preempted before its task was told of its grant (nothing ran), so
+    the grant is only withdrawn: requeued, and the preemption does not count as a preempted attempt.
+    """
     job = _job(state, job_id)
     if not job.is_stopping or not job.status.holds_capacity:
         raise LifecycleError(f"job {job_id!r} is not being stopped")
@@ -82,9 +86,16 @@ def complete_stop(state: QueueState, job_id: str) -> QueueState:
         )
         stopped = replace(job, status=JobStatus.FAILED, status_reason=given or DEFAULT_TERMINATION_REASON)
         return _with(state, _cleared(stopped))
+    preemptor = job.preempted_by or "a job that is gone"
+    if not started:
+        withdrawn = replace(
+            job,
+            status=JobStatus.RUNNABLE,
+            status_reason=f"Preempted by {preemptor} before it started; requeued at its original position",
+        )
+        return _with(state, _cleared(withdrawn))
     count = job.preempted_attempt_count + 1
     retries = job.request.preemption_retries_before_termination
-    preemptor = job.preempted_by or "a job that is gone"
     if retries is not None and count > retries:
         stopped = replace(
             job,

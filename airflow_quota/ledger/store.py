@@ -355,18 +355,30 @@ def _share_document(row: QuotaShareRow) -> dict[str, Any]:
 
 def load_queue_state(session: Session, job_queue_name: str) -> QueueState:
     """The job queue as applied and its jobs that have not finished, as the engine sees them."""
+    return load_queue(session, job_queue_name)[0]
+
+
+def load_queue(session: Session, job_queue_name: str) -> tuple[QueueState, dict[str, JobRow]]:
+    """``load_queue_state`` and the rows it read, by job id.
+
+    Holding the rows keeps them in the session (its identity map holds clean rows weakly), so a caller
+    that looks them up again, as the allocator does for each job, reads no row twice.
+    """
     document = applied_config(session, job_queue_name)
     if document is None:
         raise LedgerError(
             f"job queue {job_queue_name} is not in the quota ledger: apply a quota file that defines it"
         )
     queue = JobQueueWithShares.model_validate(document).to_job_queue()
-    rows = session.scalars(
-        select(JobRow)
-        .where(JobRow.job_queue_name == job_queue_name, JobRow.status.not_in(FINAL_STATUSES))
-        .order_by(JobRow.submitted_at, JobRow.submit_seq)
-    )
-    return QueueState(queue, {row.job_id: job_from_row(row) for row in rows})
+    rows = {
+        row.job_id: row
+        for row in session.scalars(
+            select(JobRow)
+            .where(JobRow.job_queue_name == job_queue_name, JobRow.status.not_in(FINAL_STATUSES))
+            .order_by(JobRow.submitted_at, JobRow.submit_seq)
+        )
+    }
+    return QueueState(queue, {job_id: job_from_row(row) for job_id, row in rows.items()}), rows
 
 
 def job_from_row(row: JobRow) -> Job:
@@ -615,16 +627,19 @@ def record_status_change(
     return without_final_jobs(after)
 
 
-def record_stop_completed(session: Session, state: QueueState, job_id: str, now: datetime) -> QueueState:
+def record_stop_completed(
+    session: Session, state: QueueState, job_id: str, now: datetime, *, started: bool = True
+) -> QueueState:
     """A stop finished: REQUEUED (or FAILED, out of preemption retries), or FAILED when it was terminated.
 
-    A preempted attempt is appended to the job's recent preempted attempts (the last 10 are kept).
+    A preempted attempt is appended to the job's recent preempted attempts (the last 10 are kept);
+    ``started=False`` (its task never heard of the grant) withdraws the grant without counting one.
     """
-    after = complete_stop(state, job_id)
+    after = complete_stop(state, job_id, started=started)
     before = state.jobs[job_id]
     row = _job_row(session, job_id)
     rule = row.preemption_rule
-    if before.stop_cause is StopCause.PREEMPTED:
+    if before.stop_cause is StopCause.PREEMPTED and started:
         attempt = {
             "attempt": row.attempt,
             "startedAt": None if row.started_at is None else _iso(row.started_at),

@@ -105,11 +105,17 @@ class AirflowProcesses:
             start_new_session=True,
         )
 
-    def kill(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
+    def kill(self, name: str, sig: signal.Signals = signal.SIGKILL, timeout: float = 30) -> None:
         """Kill a component's whole process group (its workers and supervisors too) with ``sig``."""
         process = self.processes.pop(name)
         os.killpg(process.pid, sig)
-        process.wait(30)
+        process.wait(timeout)
+
+    def stop_gracefully(self, name: str, timeout: float = 300) -> None:
+        """SIGTERM a component's main process only, as an init system does, and wait for it to exit."""
+        process = self.processes.pop(name)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout)
 
     def stop(self) -> None:
         for process in self.processes.values():

@@ -50,6 +50,7 @@ class ProbeOperator(BaseOperator):
             instance_count=self.gpus,
             submitted_at=submitted_at,
             attempt=attempt,
+            released_lease_id=released,
         )
         self.defer(
             trigger=trigger,

@@ -210,3 +210,13 @@ def test_hand_over_is_refused(case: str, stopping: bool, count: int) -> None:
 
     with pytest.raises(LifecycleError):
         hand_over(before, "b-try1", "b-try2", request)
+
+
+def test_a_grant_withdrawn_before_its_task_started_is_requeued_without_counting_a_preemption() -> None:
+    q = queue(2, share("a", 2, RESERVE))
+    job = replace(running("j", "a", 2, retries=0, stopping_for="p"), status=JobStatus.SCHEDULED)
+
+    requeued = complete_stop(state(q, job), "j", started=False).jobs["j"]
+
+    assert (requeued.status, requeued.preempted_attempt_count) == (JobStatus.RUNNABLE, 0)
+    assert requeued.status_reason == "Preempted by p before it started; requeued at its original position"

@@ -1,0 +1,402 @@
+"""Time the real allocation cycle (``run_allocation_cycle``) against a migrated Airflow metadata DB.
+
+Where ``engine_cycle.py`` times the engine alone, this times what a scheduler loop pays: reading the
+waiting task instances (``task_instance`` joined to ``trigger``, claimed), reconciling every open job with
+its task instance, ``plan_cycle``, writing the ledger and resuming the granted tasks, and the commit.
+
+Each backend (SQLite file, PostgreSQL database) is migrated once with ``airflow db migrate``; for each size
+the job tables are emptied and N task instances are written DEFERRED on the admission trigger, as Airflow
+leaves them: one job queue, 20 quota shares (RESERVE, LEND and LEND_AND_BORROW) of 10 GPUs each, 200 GPUs
+in all, jobs of 1 to 4 GPUs with mixed priorities. Three cycles are timed (cycle and commit, one session
+each, like ``allocator.host.run_cycle``):
+
+* ``first``: every waiting task is new to the ledger: N submissions recorded, the queue filled (~100
+  grants); repeated on a freshly written set of task instances;
+* ``steady``: the next cycle, nothing changed: every open job is reconciled again, none can start;
+* ``churn``: 10 granted tasks succeeded and 10 new tasks deferred since the last cycle: 10 finishes,
+  10 submissions, a few grants.
+
+The medians are printed side by side with the PostgreSQL / SQLite ratio and the growth from the smallest
+size, so compare within one run (the machines are noisy).
+
+Usage::
+
+    .venv/bin/python benchmarks/allocator_cycle.py                       # 1,000 and 10,000, both backends
+    .venv/bin/python benchmarks/allocator_cycle.py --sizes 50 --backends sqlite   # smoke run
+
+PostgreSQL is reached at ``QUOTA_TEST_POSTGRES`` (default ``postgresql://postgres@127.0.0.1:5432``); the
+benchmark creates its own database there and drops it at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+# Runnable as a plain script from a checkout: make the package importable without installing it.
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+# Before airflow is imported: never read or write a real Airflow installation.
+AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="quota-bench-airflow-home-"))
+os.environ["AIRFLOW_HOME"] = str(AIRFLOW_HOME)
+atexit.register(shutil.rmtree, AIRFLOW_HOME, ignore_errors=True)
+
+import sqlalchemy as sa  # noqa: E402
+from airflow.models.dagrun import DagRun  # noqa: E402
+from airflow.models.task_state_store import TaskStateStoreModel  # noqa: E402
+from airflow.models.taskinstance import TaskInstance  # noqa: E402
+from airflow.models.trigger import Trigger  # noqa: E402
+from airflow.sdk.serde import serialize  # noqa: E402
+from airflow.utils.state import TaskInstanceState  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+from sqlalchemy.orm import Session  # noqa: E402
+
+from airflow_quota.allocator.cycle import CycleReport, run_allocation_cycle  # noqa: E402
+from airflow_quota.engine.config import parse_quota_config  # noqa: E402
+from airflow_quota.ledger.models import ledger_metadata  # noqa: E402
+from airflow_quota.ledger.store import apply_quota_config  # noqa: E402
+from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger  # noqa: E402
+
+TITLE = "Allocation cycle against the metadata DB (run_allocation_cycle + commit)"
+POSTGRES_SERVER = os.environ.get("QUOTA_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
+AIRFLOW = Path(sys.executable).parent / "airflow"
+QUEUE = "gpu-training"
+DAG_ID = "bench"
+RUN_ID = "run-1"
+START = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+SHARES = 20
+GPUS_PER_SHARE = 10
+STRATEGIES = ("RESERVE", "LEND", "LEND_AND_BORROW")
+SIZES = (1, 2, 4)
+SIZE_WEIGHTS = (60, 30, 10)
+PRIORITIES = (0, 10, 50, 100)
+PRIORITY_WEIGHTS = (60, 20, 15, 5)
+#: Per churn cycle: granted tasks that succeed, and new tasks that defer.
+CHURN = 10
+CYCLES = ("first", "steady", "churn")
+
+
+def quota_document() -> dict[str, Any]:
+    """One job queue of 200 GPUs shared by 20 quota shares of 10 (a mix of the three strategies)."""
+    shares = []
+    for index in range(SHARES):
+        strategy = STRATEGIES[index % len(STRATEGIES)]
+        sharing: dict[str, Any] = {"strategy": strategy}
+        if strategy == "LEND_AND_BORROW":
+            sharing["borrowLimit"] = -1 if index % 2 else 20
+        shares.append(
+            {
+                "quotaShareName": f"share-{index:02d}",
+                "capacityLimits": [{"capacityUnit": "gpu", "maxCapacity": GPUS_PER_SHARE}],
+                "resourceSharingConfiguration": sharing,
+                "preemptionConfiguration": {"inSharePreemption": "ENABLED" if index % 4 == 0 else "DISABLED"},
+            }
+        )
+    return {
+        "jobQueues": [
+            {
+                "jobQueueName": QUEUE,
+                "capacityLimits": [{"capacityUnit": "gpu", "maxCapacity": SHARES * GPUS_PER_SHARE}],
+                "quotaShares": shares,
+            }
+        ]
+    }
+
+
+# --- databases ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Backend:
+    name: str
+    url: str
+    engine: sa.Engine
+
+
+def migrate(url: str, home: Path) -> None:
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url,
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    }
+    result = subprocess.run(
+        [str(AIRFLOW), "db", "migrate"], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"airflow db migrate failed on {url}:\n{result.stderr[-4000:]}")
+
+
+@contextmanager
+def sqlite_backend() -> Iterator[Backend]:
+    home = Path(tempfile.mkdtemp(prefix="quota-bench-sqlite-"))
+    url = f"sqlite:///{home / 'airflow.db'}"
+    try:
+        migrate(url, home)
+        engine = sa.create_engine(url)
+        yield Backend("sqlite", url, engine)
+        engine.dispose()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@contextmanager
+def postgresql_backend() -> Iterator[Backend]:
+    server = sa.make_url(POSTGRES_SERVER).set(drivername="postgresql+psycopg2", database="postgres")
+    name = f"quota_bench_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+    with admin.connect() as connection:
+        connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    home = Path(tempfile.mkdtemp(prefix="quota-bench-postgresql-"))
+    url = server.set(database=name).render_as_string(hide_password=False)
+    try:
+        migrate(url, home)
+        engine = sa.create_engine(url)
+        yield Backend("postgresql", url, engine)
+        engine.dispose()
+    finally:
+        with admin.connect() as connection:
+            connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+BACKENDS: dict[str, Callable[[], Any]] = {"sqlite": sqlite_backend, "postgresql": postgresql_backend}
+
+
+# --- the rows Airflow leaves behind -------------------------------------------------------------------------
+
+
+def reset(engine: sa.Engine) -> None:
+    """Empty the ledger's tables and Airflow's task tables; apply the quota file again."""
+    with engine.begin() as connection:
+        for table in reversed(ledger_metadata.sorted_tables):
+            connection.execute(table.delete())
+        for model in (TaskStateStoreModel, TaskInstance, Trigger, DagRun):
+            connection.execute(sa.delete(model.__table__))
+        connection.execute(
+            sa.insert(DagRun.__table__).values(
+                dag_id=DAG_ID, run_id=RUN_ID, run_type="manual", run_after=START, state="running"
+            )
+        )
+    with Session(engine) as session, session.begin():
+        quotas = parse_quota_config(quota_document(), "benchmark")
+        apply_quota_config(session, quotas, applied_by="benchmark", source="benchmark", now=START)
+
+
+def defer_many(engine: sa.Engine, rng: random.Random, first: int, count: int, deferred_at: datetime) -> None:
+    """Write ``count`` task instances DEFERRED on their own admission trigger (bulk inserts)."""
+    if count == 0:
+        return
+    triggers = []
+    for number in range(first, first + count):
+        kwargs = QuotaAdmissionTrigger(
+            job_queue=QUEUE,
+            job_name=f"job-{number:06d}",
+            quota_share_name=f"share-{rng.randrange(SHARES):02d}",
+            capacity_unit="gpu",
+            instance_count=rng.choices(SIZES, SIZE_WEIGHTS)[0],
+            scheduling_priority=rng.choices(PRIORITIES, PRIORITY_WEIGHTS)[0],
+            submitted_at=deferred_at.isoformat(),
+        ).serialize()[1]
+        triggers.append(
+            {
+                "classpath": ADMISSION_CLASSPATH,
+                "kwargs": Trigger.encrypt_kwargs(kwargs),
+                "created_date": deferred_at,
+            }
+        )
+    table = Trigger.__table__
+    with engine.begin() as connection:
+        ids = connection.execute(
+            sa.insert(table).returning(table.c.id, sort_by_parameter_order=True), triggers
+        ).scalars()
+        next_kwargs = serialize({})
+        connection.execute(
+            sa.insert(TaskInstance.__table__),
+            [
+                {
+                    "id": uuid.uuid4(),
+                    "dag_id": DAG_ID,
+                    "run_id": RUN_ID,
+                    "task_id": f"job-{number:06d}",
+                    "map_index": -1,
+                    "try_number": 1,
+                    "pool": "default_pool",
+                    "pool_slots": 1,
+                    "state": TaskInstanceState.DEFERRED,
+                    "trigger_id": trigger_id,
+                    "next_method": "on_grant",
+                    "next_kwargs": next_kwargs,
+                }
+                for number, trigger_id in zip(range(first, first + count), ids, strict=True)
+            ],
+        )
+
+
+def succeed_granted(engine: sa.Engine, rng: random.Random, count: int) -> int:
+    """``count`` resumed (granted) tasks ran and succeeded; returns how many there were."""
+    ti = TaskInstance.__table__
+    with engine.begin() as connection:
+        resumed = list(
+            connection.execute(sa.select(ti.c.id).where(ti.c.state == TaskInstanceState.SCHEDULED)).scalars()
+        )
+        chosen = rng.sample(resumed, min(count, len(resumed)))
+        if chosen:
+            connection.execute(
+                sa.update(ti)
+                .where(ti.c.id.in_(chosen))
+                .values(state=TaskInstanceState.SUCCESS, next_kwargs=None)
+            )
+    return len(chosen)
+
+
+# --- timing -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Timing:
+    backend: str
+    waiting: int
+    cycle: str
+    times_ms: list[float] = field(default_factory=list)
+    grants: list[int] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times_ms)
+
+
+class Clock:
+    """The cycles' ``now``: one simulated second per cycle (settle times never matter here)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0
+
+    def tick(self) -> datetime:
+        self.seconds += 1
+        return START + timedelta(seconds=self.seconds)
+
+
+def timed_cycle(engine: sa.Engine, now: datetime) -> tuple[float, CycleReport]:
+    started = time.perf_counter()
+    with Session(engine) as session, session.begin():
+        report = run_allocation_cycle(session, now)
+    return (time.perf_counter() - started) * 1000.0, report
+
+
+def measure(backend: Backend, waiting: int, repeats: int, seed: int, console: Console) -> list[Timing]:
+    rng = random.Random(f"{seed}-{waiting}-churn")
+    first, steady, churn = (Timing(backend.name, waiting, cycle) for cycle in CYCLES)
+    for _ in range(repeats):
+        reset(backend.engine)
+        clock = Clock()
+        defer_many(backend.engine, random.Random(f"{seed}-{waiting}"), 0, waiting, START)  # same jobs
+        ms, report = timed_cycle(backend.engine, clock.tick())
+        if len(report.submitted) != waiting:
+            raise RuntimeError(f"first cycle recorded {len(report.submitted)} of {waiting} submissions")
+        first.times_ms.append(ms)
+        first.grants.append(len(report.granted))
+    for _ in range(repeats + 2):
+        ms, report = timed_cycle(backend.engine, clock.tick())
+        steady.times_ms.append(ms)
+        steady.grants.append(len(report.granted))
+    next_number = waiting
+    for _ in range(repeats + 2):
+        succeed_granted(backend.engine, rng, CHURN)
+        defer_many(backend.engine, rng, next_number, CHURN, START + timedelta(seconds=clock.seconds))
+        next_number += CHURN
+        ms, report = timed_cycle(backend.engine, clock.tick())
+        churn.times_ms.append(ms)
+        churn.grants.append(len(report.granted))
+    for timing in (first, steady, churn):
+        console.print(
+            f"[dim]{backend.name} {waiting:,} waiting, {timing.cycle}: "
+            + ", ".join(f"{ms:.0f}" for ms in timing.times_ms)
+            + " ms[/dim]"
+        )
+    return [first, steady, churn]
+
+
+def render(results: Sequence[Timing], console: Console) -> None:
+    by_key = {(t.backend, t.waiting, t.cycle): t for t in results}
+    backends = list(dict.fromkeys(t.backend for t in results))
+    sizes = sorted({t.waiting for t in results})
+    table = Table(title=TITLE)
+    for column in ("backend", "waiting jobs", "cycle", "runs", "median ms", "min ms", "grants", "growth"):
+        table.add_column(column, justify="right")
+    if "sqlite" in backends and "postgresql" in backends:
+        table.add_column("postgresql / sqlite", justify="right")
+    for backend in backends:
+        for size in sizes:
+            for cycle in CYCLES:
+                timing = by_key[(backend, size, cycle)]
+                smallest = by_key[(backend, sizes[0], cycle)]
+                growth = "" if size == sizes[0] else f"x{timing.median / smallest.median:.1f}"
+                row = [
+                    backend,
+                    f"{size:,}",
+                    cycle,
+                    str(len(timing.times_ms)),
+                    f"{timing.median:.1f}",
+                    f"{min(timing.times_ms):.1f}",
+                    f"{statistics.median(timing.grants):.0f}",
+                    growth,
+                ]
+                if len(table.columns) > len(row):  # on the PostgreSQL rows only
+                    sqlite = by_key[("sqlite", size, cycle)].median
+                    row.append(f"x{timing.median / sqlite:.2f}" if backend == "postgresql" else "")
+                table.add_row(*row)
+    console.print(table)
+    if len(sizes) > 1:
+        console.print(
+            f"growth: median at each size / median at {sizes[0]:,} waiting jobs "
+            f"(linear would be x{sizes[-1] / sizes[0]:.0f} at {sizes[-1]:,})"
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", default="1000,10000", help="waiting jobs, comma-separated (1000,10000)")
+    parser.add_argument("--backends", default="sqlite,postgresql", help="sqlite,postgresql (both by default)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="first cycles per size; steady and churn get 2 more"
+    )
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+    sizes = [int(size) for size in args.sizes.split(",")]
+    backends = [name.strip() for name in args.backends.split(",")]
+    unknown = set(backends) - set(BACKENDS)
+    if unknown:
+        parser.error(f"unknown backends {sorted(unknown)}: choose from {sorted(BACKENDS)}")
+    console = Console(width=140)
+    results: list[Timing] = []
+    for name in backends:
+        console.print(f"[dim]migrating a fresh {name} database...[/dim]")
+        with BACKENDS[name]() as backend:
+            for size in sizes:
+                results.extend(measure(backend, size, args.repeats, args.seed, console))
+    render(results, console)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
