@@ -58,6 +58,7 @@ from airflow_quota.ledger.models import JobRow
 from airflow_quota.ledger.store import (
     FINAL_STATUSES,
     LedgerError,
+    Submission,
     TaskInstanceRef,
     load_queue,
     record_cycle,
@@ -66,6 +67,7 @@ from airflow_quota.ledger.store import (
     record_status_change,
     record_stop_completed,
     record_submission,
+    record_submissions,
     to_engine_time,
 )
 from airflow_quota.protocol import Preempt, TrainingJobRecord
@@ -353,13 +355,8 @@ class _Cycle:
 
     def _admit(self, state: QueueState, waiting: list[_Waiting]) -> tuple[QueueState, dict[str, _Waiting]]:
         grantable: dict[str, _Waiting] = {}
-        for each in waiting:
-            row = self.rows.get(each.job_id) or self.session.get(JobRow, each.job_id)
-            if row is None:
-                request = self._request(each)
-                if request is None:
-                    continue
-                state = self._submit(state, each, request)
+        state, admitted = self._submit_new(state, waiting)
+        for each in admitted:
             job = state.jobs.get(each.job_id)
             if job is not None and job.status.holds_capacity:
                 if not job.is_stopping:  # granted while it settled (or its resume was lost): resume it
@@ -377,34 +374,69 @@ class _Cycle:
             grantable[each.job_id] = each
         return state, grantable
 
-    def _submit(self, state: QueueState, waiting: _Waiting, request: JobRequest) -> QueueState:
-        """Record a new request; a retry whose previous try still holds its capacity takes it over."""
-        self.report.submitted.append(waiting.job_id)
-        previous = self._previous_try_holding(state, waiting)
-        if previous is not None:
-            held = previous.request
-            if (held.quota_share_name, held.capacity_unit, held.instance_count) == (
-                request.quota_share_name,
-                request.capacity_unit,
-                request.instance_count,
-            ):
-                self.report.handed_over[previous.job_id] = waiting.job_id
-                return record_handover(
-                    self.session,
-                    state,
-                    previous.job_id,
-                    waiting.job_id,
-                    request,
-                    _task_ref(waiting.ti),
-                    self.now,
-                )
-            row = self._row(previous.job_id)
-            reason = f"Its retry {waiting.job_id} asks for other capacity"
-            if self._orphan_stopped(row, reason):
-                self.report.finished.append(previous.job_id)
-                state = record_finish(
-                    self.session, state, previous.job_id, self.now, succeeded=False, reason=reason
-                )
+    def _submit_new(self, state: QueueState, waiting: list[_Waiting]) -> tuple[QueueState, list[_Waiting]]:
+        """Record the requests the ledger has not seen (all at once); return the waiting it knows now.
+
+        An invalid request is rejected and left out; a retry's request may take over what its previous
+        try still holds (``_submit_retry``).
+        """
+        unknown_ids = [each.job_id for each in waiting if each.job_id not in self.rows]
+        finished = (
+            set(self.session.scalars(select(JobRow.job_id).where(JobRow.job_id.in_(unknown_ids))))
+            if unknown_ids
+            else set()
+        )
+        holding = self._holding_by_task(state)
+        batch: list[Submission] = []
+        admitted: list[_Waiting] = []
+        for each in waiting:
+            if each.job_id in self.rows or each.job_id in finished:
+                admitted.append(each)
+                continue
+            request = self._request(each)
+            if request is None:
+                continue
+            admitted.append(each)
+            self.report.submitted.append(each.job_id)
+            ti = each.ti
+            previous = holding.get((ti.dag_id, ti.run_id, ti.task_id, ti.map_index))
+            if previous is not None and self._row(previous.job_id).try_number < ti.try_number:
+                state = self._submit_retry(state, each, request, previous)
+            else:
+                submitted_at = _submitted_at(each.kwargs)
+                batch.append(Submission(each.job_id, request, _task_ref(ti), submitted_at))
+        return record_submissions(self.session, state, batch, self.now), admitted
+
+    def _holding_by_task(self, state: QueueState) -> dict[tuple[str, str, str, int], Job]:
+        """Jobs holding capacity they could hand over to a retry, by task instance."""
+        holding: dict[tuple[str, str, str, int], Job] = {}
+        for job_id, job in state.jobs.items():
+            if job.status.holds_capacity and not job.is_stopping:
+                row = self._row(job_id)
+                holding[(row.dag_id, row.run_id, row.task_id, row.map_index)] = job
+        return holding
+
+    def _submit_retry(
+        self, state: QueueState, waiting: _Waiting, request: JobRequest, previous: Job
+    ) -> QueueState:
+        """A retry takes over its previous try's capacity and training job when it asks for the same;
+        else the previous try's training job is stopped (and its capacity released) and it waits."""
+        held = previous.request
+        if (held.quota_share_name, held.capacity_unit, held.instance_count) == (
+            request.quota_share_name,
+            request.capacity_unit,
+            request.instance_count,
+        ):
+            self.report.handed_over[previous.job_id] = waiting.job_id
+            return record_handover(
+                self.session, state, previous.job_id, waiting.job_id, request, _task_ref(waiting.ti), self.now
+            )
+        reason = f"Its retry {waiting.job_id} asks for other capacity"
+        if self._orphan_stopped(self._row(previous.job_id), reason):
+            self.report.finished.append(previous.job_id)
+            state = record_finish(
+                self.session, state, previous.job_id, self.now, succeeded=False, reason=reason
+            )
         return record_submission(
             self.session,
             state,
@@ -414,24 +446,6 @@ class _Cycle:
             self.now,
             submitted_at=_submitted_at(waiting.kwargs),
         )
-
-    def _previous_try_holding(self, state: QueueState, waiting: _Waiting) -> Job | None:
-        ti = waiting.ti
-        earlier = self.session.scalars(
-            select(JobRow.job_id).where(
-                JobRow.dag_id == ti.dag_id,
-                JobRow.run_id == ti.run_id,
-                JobRow.task_id == ti.task_id,
-                JobRow.map_index == ti.map_index,
-                JobRow.try_number < ti.try_number,
-                JobRow.status.not_in(FINAL_STATUSES),
-            )
-        )
-        for job_id in earlier:
-            job = state.jobs.get(job_id)
-            if job is not None and job.status.holds_capacity and not job.is_stopping:
-                return job
-        return None
 
     def _request(self, waiting: _Waiting) -> JobRequest | None:
         try:

@@ -37,22 +37,35 @@ def submit_job(
 
     ``seq`` orders submissions made at the same time; by default it follows the latest one in ``state``.
     """
-    if job_id in state.jobs:
-        raise LifecycleError(f"job {job_id!r} was already submitted to job queue {state.queue.name!r}")
-    order = (at, next_submission_seq(state) if seq is None else seq)
-    job = Job(job_id=job_id, request=request, submitted=order)
-    share_names = state.queue.share_names()
+    order_seq = next_submission_seq(state) if seq is None else seq
+    return submit_jobs(state, [(job_id, request, at, order_seq)])
+
+
+def submit_jobs(state: QueueState, submissions: list[tuple[str, JobRequest, float, int]]) -> QueueState:
+    """``submit_job`` for many jobs at once, ``(job_id, request, at, seq)`` each, in one new state."""
+    jobs = dict(state.jobs)
+    for job_id, request, at, seq in submissions:
+        if job_id in jobs:
+            raise LifecycleError(f"job {job_id!r} was already submitted to job queue {state.queue.name!r}")
+        jobs[job_id] = _submitted(state.queue, Job(job_id=job_id, request=request, submitted=(at, seq)))
+    return QueueState(state.queue, jobs)
+
+
+def _submitted(queue: JobQueue, job: Job) -> Job:
+    """A new job as its share takes it: RUNNABLE, or FAILED saying why (share unknown or DISABLED)."""
+    request = job.request
+    share_names = queue.share_names()
     if request.quota_share_name not in share_names:
-        job = replace(
+        return replace(
             job,
             status=JobStatus.FAILED,
             status_reason=(
                 f"Quota share {request.quota_share_name!r} does not exist in job queue "
-                f"{state.queue.name!r}; use one of: {', '.join(share_names)}"
+                f"{queue.name!r}; use one of: {', '.join(share_names)}"
             ),
         )
-    elif state.queue.share(request.quota_share_name).state is ShareState.DISABLED:
-        job = replace(
+    if queue.share(request.quota_share_name).state is ShareState.DISABLED:
+        return replace(
             job,
             status=JobStatus.FAILED,
             status_reason=(
@@ -60,7 +73,7 @@ def submit_job(
                 f"enable it or submit to another share"
             ),
         )
-    return _with(state, job)
+    return job
 
 
 def set_status(state: QueueState, job_id: str, status: JobStatus) -> QueueState:

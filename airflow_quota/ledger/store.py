@@ -28,7 +28,7 @@ from airflow_quota.engine.lifecycle import (
     finish_job,
     hand_over,
     set_status,
-    submit_job,
+    submit_jobs,
     terminate_job,
     update_priority,
     without_final_jobs,
@@ -453,6 +453,18 @@ def audit_rows(
 # --- recording jobs and decisions --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """A job request the ledger has not seen, and the task instance it comes from."""
+
+    job_id: str
+    request: JobRequest
+    task: TaskInstanceRef
+    #: Its place in the queue's order when it was submitted before the ledger heard of it (the task's
+    #: first deferral); None: now.
+    submitted_at: datetime | None = None
+
+
 def record_submission(
     session: Session,
     state: QueueState,
@@ -468,44 +480,69 @@ def record_submission(
     ``submitted_at`` is its place in the queue's order when the job was submitted before the ledger
     heard of it (the task's first deferral); by default ``now``.
     """
-    if session.get(JobRow, job_id) is not None:
-        raise LedgerError(f"job {job_id} is already in the quota ledger")
+    return record_submissions(session, state, [Submission(job_id, request, task, submitted_at)], now)
+
+
+def record_submissions(
+    session: Session, state: QueueState, submissions: list[Submission], now: datetime
+) -> QueueState:
+    """``record_submission`` for many jobs, in their order, with one new state (a cycle's backlog)."""
+    if not submissions:
+        return state
     queue_name = state.queue.name
+    known = set(
+        session.scalars(select(JobRow.job_id).where(JobRow.job_id.in_([s.job_id for s in submissions])))
+    )
+    if known:
+        raise LedgerError(f"job {sorted(known)[0]} is already in the quota ledger")
     latest_seq = session.scalar(
         select(func.max(JobRow.submit_seq)).where(JobRow.job_queue_name == queue_name)
     )
-    at = to_engine_time(now if submitted_at is None else submitted_at)
-    after = submit_job(state, job_id, request, at, (latest_seq or 0) + 1)
-    job = after.jobs[job_id]
-    row = JobRow(
-        job_id=job_id,
-        job_queue_name=queue_name,
-        recent_preempted_attempts=[],
-        attempt=0,
-        held_instance_count=0,
-        borrowed_instance_count=0,
-        dag_id=task.dag_id,
-        run_id=task.run_id,
-        task_id=task.task_id,
-        map_index=task.map_index,
-        try_number=task.try_number,
-        ti_id=task.ti_id,
-        created_at=now,
+    after = submit_jobs(
+        state,
+        [
+            (
+                each.job_id,
+                each.request,
+                to_engine_time(each.submitted_at or now),
+                (latest_seq or 0) + position,
+            )
+            for position, each in enumerate(submissions, start=1)
+        ],
     )
-    _write_job(row, job, now)
-    session.add(row)
-    unit, count = request.capacity_unit, request.instance_count
-    _audit(
-        session,
-        now,
-        queue_name,
-        AuditKind.SUBMITTED,
-        job=job,
-        message=f"{job_id} submitted to quota share {request.quota_share_name}: {count} {unit}, "
-        f"schedulingPriority {request.scheduling_priority}",
-    )
-    if job.status is JobStatus.FAILED:
-        _audit(session, now, queue_name, AuditKind.FAILED, job=job, message=job.status_reason)
+    for each in submissions:
+        job = after.jobs[each.job_id]
+        task = each.task
+        row = JobRow(
+            job_id=each.job_id,
+            job_queue_name=queue_name,
+            recent_preempted_attempts=[],
+            attempt=0,
+            held_instance_count=0,
+            borrowed_instance_count=0,
+            dag_id=task.dag_id,
+            run_id=task.run_id,
+            task_id=task.task_id,
+            map_index=task.map_index,
+            try_number=task.try_number,
+            ti_id=task.ti_id,
+            created_at=now,
+        )
+        _write_job(row, job, now)
+        session.add(row)
+        request = each.request
+        _audit(
+            session,
+            now,
+            queue_name,
+            AuditKind.SUBMITTED,
+            job=job,
+            message=f"{each.job_id} submitted to quota share {request.quota_share_name}: "
+            f"{request.instance_count} {request.capacity_unit}, "
+            f"schedulingPriority {request.scheduling_priority}",
+        )
+        if job.status is JobStatus.FAILED:
+            _audit(session, now, queue_name, AuditKind.FAILED, job=job, message=job.status_reason)
     return without_final_jobs(after)
 
 
