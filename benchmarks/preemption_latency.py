@@ -1,0 +1,376 @@
+"""Preemption latency in real Airflow: from a lender's job submission to its training job created.
+
+One Airflow (scheduler hosting the allocator, dag processor, triggerer, api-server; LocalExecutor; SQLite,
+in a temporary ``AIRFLOW_HOME``) and one moto server with our SageMaker emulator. A job queue of 2
+``ml.g5.xlarge``: team-a LENDs its 1, team-b (LEND_AND_BORROW) trains on 2, one of them borrowed. Each
+repetition: team-b's DAG run starts a long training job and waits deferred on its monitoring trigger;
+then team-a's job arrives (``QuotaTrainingOperator``, 1 instance), and the allocator reclaims: the
+borrower is preempted, stops its training job (the emulator's ``Stopping`` lasts ``--stop-seconds``),
+waits until it is ``Stopped``, and waits for quota again; team-a is granted and launches its job.
+
+Each phase is timed from the lender's submission (``quota_job.submitted_at``: its task deferring for
+admission): the allocator's decision (audit ``PREEMPTED``), the borrower's training job seen
+``Stopping`` and ``Stopped`` (DescribeTrainingJob polled every 0.1 s by the benchmark), the borrower's
+stop report (audit ``REQUEUED``), the lender's grant (audit ``GRANTED``), and the lender's training job
+``CreationTime``. The goal is two scheduler loops plus the stop time; the scheduler's loop is measured
+from its ``scheduler.scheduler_loop_duration`` metric (a StatsD listener of the benchmark), its period
+being the time between two loops' metrics.
+
+Usage::
+
+    .venv/bin/python benchmarks/preemption_latency.py              # 3 repetitions
+    .venv/bin/python benchmarks/preemption_latency.py --quick      # 1 repetition (the tests run it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import sqlalchemy as sa
+from airflow_overhead import Bench, LoopFigures, as_datetime, bench, scheduler_loops
+from rich.console import Console
+from rich.table import Table
+
+TITLE = "Preemption latency in real Airflow (a lender reclaims from a SageMaker borrower)"
+QUEUE = "gpu-training"
+INSTANCE_TYPE = "ml.g5.xlarge"
+BORROWER, LENDER = "preempt_borrower", "preempt_lender"
+SETTLE_SECONDS = 10.0  # [quota] settle_time, the allocator's default (not changed by this benchmark)
+
+LATENCY_DAGS = '''"""Benchmark DAGs (written by benchmarks/preemption_latency.py)."""
+
+from datetime import UTC, datetime
+
+from airflow.sdk import DAG
+
+from airflow_quota.operators.training import QuotaTrainingOperator
+
+
+def request(instance_count, durations):
+    return {{
+        "AlgorithmSpecification": {{
+            "TrainingImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/t:1",
+            "TrainingInputMode": "File",
+        }},
+        "RoleArn": "arn:aws:iam::123456789012:role/training",
+        "OutputDataConfig": {{"S3OutputPath": "s3://models/latency"}},
+        "ResourceConfig": {{
+            "InstanceType": "{instance_type}", "InstanceCount": instance_count, "VolumeSizeInGB": 10
+        }},
+        "StoppingCondition": {{"MaxRuntimeInSeconds": 3600}},
+        "HyperParameters": {{"emulator.duration_s": durations, "emulator.stop_delay_s": "{stop_seconds}"}},
+    }}
+
+
+COMMON = {{"job_queue": "{queue}", "poll_interval": 1.0, "stop_poll_interval": 0.5}}
+
+with DAG(dag_id="{borrower}", schedule=None, start_date=datetime(2026, 1, 1)):
+    QuotaTrainingOperator(
+        task_id="train", quota_share_name="team-b", training_job_config=request(2, "900,1"), **COMMON
+    )
+
+with DAG(dag_id="{lender}", schedule=None, start_date=datetime(2026, 1, 1)):
+    QuotaTrainingOperator(
+        task_id="train",
+        quota_share_name="team-a",
+        scheduling_priority=5,
+        training_job_config=request(1, "1"),
+        **COMMON,
+    )
+'''
+
+
+def quota_file() -> str:
+    def share(name: str, sharing: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "quotaShareName": name,
+            "capacityLimits": [{"capacityUnit": INSTANCE_TYPE, "maxCapacity": 1}],
+            "resourceSharingConfiguration": sharing,
+        }
+
+    queue = {
+        "jobQueueName": QUEUE,
+        "capacityLimits": [{"capacityUnit": INSTANCE_TYPE, "maxCapacity": 2}],
+        "quotaShares": [
+            share("team-a", {"strategy": "LEND"}),
+            share("team-b", {"strategy": "LEND_AND_BORROW", "borrowLimit": -1}),
+        ],
+    }
+    return json.dumps({"jobQueues": [queue]})
+
+
+@dataclass
+class StatusWatch:
+    """Polls one training job every 0.1 s and keeps when each status was first seen (epoch seconds)."""
+
+    bench: Bench
+    name: str
+    first_seen: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._client: Any = self.bench.sagemaker()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set() and "Stopped" not in self.first_seen:
+            try:
+                status = self._client.describe_training_job(TrainingJobName=self.name)["TrainingJobStatus"]
+            except Exception:  # the emulator is busy: try again
+                status = None
+            if status is not None:
+                self.first_seen.setdefault(status, time.time())
+            self._stop.wait(0.1)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+PHASES = (
+    ("preempt decision (audit PREEMPTED)", "preempted"),
+    ("  (log) triggerer's on_kill asks the stop", "kill_logged"),
+    ("  (log) borrower's task resumed in a worker: 'Preempted'", "preempt_logged"),
+    ("borrower's job seen Stopping", "stopping"),
+    ("borrower's job seen Stopped", "stopped"),
+    ("borrower requeued (audit REQUEUED)", "requeued"),
+    ("lender granted (audit GRANTED)", "granted"),
+    ("lender's settle guard over (deferral + settle_time)", "settled"),
+    ("lender's training job created (CreationTime)", "created"),
+)
+
+#: Phases read from logs, shown beside the chain (not in it): which path issued StopTrainingJob first.
+LOGGED = frozenset({"settled", "kill_logged", "preempt_logged"})
+_TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)")
+
+
+@dataclass(frozen=True)
+class Repetition:
+    """One reclaim: each phase in seconds after the lender's submission."""
+
+    number: int
+    at: dict[str, float]
+    stop_before_create: bool
+    loops: LoopFigures
+    lender_state: str
+    borrower_state: str
+
+
+def job_row(bench_: Bench, job_id: str) -> dict[str, Any] | None:
+    with bench_.airflow.engine.connect() as connection:
+        row = connection.execute(
+            sa.text("SELECT status, submitted_at, training_job FROM quota_job WHERE job_id = :j"),
+            {"j": job_id},
+        ).first()
+    if row is None:
+        return None
+    record = row[2]
+    if isinstance(record, str):
+        record = json.loads(record)
+    return {"status": row[0], "submitted_at": as_datetime(row[1]), "training_job": record}
+
+
+def audit_time(bench_: Bench, kind: str, job_id: str, after: datetime) -> datetime:
+    with bench_.airflow.engine.connect() as connection:
+        rows = connection.execute(
+            sa.text("SELECT at FROM quota_audit_log WHERE kind = :k AND job_id = :j ORDER BY id"),
+            {"k": kind, "j": job_id},
+        ).all()
+    times = [as_datetime(at) for (at,) in rows if as_datetime(at) >= after]
+    if not times:
+        raise RuntimeError(f"no {kind} audit row for {job_id} after {after.isoformat()}")
+    return times[0]
+
+
+def logged_at(bench_: Bench, marker: str, run_id: str, after: datetime) -> float:
+    """Epoch seconds of the first log line with ``marker`` at or after ``after`` (the borrower's task logs
+    and the triggerer's; timestamps read as UTC, this machine's zone); NaN when none."""
+    logs = bench_.airflow.home / "logs"
+    folder = logs / f"dag_id={BORROWER}" / f"run_id={run_id}"
+    times = []
+    for path in [logs / "triggerer.log", *folder.glob("**/*.log*")]:
+        if not path.is_file():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            found = _TIMESTAMP.search(line) if marker in line else None
+            if found:
+                at = datetime.fromisoformat(f"{found[1]}T{found[2].replace(',', '.')}").replace(tzinfo=UTC)
+                if at >= after:
+                    times.append(at.timestamp())
+    return min(times) if times else float("nan")
+
+
+def repetition(bench_: Bench, number: int, timeout: float, *, await_borrower: bool = True) -> Repetition:
+    """One reclaim; ``await_borrower=False`` returns once the lender's run ended (the borrower requeued)."""
+    airflow = bench_.airflow
+    run_id = f"rep-{number}"
+    borrower_job = f"{BORROWER}/{run_id}/train/-1/1"
+    lender_job = f"{LENDER}/{run_id}/train/-1/1"
+    airflow.trigger(BORROWER, run_id)
+
+    def borrower_training() -> str | None:
+        row = job_row(bench_, borrower_job)
+        record = (row or {}).get("training_job") or {}
+        if row is None or row["status"] != "RUNNING" or not record.get("name"):
+            return None
+        return str(record["name"])
+
+    training_job = airflow.wait_for("the borrower's training job", borrower_training, timeout)
+    airflow.wait_for(
+        "the borrower to wait on its monitoring trigger",
+        lambda: airflow.task_states(BORROWER, run_id).get("train", (None, 0))[0] == "deferred",
+        timeout,
+    )
+    time.sleep(2)  # the triggerer has picked the monitoring trigger up
+    watch = StatusWatch(bench_, training_job)
+    window_start = time.time()
+    try:
+        airflow.trigger(LENDER, run_id)
+        lender_state = bench_.wait_run(LENDER, run_id, timeout)
+        borrower_state = bench_.wait_run(BORROWER, run_id, timeout) if await_borrower else "not awaited"
+    finally:
+        watch.close()
+    lender = job_row(bench_, lender_job)
+    if lender is None or not (lender.get("training_job") or {}).get("name"):
+        raise RuntimeError(f"the lender {lender_job} launched no training job: {lender}")
+    submitted: datetime = lender["submitted_at"]
+    created = bench_.sagemaker().describe_training_job(  # type: ignore[attr-defined]
+        TrainingJobName=lender["training_job"]["name"]
+    )["CreationTime"]
+    epoch = submitted.timestamp()
+    at = {
+        "preempted": audit_time(bench_, "PREEMPTED", borrower_job, submitted).timestamp() - epoch,
+        "kill_logged": logged_at(bench_, f"stopping training job {training_job}", run_id, submitted) - epoch,
+        "preempt_logged": logged_at(bench_, "Preempted (lease", run_id, submitted) - epoch,
+        "stopping": watch.first_seen.get("Stopping", float("nan")) - epoch,
+        "stopped": watch.first_seen.get("Stopped", float("nan")) - epoch,
+        "requeued": audit_time(bench_, "REQUEUED", borrower_job, submitted).timestamp() - epoch,
+        "granted": audit_time(bench_, "GRANTED", lender_job, submitted).timestamp() - epoch,
+        "settled": SETTLE_SECONDS,
+        "created": as_datetime(created).timestamp() - epoch,
+    }
+    stop_before_create = at["stopped"] < at["created"] and at["requeued"] <= at["granted"]
+    loops = scheduler_loops(bench_.metrics, window_start, time.time())
+    return Repetition(number, at, stop_before_create, loops, lender_state, borrower_state)
+
+
+def _median(values: list[float]) -> float:
+    known = [value for value in values if not math.isnan(value)]
+    return statistics.median(known) if known else float("nan")
+
+
+def print_phases(console: Console, reps: list[Repetition], stop_seconds: float) -> None:
+    table = Table(title=f"{TITLE}: seconds after the lender's submission (delta from the previous phase)")
+    table.add_column("phase")
+    for rep in reps:
+        table.add_column(f"rep {rep.number}", justify="right")
+    table.add_column("median", justify="right")
+    previous: list[float] = [0.0] * len(reps)
+    previous_median = 0.0
+    for label, key in PHASES:
+        cells = []
+        for index, rep in enumerate(reps):
+            value = rep.at[key]
+            chained = key not in LOGGED and not math.isnan(value)
+            cells.append(f"{value:.2f} (+{value - previous[index]:.2f})" if chained else f"{value:.2f}")
+            if chained:
+                previous[index] = value
+        median = _median([rep.at[key] for rep in reps])
+        chained = key not in LOGGED and not math.isnan(median)
+        cells.append(f"{median:.2f}" + (f" (+{median - previous_median:.2f})" if chained else ""))
+        if chained:
+            previous_median = median
+        table.add_row(label, *cells)
+    table.add_row(
+        "borrower Stopped before lender created, REQUEUED before GRANTED",
+        *("yes" if rep.stop_before_create else "NO" for rep in reps),
+        "",
+    )
+    table.add_row(
+        "DAG runs (lender / borrower)", *(f"{r.lender_state} / {r.borrower_state}" for r in reps), ""
+    )
+    console.print(table)
+
+    loop_period = statistics.median(rep.loops.period_ms for rep in reps) / 1000
+    loop_duration = statistics.median(rep.loops.duration_ms for rep in reps) / 1000
+    stop_measured = _median([rep.at["stopped"] - rep.at["stopping"] for rep in reps])
+    total = statistics.median(rep.at["created"] for rep in reps)
+    goal = 2 * loop_period + stop_seconds
+    summary = Table(title="Against the goal: two scheduler loops plus the stop time")
+    summary.add_column("figure")
+    summary.add_column("seconds", justify="right")
+    for name, value in (
+        ("scheduler loop, median duration (scheduler.scheduler_loop_duration)", loop_duration),
+        ("scheduler loop, median period (metric to metric, idle sleep included)", loop_period),
+        (
+            f"emulator stop time (emulator.stop_delay_s; seen Stopping -> Stopped: {stop_measured:.2f})",
+            stop_seconds,
+        ),
+        ("goal: 2 loop periods + stop time", goal),
+        ("measured: submission -> lender's training job created (median)", total),
+        (
+            "of which the settle guard's wait: GRANTED -> settle over (median)",
+            statistics.median(max(0.0, rep.at["settled"] - rep.at["granted"]) for rep in reps),
+        ),
+        (
+            "submission -> borrower requeued (median): the preemption itself",
+            statistics.median(rep.at["requeued"] for rep in reps),
+        ),
+    ):
+        summary.add_row(name, f"{value:.2f}")
+    console.print(summary)
+    verdict = "met" if total <= goal else f"missed ({total / goal:.1f}x the goal)"
+    console.print(f"goal {verdict}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 repetition")
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--stop-seconds", type=float, default=2.0, help="the emulator's Stopping time")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.repetitions = 1
+    console = Console(width=160)
+    dags_text = LATENCY_DAGS.format(
+        instance_type=INSTANCE_TYPE,
+        stop_seconds=args.stop_seconds,
+        queue=QUEUE,
+        borrower=BORROWER,
+        lender=LENDER,
+    )
+    reps: list[Repetition] = []
+    with bench(dags_text, quota_file(), parallelism=4) as b:
+        for dag_id in (BORROWER, LENDER):
+            b.airflow.wait_for_dag(dag_id, timeout=180)
+        for number in range(1, args.repetitions + 1):
+            console.print(f"[dim]{time.strftime('%H:%M:%S')} repetition {number}[/dim]")
+            # --quick does not wait for the last borrower to train again and finish (~25 s).
+            last = number == args.repetitions
+            reps.append(repetition(b, number, timeout=240, await_borrower=not (args.quick and last)))
+    print_phases(console, reps, args.stop_seconds)
+    ok = all(
+        rep.stop_before_create
+        and rep.lender_state == "success"
+        and rep.borrower_state in ("success", "not awaited")
+        for rep in reps
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
