@@ -1,0 +1,387 @@
+"""Two allocator processes against one PostgreSQL database, beside one: cycle time, grants/s, lock contention.
+
+Stand-ins for two schedulers: each allocator process (forked, its own engine) runs ``run_allocation_cycle``
+in its own transaction back to back, as the executor heartbeat or ``airflow quota allocator`` does (with
+``--interval 0``; a cycle that found the other process holding the advisory lock is ``skipped`` and retried
+after 10 ms). For each (processes, waiting jobs, quota shares) the database is seeded with N task instances
+DEFERRED on the admission trigger (20 shares: one job queue of 20 shares of 10 GPUs; 200 shares: 10 job
+queues of 20 shares each), one unmeasured cycle records the submissions, then the processes cycle for
+``--seconds`` while this process plays the workers: every 0.5 s it marks every granted (resumed) task
+SUCCESS and defers as many new ones, so capacity turns over and N jobs keep waiting.
+
+Reported per row: median and p95 time of the committed cycles (all processes), grants per second (all
+processes), cycles committed and skipped per process, and for the two-process rows the ratio to the
+one-process row with the same jobs (grants/s and median cycle time).
+
+Usage::
+
+    .venv/bin/python benchmarks/scale_allocator.py                  # 1,000 and 10,000 x 20 and 200 shares
+    .venv/bin/python benchmarks/scale_allocator.py --sizes 50 --shares 20 --seconds 3   # smoke run
+
+PostgreSQL is reached at ``QUOTA_TEST_POSTGRES`` (default ``postgresql://postgres@127.0.0.1:5432``); the
+benchmark creates its own database there and drops it at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import random
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+# Runnable as a plain script from a checkout: the repository root holds ``benchmarks`` and the package.
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# Sets a throwaway AIRFLOW_HOME before airflow is imported (never a real installation).
+from benchmarks import allocator_cycle as base  # noqa: E402
+
+# isort: split
+
+import sqlalchemy as sa  # noqa: E402
+from airflow.models.dagrun import DagRun  # noqa: E402
+from airflow.models.task_state_store import TaskStateStoreModel  # noqa: E402
+from airflow.models.taskinstance import TaskInstance  # noqa: E402
+from airflow.models.trigger import Trigger  # noqa: E402
+from airflow.sdk.serde import serialize  # noqa: E402
+from airflow.utils.state import TaskInstanceState  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+from sqlalchemy.orm import Session  # noqa: E402
+
+from airflow_quota.allocator.cycle import run_allocation_cycle  # noqa: E402
+from airflow_quota.engine.config import parse_quota_config  # noqa: E402
+from airflow_quota.ledger.models import ledger_metadata  # noqa: E402
+from airflow_quota.ledger.store import apply_quota_config  # noqa: E402
+from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger  # noqa: E402
+
+if TYPE_CHECKING:
+    from multiprocessing.synchronize import Event
+
+TITLE = "Allocator processes on one PostgreSQL database (run_allocation_cycle back to back)"
+SHARES_PER_QUEUE = 20
+GPUS_PER_SHARE = 10
+#: How often the driver finishes the granted tasks and defers as many new ones.
+TURNOVER_S = 0.5
+#: A cycle that found the lock held is retried after this long.
+SKIP_RETRY_S = 0.01
+FORK = multiprocessing.get_context("fork")  # the children start at once: airflow is already imported
+
+
+def queue_of(share: int) -> str:
+    return f"queue-{share // SHARES_PER_QUEUE:02d}"
+
+
+def quota_document(shares: int) -> dict[str, Any]:
+    """``shares / 20`` job queues of 20 quota shares of 10 GPUs (a mix of the three strategies)."""
+    queues: dict[str, list[dict[str, Any]]] = {}
+    for index in range(shares):
+        strategy = base.STRATEGIES[index % len(base.STRATEGIES)]
+        sharing: dict[str, Any] = {"strategy": strategy}
+        if strategy == "LEND_AND_BORROW":
+            sharing["borrowLimit"] = -1 if index % 2 else 20
+        queues.setdefault(queue_of(index), []).append(
+            {
+                "quotaShareName": f"share-{index:03d}",
+                "capacityLimits": [{"capacityUnit": "gpu", "maxCapacity": GPUS_PER_SHARE}],
+                "resourceSharingConfiguration": sharing,
+                "preemptionConfiguration": {"inSharePreemption": "ENABLED" if index % 4 == 0 else "DISABLED"},
+            }
+        )
+    return {
+        "jobQueues": [
+            {
+                "jobQueueName": name,
+                "capacityLimits": [{"capacityUnit": "gpu", "maxCapacity": len(members) * GPUS_PER_SHARE}],
+                "quotaShares": members,
+            }
+            for name, members in queues.items()
+        ]
+    }
+
+
+def reset(engine: sa.Engine, shares: int) -> None:
+    """Empty the ledger's tables and Airflow's task tables; apply the quota file for ``shares``."""
+    with engine.begin() as connection:
+        for table in reversed(ledger_metadata.sorted_tables):
+            connection.execute(table.delete())
+        for model in (TaskStateStoreModel, TaskInstance, Trigger, DagRun):
+            connection.execute(sa.delete(model.__table__))
+        connection.execute(
+            sa.insert(DagRun.__table__).values(
+                dag_id=base.DAG_ID,
+                run_id=base.RUN_ID,
+                run_type="manual",
+                run_after=base.START,
+                state="running",
+            )
+        )
+    with Session(engine) as session, session.begin():
+        quotas = parse_quota_config(quota_document(shares), "benchmark")
+        apply_quota_config(session, quotas, applied_by="benchmark", source="benchmark", now=base.START)
+
+
+def defer_many(engine: sa.Engine, rng: random.Random, first: int, count: int, shares: int) -> None:
+    """Write ``count`` task instances DEFERRED on their own admission trigger, over ``shares`` shares."""
+    if count == 0:
+        return
+    now = datetime.now(UTC)
+    triggers: list[dict[str, Any]] = []
+    for _ in range(count):
+        share = rng.randrange(shares)
+        kwargs = QuotaAdmissionTrigger(
+            job_queue=queue_of(share),
+            job_name=f"job-{first + len(triggers):07d}",
+            quota_share_name=f"share-{share:03d}",
+            capacity_unit="gpu",
+            instance_count=rng.choices(base.SIZES, base.SIZE_WEIGHTS)[0],
+            scheduling_priority=rng.choices(base.PRIORITIES, base.PRIORITY_WEIGHTS)[0],
+            submitted_at=now.isoformat(),
+        ).serialize()[1]
+        triggers.append(
+            {"classpath": ADMISSION_CLASSPATH, "kwargs": Trigger.encrypt_kwargs(kwargs), "created_date": now}
+        )
+    table = Trigger.__table__
+    with engine.begin() as connection:
+        ids = connection.execute(
+            sa.insert(table).returning(table.c.id, sort_by_parameter_order=True), triggers
+        ).scalars()
+        next_kwargs = serialize({})
+        connection.execute(
+            sa.insert(TaskInstance.__table__),
+            [
+                {
+                    "id": uuid.uuid4(),
+                    "dag_id": base.DAG_ID,
+                    "run_id": base.RUN_ID,
+                    "task_id": f"job-{number:07d}",
+                    "map_index": -1,
+                    "try_number": 1,
+                    "pool": "default_pool",
+                    "pool_slots": 1,
+                    "state": TaskInstanceState.DEFERRED,
+                    "trigger_id": trigger_id,
+                    "next_method": "on_grant",
+                    "next_kwargs": next_kwargs,
+                }
+                for number, trigger_id in zip(range(first, first + count), ids, strict=True)
+            ],
+        )
+
+
+def finish_granted(engine: sa.Engine) -> int:
+    """Every resumed (granted) task ran and succeeded; returns how many."""
+    ti = TaskInstance.__table__
+    with engine.begin() as connection:
+        result = connection.execute(
+            sa.update(ti)
+            .where(ti.c.state == TaskInstanceState.SCHEDULED)
+            .values(state=TaskInstanceState.SUCCESS, next_kwargs=None)
+        )
+    return int(result.rowcount)
+
+
+# --- the allocator processes --------------------------------------------------------------------------------
+
+
+def allocator_process(url: str, start: Event, stop: Event, summary_path: str) -> None:
+    """Run cycles back to back from ``start`` until ``stop``; write what they did (JSON)."""
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    summary: dict[str, Any] = {"times_ms": [], "skipped": 0, "grants": 0, "errors": []}
+    try:
+        start.wait()
+        while not stop.is_set():
+            began = time.perf_counter()
+            try:
+                with Session(engine) as session, session.begin():
+                    report = run_allocation_cycle(session, datetime.now(UTC))
+            except Exception:  # what allocator.host.run_cycle logs and counts
+                summary["errors"].append(traceback.format_exc(limit=8))
+                time.sleep(SKIP_RETRY_S)
+                continue
+            if report.skipped:
+                summary["skipped"] += 1
+                time.sleep(SKIP_RETRY_S)
+            else:
+                summary["times_ms"].append((time.perf_counter() - began) * 1000.0)
+                summary["grants"] += len(report.granted)
+    finally:
+        engine.dispose()
+        Path(summary_path).write_text(json.dumps(summary))
+
+
+# --- one run ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    processes: int
+    waiting: int
+    shares: int
+    seconds: float
+    times_ms: list[float] = field(default_factory=list)
+    grants: int = 0
+    committed: list[int] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)
+    errors: int = 0
+    finished: int = 0
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times_ms) if self.times_ms else float("nan")
+
+    @property
+    def p95(self) -> float:
+        if len(self.times_ms) < 2:
+            return self.median
+        return statistics.quantiles(self.times_ms, n=20, method="inclusive")[-1]
+
+    @property
+    def grants_per_s(self) -> float:
+        return self.grants / self.seconds
+
+
+def measure(
+    backend: base.Backend,
+    processes: int,
+    waiting: int,
+    shares: int,
+    seconds: float,
+    seed: int,
+    console: Console,
+) -> Run:
+    engine = backend.engine
+    reset(engine, shares)
+    rng = random.Random(f"{seed}-{waiting}-{shares}")
+    defer_many(engine, rng, 0, waiting, shares)
+    with Session(engine) as session, session.begin():  # records the N submissions: not measured
+        first = run_allocation_cycle(session, datetime.now(UTC))
+    if len(first.submitted) != waiting:
+        raise RuntimeError(f"first cycle recorded {len(first.submitted)} of {waiting} submissions")
+    run = Run(processes, waiting, shares, seconds)
+    start, stop = FORK.Event(), FORK.Event()
+    with tempfile.TemporaryDirectory(prefix="quota-scale-") as tmp:
+        paths = [str(Path(tmp) / f"allocator-{n}.json") for n in range(processes)]
+        children = [
+            FORK.Process(target=allocator_process, args=(backend.url, start, stop, path)) for path in paths
+        ]
+        for child in children:
+            child.start()
+        time.sleep(0.5)  # let every child open its engine and wait
+        next_number = waiting
+        start.set()
+        began = time.monotonic()
+        try:
+            while (remaining := began + seconds - time.monotonic()) > 0:
+                time.sleep(min(TURNOVER_S, remaining))
+                done = finish_granted(engine)
+                defer_many(engine, rng, next_number, done, shares)
+                next_number += done
+                run.finished += done
+        finally:
+            stop.set()
+            for child in children:
+                child.join(timeout=600)
+        run.seconds = time.monotonic() - began  # to the end of the last cycle started in the window
+        for path in paths:
+            summary = json.loads(Path(path).read_text())
+            run.times_ms += summary["times_ms"]
+            run.grants += summary["grants"]
+            run.committed.append(len(summary["times_ms"]))
+            run.skipped.append(summary["skipped"])
+            run.errors += len(summary["errors"])
+            for error in summary["errors"][:1]:
+                console.print(f"[red]cycle failed:[/red]\n{error}")
+    console.print(
+        f"[dim]{processes} process(es), {waiting:,} waiting, {shares} shares: "
+        f"{len(run.times_ms)} cycles, median {run.median:.0f} ms, {run.grants} grants in "
+        f"{run.seconds:.1f} s, {run.finished} tasks finished by the driver[/dim]"
+    )
+    return run
+
+
+def render(runs: Sequence[Run], console: Console) -> None:
+    table = Table(title=TITLE)
+    columns = (
+        "processes",
+        "waiting jobs",
+        "shares",
+        "cycles committed",
+        "cycles skipped",
+        "median ms",
+        "p95 ms",
+        "grants/s",
+        "grants/s vs 1",
+        "median vs 1",
+    )
+    for column in columns:
+        table.add_column(column, justify="right")
+    single = {(r.waiting, r.shares): r for r in runs if r.processes == 1}
+    for run in sorted(runs, key=lambda r: (r.waiting, r.shares, r.processes)):
+        one = single.get((run.waiting, run.shares))
+        compare = one is not None and run.processes != 1
+        table.add_row(
+            str(run.processes),
+            f"{run.waiting:,}",
+            str(run.shares),
+            " / ".join(str(n) for n in run.committed),
+            " / ".join(str(n) for n in run.skipped),
+            f"{run.median:.0f}",
+            f"{run.p95:.0f}",
+            f"{run.grants_per_s:.1f}",
+            f"x{run.grants_per_s / one.grants_per_s:.2f}" if compare and one and one.grants else "",
+            f"x{run.median / one.median:.2f}" if compare and one and one.times_ms else "",
+        )
+    console.print(table)
+    console.print(
+        "cycles committed / skipped: per process (skipped: the other process held the lock; retried after "
+        f"{SKIP_RETRY_S * 1000:.0f} ms). median / p95: committed cycles of all processes. grants/s: all "
+        f"processes; the driver finishes every granted task each {TURNOVER_S} s and defers as many new ones."
+    )
+    errors = sum(r.errors for r in runs)
+    if errors:
+        console.print(f"[red]{errors} cycles failed[/red]")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", default="1000,10000", help="waiting jobs, comma-separated (1000,10000)")
+    parser.add_argument("--shares", default="20,200", help="quota shares (multiples of 20), comma-separated")
+    parser.add_argument("--processes", default="1,2", help="allocator processes, comma-separated (1,2)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="measured wall time per run (20)")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+    sizes = [int(size) for size in args.sizes.split(",")]
+    shares = [int(n) for n in args.shares.split(",")]
+    processes = [int(n) for n in args.processes.split(",")]
+    if any(n <= 0 or n % SHARES_PER_QUEUE for n in shares):
+        parser.error(f"--shares: multiples of {SHARES_PER_QUEUE}")
+    console = Console(width=160)
+    runs: list[Run] = []
+    console.print("[dim]migrating a fresh postgresql database...[/dim]")
+    with base.postgresql_backend() as backend:
+        for size in sizes:
+            for n_shares in shares:
+                for n_processes in processes:
+                    runs.append(
+                        measure(backend, n_processes, size, n_shares, args.seconds, args.seed, console)
+                    )
+    render(runs, console)
+    return 1 if any(r.errors for r in runs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
