@@ -183,8 +183,8 @@ BACKENDS: dict[str, Callable[[], Any]] = {"sqlite": sqlite_backend, "postgresql"
 # --- the rows Airflow leaves behind -------------------------------------------------------------------------
 
 
-def reset(engine: sa.Engine) -> None:
-    """Empty the ledger's tables and Airflow's task tables; apply the quota file again."""
+def reset(engine: sa.Engine, document: dict[str, Any] | None = None) -> None:
+    """Empty the ledger's tables and Airflow's task tables; apply the quota file (``quota_document()``)."""
     with engine.begin() as connection:
         for table in reversed(ledger_metadata.sorted_tables):
             connection.execute(table.delete())
@@ -196,32 +196,31 @@ def reset(engine: sa.Engine) -> None:
             )
         )
     with Session(engine) as session, session.begin():
-        quotas = parse_quota_config(quota_document(), "benchmark")
+        quotas = parse_quota_config(document or quota_document(), "benchmark")
         apply_quota_config(session, quotas, applied_by="benchmark", source="benchmark", now=START)
 
 
-def defer_many(engine: sa.Engine, rng: random.Random, first: int, count: int, deferred_at: datetime) -> None:
-    """Write ``count`` task instances DEFERRED on their own admission trigger (bulk inserts)."""
-    if count == 0:
+def job_request(rng: random.Random, number: int, job_queue: str, share: str, at: datetime) -> dict[str, Any]:
+    """The admission trigger's kwargs of job ``number``: 1 to 4 GPUs, mixed priorities, in ``share``."""
+    return QuotaAdmissionTrigger(
+        job_queue=job_queue,
+        job_name=f"job-{number:07d}",
+        quota_share_name=share,
+        capacity_unit="gpu",
+        instance_count=rng.choices(SIZES, SIZE_WEIGHTS)[0],
+        scheduling_priority=rng.choices(PRIORITIES, PRIORITY_WEIGHTS)[0],
+        submitted_at=at.isoformat(),
+    ).serialize()[1]
+
+
+def write_deferred(engine: sa.Engine, first: int, requests: Sequence[dict[str, Any]], at: datetime) -> None:
+    """Task instances ``job-<first>``... DEFERRED on their own admission trigger of ``requests`` (bulk)."""
+    if not requests:
         return
-    triggers = []
-    for number in range(first, first + count):
-        kwargs = QuotaAdmissionTrigger(
-            job_queue=QUEUE,
-            job_name=f"job-{number:06d}",
-            quota_share_name=f"share-{rng.randrange(SHARES):02d}",
-            capacity_unit="gpu",
-            instance_count=rng.choices(SIZES, SIZE_WEIGHTS)[0],
-            scheduling_priority=rng.choices(PRIORITIES, PRIORITY_WEIGHTS)[0],
-            submitted_at=deferred_at.isoformat(),
-        ).serialize()[1]
-        triggers.append(
-            {
-                "classpath": ADMISSION_CLASSPATH,
-                "kwargs": Trigger.encrypt_kwargs(kwargs),
-                "created_date": deferred_at,
-            }
-        )
+    triggers = [
+        {"classpath": ADMISSION_CLASSPATH, "kwargs": Trigger.encrypt_kwargs(kwargs), "created_date": at}
+        for kwargs in requests
+    ]
     table = Trigger.__table__
     with engine.begin() as connection:
         ids = connection.execute(
@@ -235,7 +234,7 @@ def defer_many(engine: sa.Engine, rng: random.Random, first: int, count: int, de
                     "id": uuid.uuid4(),
                     "dag_id": DAG_ID,
                     "run_id": RUN_ID,
-                    "task_id": f"job-{number:06d}",
+                    "task_id": f"job-{number:07d}",
                     "map_index": -1,
                     "try_number": 1,
                     "pool": "default_pool",
@@ -245,9 +244,18 @@ def defer_many(engine: sa.Engine, rng: random.Random, first: int, count: int, de
                     "next_method": "on_grant",
                     "next_kwargs": next_kwargs,
                 }
-                for number, trigger_id in zip(range(first, first + count), ids, strict=True)
+                for number, trigger_id in zip(range(first, first + len(requests)), ids, strict=True)
             ],
         )
+
+
+def defer_many(engine: sa.Engine, rng: random.Random, first: int, count: int, deferred_at: datetime) -> None:
+    """Write ``count`` task instances DEFERRED on their own admission trigger, spread over the shares."""
+    requests = [
+        job_request(rng, number, QUEUE, f"share-{rng.randrange(SHARES):02d}", deferred_at)
+        for number in range(first, first + count)
+    ]
+    write_deferred(engine, first, requests, deferred_at)
 
 
 def succeed_granted(engine: sa.Engine, rng: random.Random, count: int) -> int:

@@ -33,7 +33,6 @@ import sys
 import tempfile
 import time
 import traceback
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -50,21 +49,13 @@ from benchmarks import allocator_cycle as base  # noqa: E402
 # isort: split
 
 import sqlalchemy as sa  # noqa: E402
-from airflow.models.dagrun import DagRun  # noqa: E402
-from airflow.models.task_state_store import TaskStateStoreModel  # noqa: E402
 from airflow.models.taskinstance import TaskInstance  # noqa: E402
-from airflow.models.trigger import Trigger  # noqa: E402
-from airflow.sdk.serde import serialize  # noqa: E402
 from airflow.utils.state import TaskInstanceState  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
 from airflow_quota.allocator.cycle import run_allocation_cycle  # noqa: E402
-from airflow_quota.engine.config import parse_quota_config  # noqa: E402
-from airflow_quota.ledger.models import ledger_metadata  # noqa: E402
-from airflow_quota.ledger.store import apply_quota_config  # noqa: E402
-from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger  # noqa: E402
 
 if TYPE_CHECKING:
     from multiprocessing.synchronize import Event
@@ -111,73 +102,14 @@ def quota_document(shares: int) -> dict[str, Any]:
     }
 
 
-def reset(engine: sa.Engine, shares: int) -> None:
-    """Empty the ledger's tables and Airflow's task tables; apply the quota file for ``shares``."""
-    with engine.begin() as connection:
-        for table in reversed(ledger_metadata.sorted_tables):
-            connection.execute(table.delete())
-        for model in (TaskStateStoreModel, TaskInstance, Trigger, DagRun):
-            connection.execute(sa.delete(model.__table__))
-        connection.execute(
-            sa.insert(DagRun.__table__).values(
-                dag_id=base.DAG_ID,
-                run_id=base.RUN_ID,
-                run_type="manual",
-                run_after=base.START,
-                state="running",
-            )
-        )
-    with Session(engine) as session, session.begin():
-        quotas = parse_quota_config(quota_document(shares), "benchmark")
-        apply_quota_config(session, quotas, applied_by="benchmark", source="benchmark", now=base.START)
-
-
 def defer_many(engine: sa.Engine, rng: random.Random, first: int, count: int, shares: int) -> None:
     """Write ``count`` task instances DEFERRED on their own admission trigger, over ``shares`` shares."""
-    if count == 0:
-        return
     now = datetime.now(UTC)
-    triggers: list[dict[str, Any]] = []
-    for _ in range(count):
+    requests = []
+    for number in range(first, first + count):
         share = rng.randrange(shares)
-        kwargs = QuotaAdmissionTrigger(
-            job_queue=queue_of(share),
-            job_name=f"job-{first + len(triggers):07d}",
-            quota_share_name=f"share-{share:03d}",
-            capacity_unit="gpu",
-            instance_count=rng.choices(base.SIZES, base.SIZE_WEIGHTS)[0],
-            scheduling_priority=rng.choices(base.PRIORITIES, base.PRIORITY_WEIGHTS)[0],
-            submitted_at=now.isoformat(),
-        ).serialize()[1]
-        triggers.append(
-            {"classpath": ADMISSION_CLASSPATH, "kwargs": Trigger.encrypt_kwargs(kwargs), "created_date": now}
-        )
-    table = Trigger.__table__
-    with engine.begin() as connection:
-        ids = connection.execute(
-            sa.insert(table).returning(table.c.id, sort_by_parameter_order=True), triggers
-        ).scalars()
-        next_kwargs = serialize({})
-        connection.execute(
-            sa.insert(TaskInstance.__table__),
-            [
-                {
-                    "id": uuid.uuid4(),
-                    "dag_id": base.DAG_ID,
-                    "run_id": base.RUN_ID,
-                    "task_id": f"job-{number:07d}",
-                    "map_index": -1,
-                    "try_number": 1,
-                    "pool": "default_pool",
-                    "pool_slots": 1,
-                    "state": TaskInstanceState.DEFERRED,
-                    "trigger_id": trigger_id,
-                    "next_method": "on_grant",
-                    "next_kwargs": next_kwargs,
-                }
-                for number, trigger_id in zip(range(first, first + count), ids, strict=True)
-            ],
-        )
+        requests.append(base.job_request(rng, number, queue_of(share), f"share-{share:03d}", now))
+    base.write_deferred(engine, first, requests, now)
 
 
 def finish_granted(engine: sa.Engine) -> int:
@@ -262,7 +194,7 @@ def measure(
     console: Console,
 ) -> Run:
     engine = backend.engine
-    reset(engine, shares)
+    base.reset(engine, quota_document(shares))
     rng = random.Random(f"{seed}-{waiting}-{shares}")
     defer_many(engine, rng, 0, waiting, shares)
     with Session(engine) as session, session.begin():  # records the N submissions: not measured

@@ -37,8 +37,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import sqlalchemy as sa
-from airflow.models.dagrun import DagRun
-from airflow.models.task_state_store import TaskStateStoreModel
 from airflow.models.taskinstance import TaskInstance
 from airflow.models.trigger import Trigger
 from airflow.sdk.serde import deserialize, serialize
@@ -47,12 +45,13 @@ from sqlalchemy.orm import Session
 
 from airflow_quota.allocator.cycle import job_id_for, run_allocation_cycle
 from airflow_quota.engine.config import parse_quota_config
-from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow, ledger_metadata
-from airflow_quota.ledger.store import apply_quota_config
+from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger
 
 if TYPE_CHECKING:
     from tests.db.conftest import Database
+
+from tests.db.conftest import reset_for_allocation
 
 pytestmark = pytest.mark.db
 
@@ -95,27 +94,9 @@ MAX_KILL_DELAY_S = 2.0
 FORK = multiprocessing.get_context("fork")  # the child starts at once: airflow is already imported
 
 
-@pytest.fixture(scope="module")
-def migrated(database: Database) -> Database:
-    result = database.airflow("db", "migrate")
-    assert result.returncode == 0, result.stderr
-    return database
-
-
 @pytest.fixture
 def db(migrated: Database) -> Iterator[Database]:
-    with migrated.engine.begin() as connection:
-        for table in reversed(ledger_metadata.sorted_tables):
-            connection.execute(table.delete())
-        for model in (TaskStateStoreModel, TaskInstance, Trigger, DagRun):
-            connection.execute(sa.delete(model.__table__))
-        connection.execute(
-            sa.insert(DagRun.__table__).values(
-                dag_id=DAG_ID, run_id=RUN_ID, run_type="manual", run_after=START, state="running"
-            )
-        )
-    with migrated.session() as session, session.begin():
-        apply_quota_config(session, QUOTAS, applied_by="test", source="quotas.yaml", now=START)
+    reset_for_allocation(migrated, dag_id=DAG_ID, run_id=RUN_ID, start=START, quotas=QUOTAS)
     yield migrated
 
 

@@ -19,10 +19,10 @@ import pytest
 from airflow.utils.state import TaskInstanceState
 
 from tests.db.conftest import Database
-from tests.db.test_allocator_cycle import START, db, defer, migrated, task_instances
+from tests.db.test_allocator_cycle import START, db, defer, task_instances
 
 pytestmark = pytest.mark.db
-__all__ = ["db", "migrated"]  # the fixtures this module borrows
+__all__ = ["db"]  # the fixture this module borrows
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 

@@ -34,10 +34,10 @@ from airflow_quota.ledger.store import apply_quota_config, load_queue_state, rec
 from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY, TrainingJobRecord
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger
 from tests.db.conftest import Database
-from tests.db.test_allocator_cycle import DAG_ID, QUEUE, RUN_ID, START, audit, db, defer, job, migrated
+from tests.db.test_allocator_cycle import DAG_ID, QUEUE, RUN_ID, START, audit, db, defer, job
 
 pytestmark = pytest.mark.db
-__all__ = ["db", "migrated"]  # the fixtures this module borrows
+__all__ = ["db"]  # the fixture this module borrows
 
 MONITOR_CLASSPATH = "airflow_quota.triggers.sagemaker.QuotaTrainingJobTrigger"
 #: Two teams on 4 GPUs: team-a lends its 2, team-b owns 2 and may borrow without limit.
@@ -154,6 +154,14 @@ def store_set(db: Database, task_id: str, key: str, document: Any) -> None:
         )
 
 
+def record_training_job(
+    db: Database, job_id: str, state: str, *, backend: str = "sagemaker", **extra: Any
+) -> None:
+    """The task of ``job_id`` (task ``train``) recorded its first attempt's training job ``train-a1``."""
+    record = {"backend": backend, "name": "train-a1", "attempt": 1, "lease_id": f"{job_id}#1", "state": state}
+    store_set(db, "train", TRAINING_JOB_KEY, record | extra)
+
+
 def event_of(db: Database, task_id: str) -> Any:
     return deserialize(ti_of(db, task_id).next_kwargs)["event"]
 
@@ -184,18 +192,7 @@ def test_a_granted_task_moves_scheduled_starting_running_as_it_starts_and_launch
     cycle(teams, 2)
     assert job(teams, job_id).status == "STARTING"
 
-    store_set(
-        teams,
-        "train",
-        TRAINING_JOB_KEY,
-        {
-            "backend": "sagemaker",
-            "name": "train-a1",
-            "attempt": 1,
-            "lease_id": f"{job_id}#1",
-            "state": "launched",
-        },
-    )
+    record_training_job(teams, job_id, "launched")
     cycle(teams, 3)
     row = job(teams, job_id)
     assert row.status == "RUNNING"
@@ -321,8 +318,7 @@ class RecordingStopper:
 def test_an_orphaned_training_job_is_stopped_before_its_capacity_is_released(teams: Database) -> None:
     job_id = defer(teams, "train", gpus=2, quota_share_name="team-a")
     cycle(teams, 1)
-    record = {"backend": "sagemaker", "name": "train-a1", "attempt": 1, "lease_id": f"{job_id}#1"}
-    store_set(teams, "train", TRAINING_JOB_KEY, record | {"state": "launched"})
+    record_training_job(teams, job_id, "launched")
     set_ti(teams, "train", state=TaskInstanceState.FAILED)  # e.g. the worker died under it
     stopper = RecordingStopper(stopped_after=2)
 
@@ -344,18 +340,7 @@ def test_an_orphan_not_confirmed_stopped_has_its_capacity_released_after_the_orp
 ) -> None:
     job_id = defer(teams, "train", gpus=2, quota_share_name="team-a")
     cycle(teams, 1)
-    store_set(
-        teams,
-        "train",
-        TRAINING_JOB_KEY,
-        {
-            "backend": "sagemaker",
-            "name": "train-a1",
-            "attempt": 1,
-            "lease_id": f"{job_id}#1",
-            "state": "launched",
-        },
-    )
+    record_training_job(teams, job_id, "launched")
     set_ti(teams, "train", state=TaskInstanceState.FAILED)
     never = RecordingStopper(stopped_after=1_000)
 
@@ -371,18 +356,7 @@ def test_an_orphan_not_confirmed_stopped_has_its_capacity_released_after_the_orp
 def test_a_training_job_recorded_as_ended_is_no_orphan(teams: Database) -> None:
     job_id = defer(teams, "train", gpus=2, quota_share_name="team-a")
     cycle(teams, 1)
-    store_set(
-        teams,
-        "train",
-        TRAINING_JOB_KEY,
-        {
-            "backend": "sagemaker",
-            "name": "train-a1",
-            "attempt": 1,
-            "lease_id": f"{job_id}#1",
-            "state": "ended",
-        },
-    )
+    record_training_job(teams, job_id, "ended")
     set_ti(teams, "train", state=TaskInstanceState.FAILED)
     stopper = RecordingStopper(stopped_after=1)
 
@@ -494,8 +468,7 @@ def retry_defers_for_admission(db: Database, task_id: str, *, gpus: int, share: 
 def a_try_fails_with_its_training_job_running(db: Database) -> tuple[str, RecordingStopper]:
     job_id = defer(db, "train", gpus=2, quota_share_name="team-a")
     cycle(db, 1)
-    record = {"backend": "sagemaker", "name": "train-a1", "attempt": 1, "lease_id": f"{job_id}#1"}
-    store_set(db, "train", TRAINING_JOB_KEY, record | {"state": "launched"})
+    record_training_job(db, job_id, "launched")
     set_ti(db, "train", state=TaskInstanceState.UP_FOR_RETRY)  # e.g. its worker was killed
     return job_id, RecordingStopper(stopped_after=1)
 
@@ -555,8 +528,7 @@ def test_an_orphaned_local_process_group_keeps_its_devices_until_its_grace_perio
 ) -> None:
     job_id = defer(teams, "train", gpus=1, quota_share_name="team-a", capacity_unit="local-gpu")
     cycle(teams, 1)
-    record = {"backend": "local", "name": "train-a1", "attempt": 1, "lease_id": f"{job_id}#1"}
-    store_set(teams, "train", TRAINING_JOB_KEY, record | {"state": "launched", "grace_period": 30.0})
+    record_training_job(teams, job_id, "launched", backend="local", grace_period=30.0)
     set_ti(teams, "train", state=TaskInstanceState.FAILED)  # its worker died; the watchdog stops the group
 
     dying = cycle(teams, 2)
