@@ -44,6 +44,10 @@ TRAINING_JOB_KEY = "quota.training_job"
 
 Backend = Literal["sagemaker", "local"]
 
+#: Capacity units whose name starts with this are the worker's own GPUs: their grants name device
+#: indices (``Grant.devices``), and only the local backend trains on them.
+LOCAL_UNIT_PREFIX = "local-"
+
 
 class Grant(TypedDict):
     """The event a granted task is resumed with."""

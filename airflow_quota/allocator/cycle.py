@@ -70,15 +70,13 @@ from airflow_quota.ledger.store import (
     record_submissions,
     to_engine_time,
 )
-from airflow_quota.protocol import Preempt, TrainingJobRecord
+from airflow_quota.protocol import LOCAL_UNIT_PREFIX, Preempt, TrainingJobRecord
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, request_document
 
 log = logging.getLogger(__name__)
 
 #: The PostgreSQL advisory lock one cycle holds (int64; b"aqalloc1"). Not Airflow's ``DBLocks`` values.
 ALLOCATOR_LOCK_ID = int.from_bytes(b"aqalloc1", "big")
-#: Capacity units whose name starts with this are the worker's own GPUs: grants name device indices.
-LOCAL_UNIT_PREFIX = "local-"
 
 #: Task-instance states of a later try that is on its way (its retry may re-attach to the training job).
 _RETRY_ON_ITS_WAY = frozenset({"scheduled", "queued", "running", "deferred"})

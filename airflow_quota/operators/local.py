@@ -36,8 +36,14 @@ from airflow_quota.backends.sagemaker import (
     normalized_request,
     training_job_name,
 )
-from airflow_quota.operators.training import JobState, PreparedRequest, RecordState, call_factory
-from airflow_quota.protocol import Backend, TrainingJobRecord
+from airflow_quota.operators.training import (
+    JobState,
+    PreparedRequest,
+    RecordState,
+    call_factory,
+    training_job_record,
+)
+from airflow_quota.protocol import LOCAL_UNIT_PREFIX, Backend, TrainingJobRecord
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -45,8 +51,6 @@ if TYPE_CHECKING:
 
     from airflow_quota.operators.training import QuotaTrainingOperator
 
-#: Capacity units of local GPUs start with this (the allocator grants them device indices).
-LOCAL_UNIT_PREFIX = "local-"
 #: The request fields the local backend reads; anything else is refused rather than ignored.
 LOCAL_REQUEST_FIELDS = (
     "ResourceConfig",
@@ -276,14 +280,9 @@ class LocalBackend:
         return training_job_name(identity, attempt)
 
     def record(self, name: str, attempt: int, lease_id: str, state: RecordState) -> TrainingJobRecord:
-        return {
-            "backend": self.kind,
-            "name": name,
-            "attempt": attempt,
-            "lease_id": lease_id,
-            "state": state,
-            "grace_period": float(self.operator.stop_grace_period),
-        }
+        record = training_job_record(self.kind, name, attempt, lease_id, state)
+        record["grace_period"] = float(self.operator.stop_grace_period)
+        return record
 
     def launch(
         self,

@@ -142,6 +142,13 @@ class TrainingBackend(Protocol):
         """What a completed job's task returns beside its name, attempts and preemptions."""
 
 
+def training_job_record(
+    backend: Backend, name: str, attempt: int, lease_id: str, state: RecordState
+) -> TrainingJobRecord:
+    """What every backend records under ``TRAINING_JOB_KEY``; each adds what it needs to stop an orphan."""
+    return {"backend": backend, "name": name, "attempt": attempt, "lease_id": lease_id, "state": state}
+
+
 class SageMakerBackend:
     """Training jobs on SageMaker, through the amazon provider's hook (``backends.sagemaker``)."""
 
@@ -185,15 +192,10 @@ class SageMakerBackend:
         return training_job_name(identity, attempt)
 
     def record(self, name: str, attempt: int, lease_id: str, state: RecordState) -> TrainingJobRecord:
-        return {
-            "backend": self.kind,
-            "name": name,
-            "attempt": attempt,
-            "lease_id": lease_id,
-            "state": state,
-            "aws_conn_id": self.operator.aws_conn_id,
-            "region_name": self.jobs.region,
-        }
+        record = training_job_record(self.kind, name, attempt, lease_id, state)
+        record["aws_conn_id"] = self.operator.aws_conn_id
+        record["region_name"] = self.jobs.region
+        return record
 
     def launch(
         self,
