@@ -23,7 +23,9 @@ a crash anywhere leaves the ledger as the last committed cycle wrote it). Steps:
      it may be granted and preempt before, its capacity held for it meanwhile.
 
 4. ``plan_cycle``, ``record_cycle``; each grant resumes its task with the lease (``protocol.Grant``),
-   each victim is signalled at once.
+   each victim is signalled at once. A victim's SageMaker training job is also listed in
+   ``CycleReport.stop_requests``: the host asks SageMaker to stop it once the cycle has committed
+   (``request_stops``), so the stop starts at the decision, not when the victim's task next runs.
 """
 
 from __future__ import annotations
@@ -82,8 +84,8 @@ ALLOCATOR_LOCK_ID = int.from_bytes(b"aqalloc1", "big")
 _RETRY_ON_ITS_WAY = frozenset({"scheduled", "queued", "running", "deferred"})
 #: Seconds past a local job's grace period before its orphaned process group is taken as gone.
 LOCAL_KILL_MARGIN_SECONDS = 10.0
-#: Stops an orphaned training job; True once it no longer runs (may be called again on later cycles).
-OrphanStopper = Callable[[TrainingJobRecord], bool]
+#: Asks a training job to stop, without waiting; True once it no longer runs (may be asked again).
+JobStopper = Callable[[TrainingJobRecord], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +99,9 @@ class CycleSettings:
     stop_deadline: timedelta = timedelta(minutes=10)
     #: An orphaned training job not confirmed stopped after this has its capacity released anyway.
     orphan_timeout: timedelta = timedelta(minutes=15)
-    #: How orphaned training jobs are stopped; by default through their backend.
-    orphan_stopper: OrphanStopper | None = None
+    #: How training jobs are asked to stop (orphans, and victims once their cycle has committed); by
+    #: default through their backend.
+    job_stopper: JobStopper | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +126,10 @@ class CycleReport:
     preempted_by_rule: dict[str, int] = field(default_factory=dict)
     #: Jobs told to stop this cycle (victims, terminated jobs, and re-sent signals).
     signalled: list[str] = field(default_factory=list)
+    #: The SageMaker training jobs of jobs first told to stop this cycle: the host asks SageMaker to stop
+    #: them once the cycle has committed (``request_stops``), so a stop starts at the decision instead of
+    #: when the victim's task next runs in a worker; the task still waits for ``Stopped`` and reports it.
+    stop_requests: list[TrainingJobRecord] = field(default_factory=list)
     #: Jobs whose stop completed this cycle (requeued, or failed when out of retries or terminated).
     stopped: list[str] = field(default_factory=list)
     #: Jobs whose task try ended this cycle: finished in the ledger, capacity released.
@@ -544,6 +551,9 @@ class _Cycle:
                 resumed = True
         if first:
             row.stop_signalled_at = self.now
+            record = self._launched(row)
+            if record is not None and record.get("backend") == "sagemaker":
+                self.report.stop_requests.append(record)
         if first or resumed:
             self.report.signalled.append(job.job_id)
 
@@ -556,16 +566,31 @@ class _Cycle:
 
 
 def _stop_orphan(settings: CycleSettings, record: TrainingJobRecord) -> bool:
-    stopper = settings.orphan_stopper or stop_orphan_through_backend
+    return request_stop(settings, record, "orphaned")
+
+
+def request_stops(report: CycleReport, settings: CycleSettings | None = None) -> None:
+    """Ask SageMaker to stop the training jobs of a committed cycle's victims (``stop_requests``).
+
+    Best effort: a victim's task stops its job itself when it runs (and waits for ``Stopped`` either
+    way); asking here only starts the stop sooner. Never call it for a cycle that rolled back.
+    """
+    for record in report.stop_requests:
+        request_stop(settings or CycleSettings(), record, "preempted")
+
+
+def request_stop(settings: CycleSettings, record: TrainingJobRecord, why: str) -> bool:
+    """Ask a training job to stop through ``settings.job_stopper``; True once it no longer runs."""
+    stopper = settings.job_stopper or stop_through_backend
     try:
         return stopper(record)
-    except Exception:  # an unreachable backend must not stop the cycle; retried next cycle
-        log.exception("Could not stop orphaned training job %s", record.get("name"))
+    except Exception:  # an unreachable backend must not stop the cycle; asked again later or by the task
+        log.exception("Could not ask %s training job %s to stop", why, record.get("name"))
         return False
 
 
-def stop_orphan_through_backend(record: TrainingJobRecord) -> bool:
-    """Stop an orphaned SageMaker training job; True once it no longer runs."""
+def stop_through_backend(record: TrainingJobRecord) -> bool:
+    """Ask a SageMaker training job to stop (no wait); True once it no longer runs."""
     if record.get("backend") != "sagemaker":
         return True
     from airflow_quota.backends.sagemaker import stop_orphaned_training_job

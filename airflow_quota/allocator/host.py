@@ -24,7 +24,7 @@ from airflow.configuration import conf
 from airflow.observability.metrics import stats_utils
 from sqlalchemy.orm import Session
 
-from airflow_quota.allocator.cycle import CycleReport, CycleSettings, run_allocation_cycle
+from airflow_quota.allocator.cycle import CycleReport, CycleSettings, request_stops, run_allocation_cycle
 from airflow_quota.engine.model import HOLDING_CAPACITY, JobStatus
 from airflow_quota.engine.usage import lent_capacity, usage_of
 
@@ -63,15 +63,17 @@ def run_cycle(settings: CycleSettings | None = None) -> CycleReport | None:
     engine = airflow_settings.engine
     if engine is None:
         raise RuntimeError("Airflow's ORM is not configured (airflow.settings.engine is None)")
+    settings = settings or cycle_settings()
     started = time.monotonic()
     try:
         with Session(bind=engine, expire_on_commit=False) as session, session.begin():
-            report = run_allocation_cycle(session, datetime.now(UTC), settings or cycle_settings())
+            report = run_allocation_cycle(session, datetime.now(UTC), settings)
     except Exception:
         log.exception("Quota allocation cycle failed; it was rolled back and will run again")
         Stats.incr("quota.cycle.errors")
         return None
     emit_metrics(report, time.monotonic() - started)
+    request_stops(report, settings)  # committed: the victims' training jobs may start stopping now
     return report
 
 

@@ -252,6 +252,29 @@ def test_a_borrower_running_in_a_worker_is_told_through_its_store_only(teams: Da
     assert job(teams, borrower).stop_signalled_at is not None
 
 
+@pytest.mark.parametrize(
+    ("backend", "asked"),
+    [
+        pytest.param("sagemaker", True, id="a SageMaker victim's job is asked to stop at the decision"),
+        pytest.param("local", False, id="a local victim's process is left to its own worker"),
+    ],
+)
+def test_a_victims_training_job_is_listed_for_a_stop_once_at_the_decision(
+    teams: Database, backend: str, asked: bool
+) -> None:
+    _, borrower, lender = borrower_and_lender(teams)
+    record = {"backend": backend, "name": "b-borrow-a1", "attempt": 1, "lease_id": f"{borrower}#1"}
+    store_set(teams, "b-borrow", TRAINING_JOB_KEY, record | {"state": "launched"})
+    set_ti(teams, "b-borrow", state=TaskInstanceState.RUNNING)
+
+    decided = cycle(teams, 3)
+
+    assert decided.preempted == {lender: [borrower]}
+    expected = [("b-borrow-a1", f"{borrower}#1")] if asked else []
+    assert [(each["name"], each["lease_id"]) for each in decided.stop_requests] == expected
+    assert cycle(teams, 4).stop_requests == []  # asked once; the task itself waits for Stopped
+
+
 def test_the_victims_redeferral_is_its_stop_report_then_it_is_requeued_and_the_lender_granted(
     teams: Database,
 ) -> None:
@@ -322,13 +345,13 @@ def test_an_orphaned_training_job_is_stopped_before_its_capacity_is_released(tea
     set_ti(teams, "train", state=TaskInstanceState.FAILED)  # e.g. the worker died under it
     stopper = RecordingStopper(stopped_after=2)
 
-    first = cycle(teams, 2, orphan_stopper=stopper)
+    first = cycle(teams, 2, job_stopper=stopper)
 
     assert (first.orphans, first.finished) == ([job_id], [])
     assert held(teams) == {job_id: 2}
     assert job(teams, job_id).status_reason.startswith("Stopping: ")
 
-    second = cycle(teams, 3, orphan_stopper=stopper)
+    second = cycle(teams, 3, job_stopper=stopper)
 
     assert stopper.calls == ["train-a1", "train-a1"]
     assert second.finished == [job_id]
@@ -344,10 +367,10 @@ def test_an_orphan_not_confirmed_stopped_has_its_capacity_released_after_the_orp
     set_ti(teams, "train", state=TaskInstanceState.FAILED)
     never = RecordingStopper(stopped_after=1_000)
 
-    cycle(teams, 2, orphan_stopper=never, orphan_timeout=timedelta(seconds=60))
+    cycle(teams, 2, job_stopper=never, orphan_timeout=timedelta(seconds=60))
     assert held(teams) == {job_id: 2}
 
-    late = cycle(teams, 62, orphan_stopper=never, orphan_timeout=timedelta(seconds=60))
+    late = cycle(teams, 62, job_stopper=never, orphan_timeout=timedelta(seconds=60))
 
     assert late.finished == [job_id]
     assert held(teams) == {}
@@ -360,7 +383,7 @@ def test_a_training_job_recorded_as_ended_is_no_orphan(teams: Database) -> None:
     set_ti(teams, "train", state=TaskInstanceState.FAILED)
     stopper = RecordingStopper(stopped_after=1)
 
-    report = cycle(teams, 2, orphan_stopper=stopper)
+    report = cycle(teams, 2, job_stopper=stopper)
 
     assert (report.finished, stopper.calls) == ([job_id], [])
 
@@ -476,14 +499,14 @@ def a_try_fails_with_its_training_job_running(db: Database) -> tuple[str, Record
 def test_a_retry_re_attaches_to_the_training_job_its_failed_try_left_running(teams: Database) -> None:
     first_try, stopper = a_try_fails_with_its_training_job_running(teams)
 
-    waiting_for_retry = cycle(teams, 2, orphan_stopper=stopper)
+    waiting_for_retry = cycle(teams, 2, job_stopper=stopper)
 
     assert (waiting_for_retry.finished, waiting_for_retry.orphans, stopper.calls) == ([], [], [])
     assert held(teams) == {first_try: 2}  # nobody else gets its GPUs meanwhile
     assert job(teams, first_try).status_reason.endswith("keeps its 2 gpu for the retry")
 
     retry = retry_defers_for_admission(teams, "train", gpus=2, share="team-a", seconds=3)
-    report = cycle(teams, 4, orphan_stopper=stopper)
+    report = cycle(teams, 4, job_stopper=stopper)
 
     assert report.handed_over == {first_try: retry}
     [lease] = report.granted
@@ -504,7 +527,7 @@ def test_a_retry_asking_for_other_capacity_waits_and_its_previous_trys_training_
     first_try, stopper = a_try_fails_with_its_training_job_running(teams)
     retry = retry_defers_for_admission(teams, "train", gpus=1, share="team-a", seconds=3)
 
-    report = cycle(teams, 4, orphan_stopper=stopper)
+    report = cycle(teams, 4, job_stopper=stopper)
 
     assert report.handed_over == {}
     assert stopper.calls == ["train-a1"]
@@ -517,7 +540,7 @@ def test_a_try_that_fails_for_good_has_its_training_job_stopped(teams: Database)
     first_try, stopper = a_try_fails_with_its_training_job_running(teams)
     set_ti(teams, "train", state=TaskInstanceState.FAILED)
 
-    report = cycle(teams, 2, orphan_stopper=stopper)
+    report = cycle(teams, 2, job_stopper=stopper)
 
     assert (report.finished, stopper.calls) == ([first_try], ["train-a1"])
     assert held(teams) == {}
