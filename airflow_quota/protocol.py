@@ -61,6 +61,9 @@ class Grant(TypedDict):
     instanceCount: int
     borrowed: int  # how many of instanceCount are borrowed from other shares
     granted_at: str  # ISO 8601, UTC
+    #: The job's first submission (ISO 8601, UTC): a task that started waiting from the triggerer
+    #: (``start_from_trigger``, no worker run before its first grant) learns it here.
+    submitted_at: str
     #: Set when this try took over the capacity of its previous try, which ended (worker crash, task
     #: failure) while its training job still ran: re-attach to the training job named under
     #: ``TRAINING_JOB_KEY`` (and record it under this grant's lease) instead of launching a new one.

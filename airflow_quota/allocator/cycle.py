@@ -507,6 +507,7 @@ class _Cycle:
             "instanceCount": row.held_instance_count,
             "borrowed": row.borrowed_instance_count,
             "granted_at": self.now.astimezone(UTC).isoformat(),
+            "submitted_at": row.submitted_at.astimezone(UTC).isoformat(),
         }
         if row.held_devices is not None:
             payload["devices"] = list(row.held_devices)

@@ -167,6 +167,7 @@ def test_capacity_2_grants_two_of_three_and_the_third_waits(db: Database) -> Non
             "instanceCount": 1,
             "borrowed": 0,
             "granted_at": now.isoformat(),
+            "submitted_at": START.isoformat(),  # the request's first submission, kept across requeues
         }
         assert job(db, lease.job_id).status == "SCHEDULED"
     assert tis["job2"].state == TaskInstanceState.DEFERRED

@@ -103,6 +103,7 @@ class TaskRun:
             "instanceCount": 2,
             "borrowed": 0,
             "granted_at": "2026-11-30T05:00:00+00:00",
+            "submitted_at": "2026-11-30T04:59:00+00:00",
         }
 
     def record(self) -> dict[str, Any]:
