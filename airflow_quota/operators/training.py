@@ -2,10 +2,14 @@
 
 The task's life, all in one Airflow try (``airflow_quota.protocol`` names every message):
 
-1. ``execute`` validates the request (SageMaker's API model, the capacity, the quota fields) and defers on
-   ``QuotaAdmissionTrigger``: the job is RUNNABLE and holds no worker slot.
+1. The job waits on ``QuotaAdmissionTrigger``: RUNNABLE, holding no worker slot. A request known when the
+   DAG is parsed (no templates, a request dict that validates) starts there without a worker run (Airflow's
+   ``start_from_trigger``): the scheduler defers the task as it schedules it. Otherwise ``execute`` renders
+   and validates the request (SageMaker's API model, the capacity, the quota fields) and defers.
 2. ``on_grant`` (the allocator resumed it with a ``Grant``) launches ``<base>-a<attempt>`` (or re-attaches
-   to the training job its record says still runs) and defers on the backend's monitoring trigger.
+   to the training job its record says still runs), follows it from the worker for ``settle_seconds``
+   (a job that ends or is preempted in that time ends the task in this run), then defers on the
+   backend's monitoring trigger.
 3. ``on_monitor`` ends the task when the training job ends, or, on a ``Preempt`` for its lease, stops the
    job, waits until it has really stopped, and defers on ``QuotaAdmissionTrigger`` again (``attempt`` + 1,
    the same ``submitted_at``, ``released_lease_id``): back to RUNNABLE at its place in the queue, no
@@ -21,6 +25,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -29,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol, cast
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.execution_time.context import NEVER_EXPIRE
+from airflow.triggers.base import StartTriggerArgs
 
 from airflow_quota.backends.local import DEFAULT_GRACE_PERIOD
 from airflow_quota.backends.sagemaker import (
@@ -47,7 +54,7 @@ from airflow_quota.backends.sagemaker import (
 from airflow_quota.engine.config import JobRequestError, validate_job_request
 from airflow_quota.operators.links import TRAINING_JOB_XCOM_KEY, QuotaShareLink, SageMakerTrainingJobLink
 from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY, Backend, TrainingJobRecord
-from airflow_quota.triggers.admission import QuotaAdmissionTrigger
+from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger
 from airflow_quota.triggers.sagemaker import SageMakerTrainingJobTrigger
 
 if TYPE_CHECKING:
@@ -267,8 +274,10 @@ class QuotaTrainingOperator(BaseOperator):
     :param input_data_config: the ``input_data_config`` passed to a ``ModelTrainer``'s request builder.
     :param poll_interval: seconds between DescribeTrainingJob calls while the job trains.
     :param stop_timeout: how long a preemption waits for the training job to reach ``Stopped``.
-    :param settle_seconds: the monitoring trigger fires no sooner than this after the task deferred on it
-        (a guard against apache/airflow#71580: a task resumed too soon after a worker deferral is failed).
+    :param settle_seconds: after a launch the worker follows the training job for this long before it
+        defers on the monitoring trigger, and that trigger fires no sooner than this after the deferral (a
+        guard against apache/airflow#71580: a task resumed too soon after a worker deferral is failed). A
+        job that ends within it ends the task in the launching run.
     :param backend: ``"sagemaker"`` (default), or ``"local"``: the entry point runs in the worker on the
         granted GPUs of a ``local-`` capacity unit (docs/operator.md, "The local backend").
     :param entry_point: local backend: the entry point's argv, e.g. ``[sys.executable, "train.py"]``.
@@ -362,6 +371,38 @@ class QuotaTrainingOperator(BaseOperator):
         if backend != "local" and misplaced:
             raise ValueError(f"{', '.join(misplaced)}: only for backend='local'")
         self._validate_quota_fields("placeholder", 1)  # fail at DAG parse time on a bad priority
+        self._start_from_trigger_when_static()
+
+    def _start_from_trigger_when_static(self) -> None:
+        """Wait for quota from the triggerer, with no worker run first, when the request is known now.
+
+        Airflow's ``start_from_trigger``: the scheduler defers the task on ``QuotaAdmissionTrigger`` as it
+        schedules it. That saves a worker run per task, and the first grant needs no settle time (only a
+        task that deferred from a worker run can be failed by its stale executor event). A request with
+        templates, a ``ModelTrainer`` or factory, or one that does not validate here, waits from
+        ``execute`` instead, where it is rendered and validated, and a bad one fails its own task with
+        every problem. Airflow 3.3 starts mapped tasks in a worker whatever this says.
+        """
+        templated = [getattr(self, name) for name in self.template_fields]
+        if self.model_trainer is not None or _has_template(templated) or self.get_dag() is None:
+            return
+        try:
+            prepared = self._backend().prepare(cast("Context", {}))
+            self._validate_quota_fields(prepared.capacity_unit, prepared.instance_count)
+        except (TrainingRequestError, JobRequestError, ValueError):
+            return
+        finally:
+            self._training_backend = None
+        job_name = _slug(f"{self.dag_id}-{self.task_id}")[:128] or "job"
+        trigger = self._admission_trigger(job_name, prepared, submitted_at=None, admission=0)
+        self.start_trigger_args = StartTriggerArgs(
+            trigger_cls=ADMISSION_CLASSPATH,
+            trigger_kwargs=trigger.serialize()[1],
+            next_method="on_grant",
+            next_kwargs={"admission": 0, "preemptions": 0},
+            timeout=None,
+        )
+        self.start_from_trigger = True
 
     # --- the steps -------------------------------------------------------------------------------------
 
@@ -388,7 +429,7 @@ class QuotaTrainingOperator(BaseOperator):
         context: Context,
         event: Mapping[str, Any] | None = None,
         *,
-        submitted_at: str,
+        submitted_at: str | None = None,
         admission: int = 0,
         preemptions: int = 0,
     ) -> Any:
@@ -396,6 +437,8 @@ class QuotaTrainingOperator(BaseOperator):
         event = event or {}
         if event.get("rejected"):
             raise AirflowFailException(f"The quota allocator rejected this job: {event.get('reason')}")
+        # A task started from the triggerer learns its first submission from its grant.
+        submitted_at = submitted_at or event.get("submitted_at") or datetime.now(UTC).isoformat()
         prepared = self._prepare(context)
         ti_id = str(context["ti"].id)
         if event.get("ti_id") != ti_id:
@@ -453,9 +496,11 @@ class QuotaTrainingOperator(BaseOperator):
         if backend.kind == "local":  # the worker watches its own process: no monitoring trigger
             return self._watch_local_job(context, backend, prepared, job.name, **monitor_kwargs)
 
-        signal = _preempt_signal(store, lease_id)
+        job, signal = self._follow_while_settling(store, backend, job, lease_id)
         if signal is not None:  # arrived while this worker ran: nobody resumes the monitor for it
             return self._stop_and_requeue(context, backend, prepared, job.name, signal, **monitor_kwargs)
+        if not job.running:  # it ended within the settle time: no monitoring trigger needed
+            return self._finish(context, backend, job, lease_id, preemptions)
         self.defer(
             trigger=backend.monitor(job.name),
             method_name="on_monitor",
@@ -509,6 +554,24 @@ class QuotaTrainingOperator(BaseOperator):
                 context, backend, prepared, training_job_name, signal, **monitor_kwargs
             )
         return self._finish(context, backend, job, lease_id, preemptions)
+
+    def _follow_while_settling(
+        self, store: Any, backend: TrainingBackend, job: JobState, lease_id: str
+    ) -> tuple[JobState, dict[str, Any] | None]:
+        """Follow a just-launched job from this worker run for ``settle_seconds``; stop early when it
+        ends or a ``Preempt`` of this lease arrives. Returns the job's last state and the signal, if any.
+
+        A deferral's monitoring trigger may not fire within ``settle_seconds`` anyway (the #71580
+        guard), so a short job ends sooner here than through the trigger, with no extra worker run.
+        """
+        deadline = time.monotonic() + self.settle_seconds
+        while True:
+            signal = _preempt_signal(store, lease_id)
+            remaining = deadline - time.monotonic()
+            if signal is not None or not job.running or remaining <= 0:
+                return job, signal
+            time.sleep(min(self.poll_interval, 1.0, remaining))
+            job = backend.state(job.name)
 
     def _watch_local_job(
         self,
@@ -600,9 +663,32 @@ class QuotaTrainingOperator(BaseOperator):
         preemptions: int,
         released_lease_id: str | None = None,
     ) -> NoReturn:
-        trigger = QuotaAdmissionTrigger(
+        trigger = self._admission_trigger(
+            _identity(context).base_name,
+            prepared,
+            submitted_at=submitted_at,
+            admission=admission,
+            released_lease_id=released_lease_id,
+        )
+        self.defer(
+            trigger=trigger,
+            method_name="on_grant",
+            kwargs={"submitted_at": submitted_at, "admission": admission, "preemptions": preemptions},
+            timeout=None,
+        )
+
+    def _admission_trigger(
+        self,
+        job_name: str,
+        prepared: PreparedRequest,
+        *,
+        submitted_at: str | None,
+        admission: int,
+        released_lease_id: str | None = None,
+    ) -> QuotaAdmissionTrigger:
+        return QuotaAdmissionTrigger(
             job_queue=self.job_queue,
-            job_name=_identity(context).base_name,
+            job_name=job_name,
             quota_share_name=self.quota_share_name,
             capacity_unit=prepared.capacity_unit,
             instance_count=prepared.instance_count,
@@ -611,12 +697,6 @@ class QuotaTrainingOperator(BaseOperator):
             submitted_at=submitted_at,
             attempt=admission,
             released_lease_id=released_lease_id,
-        )
-        self.defer(
-            trigger=trigger,
-            method_name="on_grant",
-            kwargs={"submitted_at": submitted_at, "admission": admission, "preemptions": preemptions},
-            timeout=None,
         )
 
     def _reattachable_job(self, context: Context, backend: TrainingBackend, lease_id: str) -> JobState | None:
@@ -740,6 +820,22 @@ def _identity(context: Context) -> TaskIdentity:
     ti = context["ti"]
     map_index = -1 if ti.map_index is None else int(ti.map_index)
     return TaskIdentity(ti.dag_id, ti.run_id, ti.task_id, map_index, int(ti.try_number))
+
+
+def _has_template(value: Any) -> bool:
+    """Whether a templated field's value holds a Jinja template anywhere (rendered only in a worker)."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, Mapping):
+        return any(_has_template(key) or _has_template(item) for key, item in value.items())
+    if isinstance(value, Sequence):
+        return any(_has_template(item) for item in value)
+    return False
+
+
+def _slug(text: str) -> str:
+    """``text`` as a job name: letters, digits, '-' and '_' only."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", text).strip("-")
 
 
 def _read_json(value: Any) -> dict[str, Any] | None:

@@ -10,6 +10,7 @@ monitoring events come from running the real trigger against the moto server.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -69,6 +70,14 @@ class TaskRun:
     @property
     def context(self) -> Any:
         return {"ti": self.ti, "task_state_store": self.store}
+
+    def start_from_trigger(self) -> TaskDeferred:
+        """What the scheduler does with a task that starts from the triggerer: defer it, no worker run."""
+        args = self.operator.start_trigger_args
+        assert self.operator.start_from_trigger and args is not None
+        module, _, name = args.trigger_cls.rpartition(".")
+        trigger = getattr(importlib.import_module(module), name)(**(args.trigger_kwargs or {}))
+        return TaskDeferred(trigger=trigger, method_name=args.next_method, kwargs=args.next_kwargs)
 
     def execute(self) -> TaskDeferred:
         with pytest.raises(TaskDeferred) as deferred:

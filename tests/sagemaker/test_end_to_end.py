@@ -1,9 +1,10 @@
 """QuotaTrainingOperator on real Airflow processes (scheduler with the allocator, triggerer, dag processor,
 api-server; LocalExecutor; SQLite), its SageMaker being moto's server with our emulator.
 
-team-b's training job borrows team-a's idle instance; team-a's job arrives; the allocator preempts the
-borrower while it is deferred on its monitoring trigger; the task stops its training job, waits until
-it is Stopped and waits for quota again in the same try; team-a's job runs; then team-b's is granted
+team-b's training job borrows team-a's idle instance; team-a's job arrives (it waits from the triggerer:
+its request has no template); the allocator preempts the borrower while it is deferred on its monitoring
+trigger and asks SageMaker to stop its training job; the task, resumed with the preemption, waits until
+the job is Stopped and waits for quota again in the same try; team-a's job runs; then team-b's is granted
 again and its second training job, on the same checkpoint prefix, completes. Nothing is mocked.
 """
 
@@ -50,6 +51,15 @@ def training_jobs(moto_server: MotoServer) -> dict[str, tuple[str, str]]:
     return jobs
 
 
+def monitoring(airflow: AirflowProcesses, dag_id: str, run_id: str) -> bool:
+    with airflow.engine.connect() as connection:
+        row = connection.execute(
+            sa.text("SELECT state, next_method FROM task_instance WHERE dag_id = :d AND run_id = :r"),
+            {"d": dag_id, "r": run_id},
+        ).first()
+    return row is not None and tuple(row) == ("deferred", "on_monitor")
+
+
 def test_the_owner_reclaims_its_instance_from_a_sagemaker_borrower(
     airflow: AirflowProcesses, moto_server: MotoServer
 ) -> None:
@@ -60,6 +70,11 @@ def test_the_owner_reclaims_its_instance_from_a_sagemaker_borrower(
         "the borrower's first training job to run",
         lambda: [name for name, (status, _) in training_jobs(moto_server).items() if status == "InProgress"],
         120,
+    )
+    airflow.wait_for(
+        "the borrower to defer on its monitoring trigger (after its launch run's settle time)",
+        lambda: monitoring(airflow, "quota_sm_borrower", "e2e-1"),
+        60,
     )
     airflow.trigger("quota_sm_owner", "e2e-1")
 
@@ -88,3 +103,17 @@ def test_the_owner_reclaims_its_instance_from_a_sagemaker_borrower(
             {"j": "quota_sm_borrower/e2e-1/train/-1/1"},
         ).one()
     assert tuple(row) == ("SUCCEEDED", 2, 1)
+    # The allocator asked SageMaker to stop the borrower's job itself, right after deciding, without
+    # waiting for the borrower's task to run again.
+    scheduler_log = (airflow.home / "logs" / "scheduler.log").read_text(errors="replace")
+    assert f"Asked SageMaker to stop training job {first}" in scheduler_log
+    # The owner waited from the triggerer and its job ended within its launch run: one worker run.
+    with airflow.engine.connect() as connection:
+        worker_runs = {
+            dag_id: connection.execute(
+                sa.text("SELECT count(*) FROM log WHERE dag_id = :d AND event = 'running'"), {"d": dag_id}
+            ).scalar_one()
+            for dag_id in ("quota_sm_owner", "quota_sm_borrower")
+        }
+    # The borrower: execute, on_grant (launch), on_monitor (preempted), on_grant (its 2 s job ends there).
+    assert worker_runs == {"quota_sm_owner": 1, "quota_sm_borrower": 4}

@@ -7,19 +7,21 @@ triggerer (the allocator's) covers those.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from datetime import datetime
 from typing import Any
 
 import pytest
+from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_quota.engine.config import JobRequestError
 from airflow_quota.operators.links import quota_share_url, training_job_console_url
 from airflow_quota.operators.training import QuotaTrainingOperator
 from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY
-from airflow_quota.triggers.admission import QuotaAdmissionTrigger
+from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger, request_document
 from airflow_quota.triggers.sagemaker import SageMakerTrainingJobTrigger
 from tests.sagemaker.conftest import MotoServer, training_request
 from tests.sagemaker.task_runtime import TaskInstanceStandIn, TaskRun, monitor_event
@@ -97,6 +99,40 @@ def test_execute_waits_for_quota_with_the_request(unique: str) -> None:
     assert (trigger.attempt, trigger.released_lease_id) == (0, None)
     assert trigger.submitted_at is not None and datetime.fromisoformat(trigger.submitted_at).tzinfo
     assert deferred.kwargs == {"submitted_at": trigger.submitted_at, "admission": 0, "preemptions": 0}
+
+
+def test_a_request_known_at_parse_time_waits_from_the_triggerer_and_one_with_templates_from_a_worker(
+    moto_server: MotoServer, unique: str
+) -> None:
+    with DAG("team_a_pipeline", schedule=None):
+        static = operator(task_id="static", training_job_config=training_request(duration_s=60))
+        templated = operator(task_id="templated", quota_share_name="{{ params.share }}")
+        factory = operator(task_id="factory", training_job_config=lambda: training_request())
+        invalid = operator(task_id="invalid", training_job_config={"ResourceConfig": {}})
+    outside_a_dag = operator(task_id="loose")
+
+    assert static.start_from_trigger
+    assert not any(op.start_from_trigger for op in (templated, factory, invalid, outside_a_dag))
+    args = static.start_trigger_args
+    assert args is not None
+    assert (args.trigger_cls, args.next_method, args.timeout) == (ADMISSION_CLASSPATH, "on_grant", None)
+    assert request_document(args.trigger_kwargs or {}) == {
+        "jobName": "team_a_pipeline-static",
+        "quotaShareName": "team-a",
+        "capacityUnit": "ml.p4d.24xlarge",
+        "instanceCount": 2,
+        "schedulingPriority": 50,
+    }
+
+    # Its first worker run is the grant's; a requeue keeps the first submission the grant told it.
+    run = TaskRun(static, TaskInstanceStandIn(dag_id="team_a_pipeline", run_id=f"run-{unique}"))
+    grant = run.grant(attempt=1)
+    monitoring = run.resume_deferred(run.start_from_trigger(), grant)
+    run.store.set(PREEMPT_KEY, preempt(run, grant["lease_id"]))
+    requeued = run.resume_deferred(monitoring, preempt(run, grant["lease_id"]))
+    assert isinstance(requeued.trigger, QuotaAdmissionTrigger)
+    assert requeued.trigger.submitted_at == grant["submitted_at"]
+    assert requeued.trigger.job_name.endswith("-t1")  # from here on, named after its task instance
 
 
 # --- grant, monitor, finish ---------------------------------------------------------------------------------
@@ -229,6 +265,47 @@ def test_a_preempted_job_stops_requeues_in_place_and_resumes(moto_server: MotoSe
 
     result = run.resume(monitoring, monitor_event(monitoring))
     assert (result["training_job_name"], result["attempts"], result["preemptions"]) == (second_job, 2, 1)
+
+
+def test_a_job_that_ends_within_the_settle_time_ends_the_task_in_its_launching_run(
+    moto_server: MotoServer, unique: str
+) -> None:
+    run = task_run(unique, settle_seconds=30)  # the job runs 0.5 s
+
+    result = run.resume(run.execute(), run.grant(attempt=1))  # no deferral on a monitoring trigger
+
+    assert result["training_job_name"].endswith("-t1-a1")
+    assert status_of(moto_server, result["training_job_name"]) == "Completed"
+    assert run.record()["state"] == "ended"
+
+
+def test_a_job_still_running_after_the_settle_time_is_handed_to_its_monitoring_trigger(
+    moto_server: MotoServer, unique: str
+) -> None:
+    run = task_run(unique, settle_seconds=0.5, training_job_config=training_request(duration_s=60))
+
+    monitoring = run.resume_deferred(run.execute(), run.grant(attempt=1))
+
+    assert isinstance(monitoring.trigger, SageMakerTrainingJobTrigger)
+    assert status_of(moto_server, monitoring.trigger.training_job_name) == "InProgress"
+
+
+def test_a_preemption_while_the_launching_run_follows_its_job_stops_and_requeues_from_that_run(
+    moto_server: MotoServer, unique: str
+) -> None:
+    run = task_run(unique, settle_seconds=30, training_job_config=training_request(duration_s=60))
+    waiting = run.execute()
+    grant = run.grant(attempt=1)
+    # The allocator writes its signal a second into the worker run that launched the job.
+    signal = threading.Timer(1.0, run.store.set, (PREEMPT_KEY, preempt(run, grant["lease_id"])))
+    signal.start()
+
+    requeued = run.resume_deferred(waiting, grant)
+
+    assert isinstance(requeued.trigger, QuotaAdmissionTrigger)
+    assert (requeued.trigger.attempt, requeued.trigger.released_lease_id) == (1, grant["lease_id"])
+    assert status_of(moto_server, run.record()["name"]) == "Stopped"
+    assert run.record()["state"] == "ended"
 
 
 def test_a_preemption_signalled_before_launch_launches_nothing(moto_server: MotoServer, unique: str) -> None:
