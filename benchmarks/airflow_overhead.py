@@ -16,16 +16,20 @@ One DAG run after the other, on the same processes, alternating which goes first
 Per run: wall time from the run being queued to its end (``dag_run.queued_at`` -> ``end_date``) and the
 CPU seconds of each component's process tree (``/proc/<pid>/stat`` utime + stime + cutime + cstime of
 every live process under it, before and after: the scheduler's tree holds the LocalExecutor workers and
-the task processes), the worker runs (``running`` events in Airflow's log table: a quota task runs three
-times, for ``execute``, ``on_grant`` and ``on_monitor``) and the allocator's cycle time (its
-``quota.cycle.duration`` metric, received by a StatsD listener of the benchmark). ``--what-if-settle S
-...`` adds, after the headline rounds, one quota run per S with ``[quota] settle_time`` and the
-operator's ``settle_seconds`` both at S (the scheduler restarted for it): what-ifs, not the default.
+the task processes), the worker runs (``running`` events in Airflow's log table: a quota task whose
+request is known at parse time waits from the triggerer, and runs in a worker once for ``on_grant`` when
+its job ends within the launching run's ``settle_seconds``, twice with ``on_monitor`` when it outlives
+it) and the allocator's cycle time (its ``quota.cycle.duration`` metric, received by a StatsD listener of
+the benchmark). ``--what-if-settle S ...`` adds, after the headline rounds, one quota run per S with
+``[quota] settle_time`` and the operator's ``settle_seconds`` both at S (the scheduler restarted for it):
+what-ifs, not the default.
 
 Usage::
 
-    .venv/bin/python benchmarks/airflow_overhead.py           # N=20, K=4, 2 rounds, what-ifs at 5 and 2 s
-    .venv/bin/python benchmarks/airflow_overhead.py --quick   # N=2, K=2, 1 round (the tests run it)
+    .venv/bin/python benchmarks/airflow_overhead.py                   # N=20, K=4, 2 rounds
+    .venv/bin/python benchmarks/airflow_overhead.py --job-seconds 15  # jobs that outlive the settle time
+    .venv/bin/python benchmarks/airflow_overhead.py --what-if-settle 5 2  # and two lowered-guard runs
+    .venv/bin/python benchmarks/airflow_overhead.py --quick           # N=2, K=2, 1 round (the tests run it)
 """
 
 from __future__ import annotations
@@ -569,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
         "--what-if-settle",
         type=float,
         nargs="*",
-        default=[5.0, 2.0],
+        default=[],
         help="after the rounds, a labelled quota run at each of these settle times (none: no what-if)",
     )
     args = parser.parse_args(argv)

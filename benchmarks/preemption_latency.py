@@ -48,7 +48,6 @@ TITLE = "Preemption latency in real Airflow (a lender reclaims from a SageMaker 
 QUEUE = "gpu-training"
 INSTANCE_TYPE = "ml.g5.xlarge"
 BORROWER, LENDER = "preempt_borrower", "preempt_lender"
-SETTLE_SECONDS = 10.0  # [quota] settle_time, the allocator's default (not changed by this benchmark)
 
 LATENCY_DAGS = '''"""Benchmark DAGs (written by benchmarks/preemption_latency.py)."""
 
@@ -143,18 +142,18 @@ class StatusWatch:
 
 PHASES = (
     ("preempt decision (audit PREEMPTED)", "preempted"),
+    ("  (log) allocator asks SageMaker to stop the borrower's job", "allocator_stop_logged"),
     ("  (log) triggerer's on_kill asks the stop", "kill_logged"),
     ("  (log) borrower's task resumed in a worker: 'Preempted'", "preempt_logged"),
     ("borrower's job seen Stopping", "stopping"),
     ("borrower's job seen Stopped", "stopped"),
     ("borrower requeued (audit REQUEUED)", "requeued"),
     ("lender granted (audit GRANTED)", "granted"),
-    ("lender's settle guard over (deferral + settle_time)", "settled"),
     ("lender's training job created (CreationTime)", "created"),
 )
 
 #: Phases read from logs, shown beside the chain (not in it): which path issued StopTrainingJob first.
-LOGGED = frozenset({"settled", "kill_logged", "preempt_logged"})
+LOGGED = frozenset({"allocator_stop_logged", "kill_logged", "preempt_logged"})
 _TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)")
 
 
@@ -196,13 +195,19 @@ def audit_time(bench_: Bench, kind: str, job_id: str, after: datetime) -> dateti
     return times[0]
 
 
-def logged_at(bench_: Bench, marker: str, run_id: str, after: datetime) -> float:
+def logged_at(
+    bench_: Bench, marker: str, run_id: str, after: datetime, *, scheduler_only: bool = False
+) -> float:
     """Epoch seconds of the first log line with ``marker`` at or after ``after`` (the borrower's task logs
-    and the triggerer's; timestamps read as UTC, this machine's zone); NaN when none."""
+    and the triggerer's, or the scheduler's alone; timestamps read as UTC, this machine's zone); NaN when
+    none."""
     logs = bench_.airflow.home / "logs"
     folder = logs / f"dag_id={BORROWER}" / f"run_id={run_id}"
     times = []
-    for path in [logs / "triggerer.log", *folder.glob("**/*.log*")]:
+    paths = [logs / "scheduler.log"]
+    if not scheduler_only:
+        paths = [logs / "triggerer.log", *folder.glob("**/*.log*")]
+    for path in paths:
         if not path.is_file():
             continue
         for line in path.read_text(errors="replace").splitlines():
@@ -254,13 +259,22 @@ def repetition(bench_: Bench, number: int, timeout: float, *, await_borrower: bo
     epoch = submitted.timestamp()
     at = {
         "preempted": audit_time(bench_, "PREEMPTED", borrower_job, submitted).timestamp() - epoch,
+        "allocator_stop_logged": (
+            logged_at(
+                bench_,
+                f"Asked SageMaker to stop training job {training_job}",
+                run_id,
+                submitted,
+                scheduler_only=True,
+            )
+            - epoch
+        ),
         "kill_logged": logged_at(bench_, f"stopping training job {training_job}", run_id, submitted) - epoch,
         "preempt_logged": logged_at(bench_, "Preempted (lease", run_id, submitted) - epoch,
         "stopping": watch.first_seen.get("Stopping", float("nan")) - epoch,
         "stopped": watch.first_seen.get("Stopped", float("nan")) - epoch,
         "requeued": audit_time(bench_, "REQUEUED", borrower_job, submitted).timestamp() - epoch,
         "granted": audit_time(bench_, "GRANTED", lender_job, submitted).timestamp() - epoch,
-        "settled": SETTLE_SECONDS,
         "created": as_datetime(created).timestamp() - epoch,
     }
     stop_before_create = at["stopped"] < at["created"] and at["requeued"] <= at["granted"]
@@ -323,8 +337,8 @@ def print_phases(console: Console, reps: list[Repetition], stop_seconds: float) 
         ("goal: 2 loop periods + stop time", goal),
         ("measured: submission -> lender's training job created (median)", total),
         (
-            "of which the settle guard's wait: GRANTED -> settle over (median)",
-            statistics.median(max(0.0, rep.at["settled"] - rep.at["granted"]) for rep in reps),
+            "of which the lender's launch: GRANTED -> its training job created (median)",
+            statistics.median(rep.at["created"] - rep.at["granted"] for rep in reps),
         ),
         (
             "submission -> borrower requeued (median): the preemption itself",

@@ -306,13 +306,25 @@ class SageMakerTrainingJobs:
         return description
 
 
+#: The allocator runs in the scheduler: its SageMaker calls give up quickly and are asked again later.
+ALLOCATOR_BOTOCORE_CONFIG: dict[str, Any] = {
+    "connect_timeout": 5,
+    "read_timeout": 10,
+    "retries": {"max_attempts": 2, "mode": "standard"},
+}
+
+
 def stop_orphaned_training_job(aws_conn_id: str | None, region_name: str | None, name: str) -> bool:
-    """For the allocator's orphan reaper: stop a training job nobody monitors; True once it no longer runs.
+    """For the allocator (orphans, preemption victims): ask a training job to stop; True once it no
+    longer runs.
 
     Issues StopTrainingJob and returns at once with the job's current state (a job that is ``Stopping``
-    is still running: False, ask again later). A job that does not exist is not running (True).
+    is still running: False, ask again later). A job that does not exist is not running (True). Calls time
+    out within seconds (``ALLOCATOR_BOTOCORE_CONFIG``): an unreachable SageMaker must not hold the
+    scheduler's loop.
     """
-    description = SageMakerTrainingJobs(aws_conn_id, region_name).request_stop(name)
+    jobs = SageMakerTrainingJobs(aws_conn_id, region_name, botocore_config=ALLOCATOR_BOTOCORE_CONFIG)
+    description = jobs.request_stop(name)
     return not is_running(description)
 
 
