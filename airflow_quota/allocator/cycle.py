@@ -5,8 +5,8 @@ holds the whole cycle (ledger rows, resumed and signalled task instances commit 
 a crash anywhere leaves the ledger as the last committed cycle wrote it). Steps:
 
 1. PostgreSQL: ``pg_try_advisory_xact_lock(ALLOCATOR_LOCK_ID)``; when another allocator holds it, skip.
-2. Read every open job's task instance and training job record, and claim the task instances deferred
-   on ``QuotaAdmissionTrigger`` (``tasks.deferred_on``).
+2. Read every open job's task instance and training job record, and the task instances deferred on
+   ``QuotaAdmissionTrigger`` with their requests (``tasks.waiting_on``: plain columns, no locks).
 3. Per job queue, reconcile each open job with its task instance (``reconcile.task_outcome``):
 
    - the try is over: a waiting job ends; a job holding capacity releases it, unless a training job
@@ -22,10 +22,16 @@ a crash anywhere leaves the ledger as the last committed cycle wrote it). Steps:
      A task that deferred from a worker run is resumed only once it has settled (``settle_time``):
      it may be granted and preempt before, its capacity held for it meanwhile.
 
-4. ``plan_cycle``, ``record_cycle``; each grant resumes its task with the lease (``protocol.Grant``),
-   each victim is signalled at once. A victim's SageMaker training job is also listed in
-   ``CycleReport.stop_requests``: the host asks SageMaker to stop it once the cycle has committed
-   (``request_stops``), so the stop starts at the decision, not when the victim's task next runs.
+4. ``plan_cycle``; the task instances of the jobs it grants are claimed (``tasks.claim_waiting``)
+   before anything is recorded, and when one cannot be (cleared, resumed or locked by someone else since
+   it was read) the queue is planned again without it, as if it had not been waiting. Then
+   ``record_cycle``; each grant resumes its task with the lease (``protocol.Grant``), each victim is
+   signalled at once. A victim's SageMaker training job is also listed in ``CycleReport.stop_requests``:
+   the host asks SageMaker to stop it once the cycle has committed (``request_stops``), so the stop
+   starts at the decision, not when the victim's task next runs.
+
+Only the task instances a cycle resumes (grants, rejections, preempt events) are claimed and loaded as
+ORM objects; the waiting ones are read as plain columns, their trigger kwargs decrypted once per trigger.
 """
 
 from __future__ import annotations
@@ -43,18 +49,21 @@ from sqlalchemy.orm import Session
 
 from airflow_quota.allocator.reconcile import TaskOutcome, TaskView, is_monitoring, task_outcome
 from airflow_quota.allocator.tasks import (
+    WaitingTask,
     claim_deferred,
+    claim_waiting,
     clear_unresponsive,
-    deferred_on,
     is_postgres,
     resume,
+    task_instances,
     task_views,
     training_records,
+    waiting_on,
     write_signal,
 )
 from airflow_quota.engine.config import JobRequestError, validate_job_request
 from airflow_quota.engine.devices import assign_devices
-from airflow_quota.engine.model import Grant, Job, JobRequest, JobStatus, Preemption, QueueState
+from airflow_quota.engine.model import CyclePlan, Grant, Job, JobRequest, JobStatus, Preemption, QueueState
 from airflow_quota.engine.planner import plan_cycle
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.ledger.store import (
@@ -152,12 +161,15 @@ class CycleReport:
 
 @dataclass(frozen=True, slots=True)
 class _Waiting:
-    """One claimed task instance deferred on the admission trigger."""
+    """One task instance deferred on the admission trigger, as read (claimed only to be resumed)."""
 
     job_id: str
-    ti: TaskInstance
-    kwargs: dict[str, Any]
+    task: WaitingTask
     settled: bool
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return self.task.kwargs
 
 
 def job_id_for(dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int) -> str:
@@ -181,12 +193,11 @@ def run_allocation_cycle(
     views = task_views(session)
     records = training_records(session)
     waiting_by_queue: dict[str, list[_Waiting]] = defaultdict(list)
-    for ti, trigger in deferred_on(session, ADMISSION_CLASSPATH):
-        job_id = job_id_for(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number)
+    for task in waiting_on(session, ADMISSION_CLASSPATH):
+        job_id = job_id_for(task.dag_id, task.run_id, task.task_id, task.map_index, task.try_number)
         # Only a task deferred from a worker run (pid set) can get the stale executor event.
-        settled = ti.pid is None or trigger.created_date <= now - settings.settle_time
-        kwargs = dict(trigger.kwargs)
-        waiting_by_queue[str(kwargs.get("job_queue"))].append(_Waiting(job_id, ti, kwargs, settled))
+        settled = not task.from_worker or task.deferred_at <= now - settings.settle_time
+        waiting_by_queue[str(task.kwargs.get("job_queue"))].append(_Waiting(job_id, task, settled))
     open_queues = session.scalars(
         select(JobRow.job_queue_name).where(JobRow.status.not_in(FINAL_STATUSES)).distinct()
     )
@@ -214,28 +225,95 @@ class _Cycle:
     report: CycleReport
     #: The rows of the queue being allocated, read once (``_row`` adds the ones read later).
     rows: dict[str, JobRow] = field(default_factory=dict)
+    #: Waiting jobs whose task instance this cycle claimed (True) or could not claim (False), by job id.
+    claims: dict[str, bool] = field(default_factory=dict)
+    #: The claimed task instances loaded to be resumed, by job id.
+    task_instances: dict[str, TaskInstance] = field(default_factory=dict)
 
     def allocate_queue(self, queue_name: str, waiting: list[_Waiting]) -> None:
         try:
             state, self.rows = load_queue(self.session, queue_name)
         except LedgerError as error:
+            self._claim(waiting)
             for each in waiting:
                 self._reject(each, str(error))
             return
+        waiting = self._claim_acted_on(state, waiting)
         waiting_ids = {each.job_id for each in waiting}
         for job_id in sorted(state.jobs):
             if job_id not in waiting_ids:
                 state = self._reconcile(state, job_id)
         state, grantable = self._admit(state, waiting)
-        planning = _planning_state(state, grantable)
-        plan = plan_cycle(planning, to_engine_time(self.now))
+        planning, plan = self._plan(state, grantable)
         record_cycle(self.session, planning, plan, self.now)
+        granted = [
+            grantable.get(decision.job_id) for decision in plan.decisions if isinstance(decision, Grant)
+        ]
+        self._load([each for each in granted if each is not None and each.settled])  # one query for all
         for decision in plan.decisions:
             if isinstance(decision, Grant):
                 self._grant(plan.state, decision, grantable.get(decision.job_id))
             else:
                 self._preempt(plan.state, decision)
         self.report.states[queue_name] = plan.state
+
+    def _claim_acted_on(self, state: QueueState, waiting: list[_Waiting]) -> list[_Waiting]:
+        """Claim the waiting jobs the cycle acts on whatever it plans (new requests, stop reports, jobs
+        granted or finished in the ledger); those that cannot be claimed are left out, as not waiting.
+
+        A job that only waits (RUNNABLE in the ledger) is claimed once the plan names it (``_plan``).
+        """
+        acted_on = []
+        for each in waiting:
+            job = state.jobs.get(each.job_id)
+            if job is None or job.status is not JobStatus.RUNNABLE:
+                acted_on.append(each)
+        self._claim(acted_on)
+        return [each for each in waiting if self.claims.get(each.job_id, True)]
+
+    def _plan(self, state: QueueState, grantable: dict[str, _Waiting]) -> tuple[QueueState, CyclePlan]:
+        """Plan the queue, then claim the waiting jobs the plan grants or lets preempt; when one cannot
+        be claimed, plan again without it (nothing is recorded before)."""
+        while True:
+            planning = _planning_state(state, grantable)
+            plan = plan_cycle(planning, to_engine_time(self.now))
+            named = [
+                grantable[job_id]
+                for job_id in (
+                    decision.job_id if isinstance(decision, Grant) else decision.preemptor_id
+                    for decision in plan.decisions
+                )
+                if job_id in grantable
+            ]
+            self._claim(named)
+            lost = [each.job_id for each in named if not self.claims[each.job_id]]
+            if not lost:
+                return planning, plan
+            for job_id in lost:
+                del grantable[job_id]
+
+    def _claim(self, waiting: list[_Waiting]) -> None:
+        """Claim the task instances of ``waiting`` not claimed yet this cycle (``claims``)."""
+        todo = [each for each in waiting if each.job_id not in self.claims]
+        if not todo:
+            return
+        claimed = claim_waiting(self.session, [each.task for each in todo])
+        for each in todo:
+            self.claims[each.job_id] = each.task.id in claimed
+
+    def _load(self, waiting: list[_Waiting]) -> None:
+        """Load the claimed task instances of ``waiting`` that are to be resumed (``task_instances``)."""
+        todo = [each for each in waiting if each.job_id not in self.task_instances]
+        if not todo:
+            return
+        loaded = task_instances(self.session, [each.task.id for each in todo])
+        for each in todo:
+            self.task_instances[each.job_id] = loaded[each.task.id]
+
+    def _task_instance(self, waiting: _Waiting) -> TaskInstance:
+        """The task instance of a claimed waiting job, to resume it."""
+        self._load([waiting])
+        return self.task_instances[waiting.job_id]
 
     # --- 3. reconcile ----------------------------------------------------------------------------------
 
@@ -259,6 +337,7 @@ class _Cycle:
             return state
         if job.status.holds_capacity and not self._orphan_stopped(row, outcome.reason):
             return state
+        self._note_training_job(row)  # a job that ended in its launching run was never seen RUNNING
         self.report.finished.append(job_id)
         return record_finish(
             self.session,
@@ -269,15 +348,22 @@ class _Cycle:
             reason=outcome.reason,
         )
 
+    def _note_training_job(self, row: JobRow) -> TrainingJobRecord | None:
+        """Copy the training job the task recorded for the job's current lease onto its row (for the API
+        and UI); return that record, or None when the task recorded none for this lease."""
+        record = self.records.get(row.job_id)
+        if record is None or record.get("lease_id") != lease_id_of(row):
+            return None
+        noted = {"backend": record.get("backend"), "name": record.get("name"), "state": record.get("state")}
+        if row.training_job != noted:
+            row.training_job = noted
+        return record
+
     def _follow_progress(self, state: QueueState, job: Job, row: JobRow, view: TaskView | None) -> QueueState:
-        record = self.records.get(job.job_id)
-        current = record is not None and record.get("lease_id") == lease_id_of(row)
-        if current and record is not None:
-            row.training_job = {"backend": record.get("backend"), "name": record.get("name")}
-            row.training_job["state"] = record.get("state")
+        record = self._note_training_job(row)
         if job.is_stopping:
             return state
-        launched = current and record is not None and record.get("state") == "launched"
+        launched = record is not None and record.get("state") == "launched"
         if launched or is_monitoring(view, ADMISSION_CLASSPATH):
             target = JobStatus.RUNNING
         elif view is not None and view.state in ("queued", "running"):
@@ -403,13 +489,13 @@ class _Cycle:
                 continue
             admitted.append(each)
             self.report.submitted.append(each.job_id)
-            ti = each.ti
-            previous = holding.get((ti.dag_id, ti.run_id, ti.task_id, ti.map_index))
-            if previous is not None and self._row(previous.job_id).try_number < ti.try_number:
+            task = each.task
+            previous = holding.get((task.dag_id, task.run_id, task.task_id, task.map_index))
+            if previous is not None and self._row(previous.job_id).try_number < task.try_number:
                 state = self._submit_retry(state, each, request, previous)
             else:
-                submitted_at = _submitted_at(each.kwargs)
-                batch.append(Submission(each.job_id, request, _task_ref(ti), submitted_at))
+                submitted_at = _submitted_at(each)
+                batch.append(Submission(each.job_id, request, _task_ref(task), submitted_at))
         return record_submissions(self.session, state, batch, self.now), admitted
 
     def _holding_by_task(self, state: QueueState) -> dict[tuple[str, str, str, int], Job]:
@@ -433,8 +519,9 @@ class _Cycle:
             request.instance_count,
         ):
             self.report.handed_over[previous.job_id] = waiting.job_id
+            task = _task_ref(waiting.task)
             return record_handover(
-                self.session, state, previous.job_id, waiting.job_id, request, _task_ref(waiting.ti), self.now
+                self.session, state, previous.job_id, waiting.job_id, request, task, self.now
             )
         reason = f"Its retry {waiting.job_id} asks for other capacity"
         if self._orphan_stopped(self._row(previous.job_id), reason):
@@ -447,9 +534,9 @@ class _Cycle:
             state,
             waiting.job_id,
             request,
-            _task_ref(waiting.ti),
+            _task_ref(waiting.task),
             self.now,
-            submitted_at=_submitted_at(waiting.kwargs),
+            submitted_at=_submitted_at(waiting),
         )
 
     def _request(self, waiting: _Waiting) -> JobRequest | None:
@@ -460,8 +547,16 @@ class _Cycle:
             return None
 
     def _reject(self, waiting: _Waiting, reason: str) -> None:
+        """Resume the task with a rejection (a job whose task cannot be claimed stays for a later cycle)."""
+        self._claim([waiting])
+        if not self.claims[waiting.job_id]:
+            return
         self.report.rejected[waiting.job_id] = reason
-        resume(self.session, waiting.ti, {"rejected": True, "job_id": waiting.job_id, "reason": reason})
+        resume(
+            self.session,
+            self._task_instance(waiting),
+            {"rejected": True, "job_id": waiting.job_id, "reason": reason},
+        )
 
     # --- 4. decisions ----------------------------------------------------------------------------------
 
@@ -497,11 +592,12 @@ class _Cycle:
         if not waiting.settled:
             self.report.settling.append(row.job_id)
             return
+        ti = self._task_instance(waiting)
         payload: dict[str, Any] = {
             "lease_id": lease_id_of(row),
             "job_id": row.job_id,
-            "ti_id": str(waiting.ti.id),
-            "try_number": waiting.ti.try_number,
+            "ti_id": str(ti.id),
+            "try_number": ti.try_number,
             "attempt": row.attempt,
             "capacityUnit": row.held_capacity_unit,
             "instanceCount": row.held_instance_count,
@@ -513,8 +609,8 @@ class _Cycle:
             payload["devices"] = list(row.held_devices)
         if row.job_id in self.report.handed_over.values():
             payload["reattach"] = True
-        resume(self.session, waiting.ti, payload)
-        self.report.granted.append(Lease(row.job_id, str(waiting.ti.id), payload))
+        resume(self.session, ti, payload)
+        self.report.granted.append(Lease(row.job_id, str(ti.id), payload))
 
     def _preempt(self, state: QueueState, preemption: Preemption) -> None:
         self.report.preempted.setdefault(preemption.preemptor_id, []).extend(preemption.victim_ids)
@@ -599,18 +695,20 @@ def stop_through_backend(record: TrainingJobRecord) -> bool:
     return stop_orphaned_training_job(record.get("aws_conn_id"), record.get("region_name"), record["name"])
 
 
-def _task_ref(ti: TaskInstance) -> TaskInstanceRef:
-    return TaskInstanceRef(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number, str(ti.id))
+def _task_ref(task: WaitingTask) -> TaskInstanceRef:
+    return TaskInstanceRef(
+        task.dag_id, task.run_id, task.task_id, task.map_index, task.try_number, str(task.id)
+    )
 
 
-def _submitted_at(kwargs: dict[str, Any]) -> datetime | None:
-    value = kwargs.get("submitted_at")
-    if not isinstance(value, str):
-        return None
+def _submitted_at(waiting: _Waiting) -> datetime:
+    """The request's first submission: what its kwargs say, else when it deferred (a task that waits from
+    the triggerer learns its submission time from its grant, so its first request names none)."""
+    value = waiting.kwargs.get("submitted_at")
     try:
-        at = datetime.fromisoformat(value)
+        at = datetime.fromisoformat(value) if isinstance(value, str) else waiting.task.deferred_at
     except ValueError:
-        return None
+        at = waiting.task.deferred_at
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 

@@ -1,17 +1,22 @@
 """The allocator's side of Airflow: read task instances, claim them, resume them, signal them.
 
 Everything here runs inside the cycle's session (the scheduler side may use the metadata DB) and never
-commits. A task instance is only resumed after it was *claimed*: on PostgreSQL the row is locked
-``FOR UPDATE SKIP LOCKED`` with its state re-checked; on SQLite a guarded no-op UPDATE must match it (it
-also takes the database's write lock until the cycle commits). A task cleared, failed or resumed by
-someone else between the read and the write is then left alone instead of being resurrected
-(research: grant-mechanism.md section 4.5).
+commits. The task instances waiting for admission are read as plain columns, without locks
+(``waiting_on``); only those the cycle acts on are *claimed* (``claim_waiting``, ``claim_deferred``),
+and only those it resumes are loaded as ORM objects (``task_instances``). On PostgreSQL a claim locks the
+row ``FOR UPDATE SKIP LOCKED`` with its state (and the trigger it waits on) re-checked; on SQLite a
+guarded no-op UPDATE must match it (it also takes the database's write lock until the cycle commits). A
+task cleared, failed or resumed by someone else between the read and the write is then left alone
+instead of being resurrected (research: grant-mechanism.md section 4.5).
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from airflow.models.dagrun import DagRun
@@ -22,7 +27,7 @@ from airflow.state import TaskScope, get_state_backend
 from airflow.triggers.base import TriggerEvent
 from airflow.utils.sqlalchemy import with_row_locks
 from airflow.utils.state import TaskInstanceState
-from sqlalchemy import and_, select, update
+from sqlalchemy import and_, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from airflow_quota.allocator.reconcile import TaskView
@@ -35,22 +40,128 @@ def is_postgres(session: Session) -> bool:
     return session.get_bind().dialect.name == "postgresql"
 
 
-def deferred_on(session: Session, classpath: str) -> list[tuple[TaskInstance, Trigger]]:
-    """Task instances deferred on triggers of ``classpath``, claimed, oldest deferral first."""
+@dataclass(frozen=True, slots=True)
+class WaitingTask:
+    """A task instance deferred on an admission trigger, as read (not claimed), with its trigger's kwargs."""
+
+    id: uuid.UUID
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    try_number: int
+    trigger_id: int
+    #: When it deferred on the trigger, and whether it did so from a worker run (``pid`` set).
+    deferred_at: datetime
+    from_worker: bool
+    kwargs: dict[str, Any]
+
+
+def waiting_on(session: Session, classpath: str) -> list[WaitingTask]:
+    """Task instances deferred on triggers of ``classpath``, oldest deferral first; read, not claimed."""
+    ti = TaskInstance
     query = (
-        select(TaskInstance, Trigger)
-        .join(Trigger, TaskInstance.trigger_id == Trigger.id)
-        .where(TaskInstance.state == TaskInstanceState.DEFERRED, Trigger.classpath == classpath)
-        .order_by(Trigger.created_date, TaskInstance.id)
+        select(
+            ti.id.label("ti_id"),
+            ti.dag_id,
+            ti.run_id,
+            ti.task_id,
+            ti.map_index,
+            ti.try_number,
+            ti.pid,
+            Trigger.id.label("trigger_id"),
+            Trigger.created_date,
+            Trigger.encrypted_kwargs,
+        )
+        .join(Trigger, ti.trigger_id == Trigger.id)
+        .where(ti.state == TaskInstanceState.DEFERRED, Trigger.classpath == classpath)
+        .order_by(Trigger.created_date, ti.id)
     )
-    if is_postgres(session):
-        query = with_row_locks(query, session, of=TaskInstance, skip_locked=True, key_share=False)
-        return [(ti, trigger) for ti, trigger in session.execute(query).all()]
+    rows = session.execute(query).all()
+    kwargs = _decrypted.of([row.encrypted_kwargs for row in rows])
     return [
-        (ti, trigger)
-        for ti, trigger in session.execute(query).all()
-        if _claim_sqlite(session, ti.id, trigger.id)
+        WaitingTask(
+            id=row.ti_id,
+            dag_id=row.dag_id,
+            run_id=row.run_id,
+            task_id=row.task_id,
+            map_index=row.map_index,
+            try_number=row.try_number,
+            trigger_id=row.trigger_id,
+            deferred_at=row.created_date,
+            from_worker=row.pid is not None,
+            kwargs=dict(kwargs[row.encrypted_kwargs]),
+        )
+        for row in rows
     ]
+
+
+class _DecryptedKwargs:
+    """Trigger kwargs already decrypted, by their stored (encrypted) text: the allocator reads the same
+    waiting triggers every cycle. Equal stored text is equal kwargs (a Fernet token is never reused), so
+    an entry cannot go stale; only the triggers of the latest read are kept."""
+
+    def __init__(self) -> None:
+        self._by_text: dict[str, dict[str, Any]] = {}
+
+    def of(self, stored: list[str]) -> dict[str, dict[str, Any]]:
+        """The kwargs of each stored text, decrypting only those the previous read did not have."""
+        known = self._by_text
+        current: dict[str, dict[str, Any]] = {}
+        for text in stored:
+            kwargs = known.get(text)
+            current[text] = Trigger._decrypt_kwargs(text) if kwargs is None else kwargs
+        self._by_text = current
+        return current
+
+
+_decrypted = _DecryptedKwargs()
+
+
+def claim_waiting(session: Session, tasks: Sequence[WaitingTask]) -> set[uuid.UUID]:
+    """Claim the task instances of ``tasks`` still deferred on the trigger they were read with; their ids.
+
+    Only the rows are locked (PostgreSQL) or touched (SQLite); ``task_instances`` loads those to resume.
+    """
+    claimed: set[uuid.UUID] = set()
+    for start in range(0, len(tasks), _CHUNK):
+        chunk = tasks[start : start + _CHUNK]
+        still_waiting = and_(
+            tuple_(TaskInstance.id, TaskInstance.trigger_id).in_([(t.id, t.trigger_id) for t in chunk]),
+            TaskInstance.state == TaskInstanceState.DEFERRED,
+        )
+        if is_postgres(session):
+            query = with_row_locks(
+                select(TaskInstance.id).where(still_waiting),
+                session,
+                of=TaskInstance,
+                skip_locked=True,
+                key_share=False,
+            )
+            claimed.update(session.scalars(query))
+        else:
+            touch = (
+                update(TaskInstance)
+                .where(still_waiting)
+                .values(trigger_id=TaskInstance.trigger_id)
+                .returning(TaskInstance.id)
+                .execution_options(synchronize_session=False)
+            )
+            claimed.update(session.scalars(touch))
+    return claimed
+
+
+def task_instances(session: Session, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, TaskInstance]:
+    """The task instances ``ids`` (claimed by this session), by id."""
+    found: dict[uuid.UUID, TaskInstance] = {}
+    for start in range(0, len(ids), _CHUNK):
+        query = select(TaskInstance).where(TaskInstance.id.in_(ids[start : start + _CHUNK]))
+        found.update((ti.id, ti) for ti in session.scalars(query))
+    return found
+
+
+#: Task instances per statement (keeps the bound parameters well under both backends' limits).
+_CHUNK = 500
 
 
 def claim_deferred(session: Session, ti_id: str) -> TaskInstance | None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.util import identity_key
 
 from airflow_quota.engine.config import JobQueueWithShares, QuotaConfig
 from airflow_quota.engine.lifecycle import (
@@ -769,9 +770,26 @@ def record_priority_change(
 def _write_changed_jobs(
     session: Session, before: QueueState, after: QueueState, now: datetime
 ) -> dict[str, JobRow]:
-    """Write every job of ``after`` that differs from ``before``; return their rows by job id."""
-    changed = {job_id: job for job_id, job in after.jobs.items() if before.jobs.get(job_id) != job}
-    rows = {row.job_id: row for row in session.scalars(select(JobRow).where(JobRow.job_id.in_(changed)))}
+    """Write every job of ``after`` that differs from ``before``; return their rows by job id.
+
+    The rows the session already holds (the allocator keeps its cycle's rows) are taken from it without a
+    query, so recording one event after another does not flush and re-read each time.
+    """
+    changed = {
+        job_id: job
+        for job_id, job in after.jobs.items()
+        if (old := before.jobs.get(job_id)) is not job and old != job
+    }
+    rows: dict[str, JobRow] = {}
+    for job_id in changed:
+        held = session.identity_map.get(identity_key(JobRow, job_id))
+        if isinstance(held, JobRow):
+            rows[job_id] = held
+    missing = [job_id for job_id in changed if job_id not in rows]
+    if missing:
+        rows.update(
+            (row.job_id, row) for row in session.scalars(select(JobRow).where(JobRow.job_id.in_(missing)))
+        )
     for job_id, job in changed.items():
         if job_id not in rows:
             raise LedgerError(f"job {job_id} is not in the quota ledger; record its submission first")

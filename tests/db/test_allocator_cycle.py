@@ -262,6 +262,41 @@ def test_on_postgresql_a_task_instance_row_locked_elsewhere_is_skipped(db: Datab
     assert [lease.job_id for lease in cycle(db, START + timedelta(seconds=2)).granted] == [locked]
 
 
+def succeed(db: Database, task_id: str) -> None:
+    with db.engine.begin() as connection:
+        connection.execute(
+            sa.update(TaskInstance.__table__)
+            .where(TaskInstance.__table__.c.task_id == task_id)
+            .values(state=TaskInstanceState.SUCCESS)
+        )
+
+
+@POSTGRESQL_ONLY  # row locks are PostgreSQL's; SQLite serializes writers with its database lock
+def test_on_postgresql_a_waiting_job_locked_elsewhere_when_granted_is_planned_again_without_it(
+    db: Database,
+) -> None:
+    holder = defer(db, "job0", gpus=2, priority=10)
+    locked = defer(db, "job1", gpus=2, priority=9)
+    small = defer(db, "job2", gpus=1, priority=8)
+    assert [lease.job_id for lease in cycle(db, START + timedelta(seconds=1)).granted] == [holder]
+    succeed(db, "job0")
+    with db.session() as other, other.begin():
+        # The cycle reads it waiting (without locks) and plans its grant, but cannot claim it.
+        other.execute(
+            sa.select(TaskInstance.id).where(TaskInstance.task_id == "job1").with_for_update()
+        ).all()
+
+        report = cycle(db, START + timedelta(seconds=2))
+
+        assert report.finished == [holder]
+        assert [lease.job_id for lease in report.granted] == [small]
+        assert report.unresumed == []
+        assert job(db, locked).status == "RUNNABLE"
+    assert task_instances(db)["job1"].state == TaskInstanceState.DEFERRED
+    succeed(db, "job2")
+    assert [lease.job_id for lease in cycle(db, START + timedelta(seconds=3)).granted] == [locked]
+
+
 def test_the_admission_trigger_round_trips_and_never_fires() -> None:
     trigger = QuotaAdmissionTrigger(
         job_queue=QUEUE,
@@ -284,3 +319,17 @@ def test_the_admission_trigger_round_trips_and_never_fires() -> None:
 
     with pytest.raises(TimeoutError):
         asyncio.run(asyncio.wait_for(first_event(), timeout=0.2))
+
+
+def test_a_request_started_from_the_triggerer_is_placed_at_its_deferral_and_told_it_in_its_grant(
+    db: Database,
+) -> None:
+    # A task started from the triggerer: the scheduler deferred it, no worker run ever named a submission.
+    late = defer(db, "late", gpus=2, deferred_at=START + timedelta(seconds=5), submitted_at=None)
+    early = defer(db, "early", gpus=2, deferred_at=START + timedelta(seconds=2), submitted_at=None)
+
+    report = cycle(db, START + timedelta(seconds=9))
+
+    assert [lease.job_id for lease in report.granted] == [early]  # FIFO by deferral, not by discovery
+    assert report.granted[0].payload["submitted_at"] == (START + timedelta(seconds=2)).isoformat()
+    assert job(db, late).submitted_at == START + timedelta(seconds=5)

@@ -313,6 +313,19 @@ def test_capacity_is_released_when_the_task_try_ends_and_the_job_takes_its_outco
     assert (failed.status, failed.status_reason) == ("FAILED", "Its task try 1 failed")
 
 
+def test_a_job_that_ended_in_its_launching_run_keeps_its_training_job_on_its_row(teams: Database) -> None:
+    job_id = defer(teams, "train", gpus=1, quota_share_name="team-a")
+    cycle(teams, 1)
+    record_training_job(teams, job_id, "ended")  # launched, followed and finished in one worker run
+    set_ti(teams, "train", state=TaskInstanceState.SUCCESS)
+
+    assert cycle(teams, 2).finished == [job_id]
+
+    row = job(teams, job_id)
+    assert row.status == "SUCCEEDED"
+    assert row.training_job == {"backend": "sagemaker", "name": "train-a1", "state": "ended"}
+
+
 def test_a_task_cleared_while_it_holds_capacity_ends_its_job(teams: Database) -> None:
     job_id = defer(teams, "train", gpus=1, quota_share_name="team-a")
     cycle(teams, 1)
