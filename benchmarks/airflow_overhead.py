@@ -43,7 +43,6 @@ import shutil
 import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -62,6 +61,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from tests.airflow.harness import AirflowProcesses  # noqa: E402
+from tests.sagemaker.moto_process import moto_server_process  # noqa: E402
 
 TITLE = "QuotaTrainingOperator vs SageMakerTrainingOperator in a pool, real Airflow"
 REGION = "us-east-1"
@@ -254,31 +254,6 @@ def scheduler_loops(metrics: StatsdListener, start: float, end: float) -> LoopFi
 # --- the bench: moto, Airflow, teardown ----------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def moto_server() -> Iterator[str]:
-    """moto's server with our SageMaker emulator, in a subprocess; yields its endpoint URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.sagemaker.moto_sagemaker", "--port", "0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        first_line = process.stdout.readline()
-        if not first_line.startswith("PORT "):
-            raise RuntimeError(f"moto server did not start: {first_line}{process.stdout.read()}")
-        yield f"http://127.0.0.1:{int(first_line.split()[1])}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def aws_environment(endpoint_url: str) -> dict[str, str]:
     """Dummy credentials, and the default AWS connection pointing at the emulator: nothing reaches AWS."""
     connection = {
@@ -357,7 +332,7 @@ def bench(
     quotas.write_text(quotas_text)
     metrics = StatsdListener()
     try:
-        with moto_server() as endpoint_url:
+        with moto_server_process() as endpoint_url:
             airflow = AirflowProcesses(
                 home / "airflow",
                 f"sqlite:///{home}/airflow/airflow.db",

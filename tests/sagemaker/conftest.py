@@ -12,18 +12,16 @@ import atexit
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.sagemaker.moto_process import moto_server_process
+
 REGION = "us-east-1"
 ROLE_ARN = "arn:aws:iam::123456789012:role/training"
 
@@ -54,42 +52,24 @@ class MotoServer:
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[MotoServer]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.sagemaker.moto_sagemaker", "--port", "0"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert process.stdout is not None
-    first_line = process.stdout.readline()
-    if not first_line.startswith("PORT "):
-        process.kill()
-        rest = process.stdout.read()
-        pytest.fail(f"moto server did not start: {first_line}{rest}")
-    endpoint_url = f"http://127.0.0.1:{int(first_line.split()[1])}"
-    connection = {
-        "conn_type": "aws",
-        "login": "testing",
-        "password": "testing",
-        "extra": {"region_name": REGION, "endpoint_url": endpoint_url},
-    }
-    saved = {name: os.environ.get(name) for name in ("AIRFLOW_CONN_AWS_DEFAULT", "AWS_ENDPOINT_URL")}
-    os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(connection)
-    os.environ["AWS_ENDPOINT_URL"] = endpoint_url
-    try:
-        yield MotoServer(endpoint_url)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        process.terminate()
+    with moto_server_process() as endpoint_url:
+        connection = {
+            "conn_type": "aws",
+            "login": "testing",
+            "password": "testing",
+            "extra": {"region_name": REGION, "endpoint_url": endpoint_url},
+        }
+        saved = {name: os.environ.get(name) for name in ("AIRFLOW_CONN_AWS_DEFAULT", "AWS_ENDPOINT_URL")}
+        os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(connection)
+        os.environ["AWS_ENDPOINT_URL"] = endpoint_url
         try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+            yield MotoServer(endpoint_url)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def training_request(
