@@ -10,8 +10,10 @@ a crash anywhere leaves the ledger as the last committed cycle wrote it). Steps:
 3. Per job queue, reconcile each open job with its task instance (``reconcile.task_outcome``):
 
    - the try is over: a waiting job ends; a job holding capacity releases it, unless a training job
-     may still run on it (its record says ``launched``): that orphan is stopped through its backend
-     first, and its capacity is released once it is stopped (or after ``orphan_timeout``);
+     may still run on it (its record says ``launched``): that orphan keeps its capacity until its
+     training job is known to be stopped (or for ``orphan_timeout``). A local process group is stopped by
+     its own watchdog; a SageMaker job is listed in ``CycleReport.stop_requests`` every cycle until the
+     host, asking it to stop after the commit, finds it no longer running (``StoppedTrainingJobs``);
    - the task goes on: a granted job moves SCHEDULED -> STARTING -> RUNNING as its task starts and
      launches; a job being stopped is signalled (``task_state_store`` signal, and a preempt event when
      it is deferred on its monitoring trigger); one that does not stop within ``stop_deadline`` is
@@ -26,9 +28,13 @@ a crash anywhere leaves the ledger as the last committed cycle wrote it). Steps:
    before anything is recorded, and when one cannot be (cleared, resumed or locked by someone else since
    it was read) the queue is planned again without it, as if it had not been waiting. Then
    ``record_cycle``; each grant resumes its task with the lease (``protocol.Grant``), each victim is
-   signalled at once. A victim's SageMaker training job is also listed in ``CycleReport.stop_requests``:
-   the host asks SageMaker to stop it once the cycle has committed (``request_stops``), so the stop
-   starts at the decision, not when the victim's task next runs.
+   signalled at once. A victim's SageMaker training job is also listed in ``CycleReport.stop_requests``,
+   so the stop starts at the decision, not when the victim's task next runs.
+
+The cycle makes no network call: it holds the database (SQLite's write lock, PostgreSQL's row locks)
+until its caller commits. Once committed, the host asks each training job in ``stop_requests`` to stop
+(``request_stops``, through ``CycleSettings.job_stopper``) and remembers which ones no longer run, for
+the next cycle to release their orphans' capacity.
 
 Only the task instances a cycle resumes (grants, rejections, preempt events) are claimed and loaded as
 ORM objects; the waiting ones are read as plain columns, their trigger kwargs decrypted once per trigger.
@@ -38,7 +44,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -97,6 +103,34 @@ LOCAL_KILL_MARGIN_SECONDS = 10.0
 JobStopper = Callable[[TrainingJobRecord], bool]
 
 
+class StoppedTrainingJobs:
+    """The training jobs a host asked to stop after its last committed cycle and found no longer running.
+
+    ``request_stops`` fills it after each committed cycle with that cycle's answers only (so it holds at
+    most one cycle's stop requests, and forgets a job as soon as no cycle asks about it); the next cycle
+    reads it to release an orphan's capacity (``confirmed_since``). A host keeps one for as long as its
+    process runs (``allocator.host``). Losing it is safe: a restart, or another allocator running the
+    next cycle, only means that cycle lists the orphan again and its job is asked to stop once more.
+    """
+
+    __slots__ = ("_asked_at",)
+
+    def __init__(self) -> None:
+        #: Training job name -> the time (``now``) of the cycle whose stop request it answered.
+        self._asked_at: dict[str, datetime] = {}
+
+    def remember(self, names: Iterable[str], asked_at: datetime) -> None:
+        """Replace what is remembered with the jobs found stopped when a cycle at ``asked_at`` asked."""
+        self._asked_at = dict.fromkeys(names, asked_at)
+
+    def confirmed_since(self, name: str, since: datetime) -> bool:
+        """Whether training job ``name`` was found no longer running when asked by a cycle at or after
+        ``since`` (an answer from before an orphan was first seen does not count: a job asked before it
+        was created answers "not running")."""
+        asked_at = self._asked_at.get(name)
+        return asked_at is not None and asked_at >= since
+
+
 @dataclass(frozen=True, slots=True)
 class CycleSettings:
     """The allocator's tunables (``[quota]`` in airflow.cfg; see the hosts)."""
@@ -108,9 +142,13 @@ class CycleSettings:
     stop_deadline: timedelta = timedelta(minutes=10)
     #: An orphaned training job not confirmed stopped after this has its capacity released anyway.
     orphan_timeout: timedelta = timedelta(minutes=15)
-    #: How training jobs are asked to stop (orphans, and victims once their cycle has committed); by
-    #: default through their backend.
+    #: How ``request_stops`` asks training jobs to stop once a cycle has committed (victims and
+    #: orphans); by default through their backend.
     job_stopper: JobStopper | None = None
+    #: The host's memory of the training jobs it found stopped, shared by every cycle it runs (a mutable
+    #: object in these frozen settings: ``request_stops`` updates it, the cycle reads it). None: nothing
+    #: is remembered, so an orphaned SageMaker training job keeps its capacity until ``orphan_timeout``.
+    stopped_training_jobs: StoppedTrainingJobs | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +165,8 @@ class CycleReport:
     """What one cycle did. ``skipped`` cycles did nothing (another allocator holds the lock)."""
 
     skipped: bool = False
+    #: The cycle's ``now``; None when it was skipped.
+    ran_at: datetime | None = None
     submitted: list[str] = field(default_factory=list)
     granted: list[Lease] = field(default_factory=list)
     #: Victims chosen this cycle, by preemptor.
@@ -135,15 +175,16 @@ class CycleReport:
     preempted_by_rule: dict[str, int] = field(default_factory=dict)
     #: Jobs told to stop this cycle (victims, terminated jobs, and re-sent signals).
     signalled: list[str] = field(default_factory=list)
-    #: The SageMaker training jobs of jobs first told to stop this cycle: the host asks SageMaker to stop
-    #: them once the cycle has committed (``request_stops``), so a stop starts at the decision instead of
-    #: when the victim's task next runs in a worker; the task still waits for ``Stopped`` and reports it.
+    #: SageMaker training jobs the host asks to stop once the cycle has committed (``request_stops``):
+    #: those of victims first told to stop this cycle (so a stop starts at the decision instead of when
+    #: the victim's task next runs in a worker; the task still waits for ``Stopped`` and reports it), and
+    #: those of orphans not yet known to be stopped (every cycle until the host finds them stopped).
     stop_requests: list[TrainingJobRecord] = field(default_factory=list)
     #: Jobs whose stop completed this cycle (requeued, or failed when out of retries or terminated).
     stopped: list[str] = field(default_factory=list)
     #: Jobs whose task try ended this cycle: finished in the ledger, capacity released.
     finished: list[str] = field(default_factory=list)
-    #: Jobs whose task ended while a training job may still run on their capacity: being stopped.
+    #: Jobs whose task ended while a training job may still run on their capacity: held until it stopped.
     orphans: list[str] = field(default_factory=list)
     #: A try's capacity and training job taken over by its retry: {previous job: retry job}.
     handed_over: dict[str, str] = field(default_factory=dict)
@@ -189,7 +230,7 @@ def run_allocation_cycle(
     settings = settings or CycleSettings()
     if not _take_cycle_lock(session):
         return CycleReport(skipped=True)
-    report = CycleReport()
+    report = CycleReport(ran_at=now)
     views = task_views(session)
     records = training_records(session)
     waiting_by_queue: dict[str, list[_Waiting]] = defaultdict(list)
@@ -400,47 +441,57 @@ class _Cycle:
         """A try that ended with its training job running keeps its capacity while a retry is coming.
 
         The retry re-attaches to the training job instead of launching a second one (its request
-        then takes the capacity over, ``record_handover``); the job is not stopped meanwhile.
+        then takes the capacity over, ``record_handover``); the job is not stopped meanwhile. A job
+        already told to stop keeps nothing for a retry: its training job is being stopped (an orphan
+        whose retry asked for other capacity, ``_submit_retry``, or a victim), and is released once stopped.
         """
-        if view is None or self._launched(row) is None:
+        if view is None or row.stop_signalled_at is not None or self._launched(row) is None:
             return False
         retry_coming = view.try_number > row.try_number and view.state in _RETRY_ON_ITS_WAY
         return view.state == "up_for_retry" or retry_coming
 
     def _orphan_stopped(self, row: JobRow, reason: str) -> bool:
-        """Whether the ended job's capacity is free: no training job of its lease can still run."""
+        """Whether the ended job's capacity is free: no training job of its lease can still run.
+
+        An orphaned SageMaker training job not known to be stopped yet is listed in ``stop_requests``
+        (every cycle until it is); the host asks it to stop once this cycle has committed.
+        """
         record = self._launched(row)
         if record is None:
             return True
-        if row.stop_signalled_at is None:
+        if row.stop_signalled_at is None:  # first seen: the orphan_timeout counts from now
             row.stop_signalled_at = self.now
             row.status_reason = (
                 f"Stopping: {reason}; its training job {record.get('name')} may still run and is being "
                 "stopped before its capacity is released"
             )
-        stopped = self._orphan_gone(row, record)
-        if not stopped and self.now - row.stop_signalled_at < self.settings.orphan_timeout:
+        if self._orphan_gone(row.stop_signalled_at, record):
+            return True
+        if record.get("backend") != "local":  # asked after the commit; at orphan_timeout a last time
+            self.report.stop_requests.append(record)
+        if self.now - row.stop_signalled_at < self.settings.orphan_timeout:
             self.report.orphans.append(row.job_id)
             return False
-        if not stopped:
-            log.warning(
-                "Training job %s of job %s not confirmed stopped after %s; releasing its capacity",
-                record.get("name"),
-                row.job_id,
-                self.settings.orphan_timeout,
-            )
+        log.warning(
+            "Training job %s of job %s not confirmed stopped after %s; releasing its capacity",
+            record.get("name"),
+            row.job_id,
+            self.settings.orphan_timeout,
+        )
         return True
 
-    def _orphan_gone(self, row: JobRow, record: TrainingJobRecord) -> bool:
-        """Whether an orphaned training job no longer runs (asking its backend to stop it meanwhile).
+    def _orphan_gone(self, first_seen: datetime, record: TrainingJobRecord) -> bool:
+        """Whether an orphaned training job, first seen at ``first_seen``, is known to no longer run.
 
         A local process group is stopped by its watchdog when its task dies, SIGTERM then SIGKILL after
-        the grace period; its devices are free once that much time has passed.
+        the grace period; its devices are free once that much time has passed. A SageMaker job is gone
+        once the host, asking it to stop after a cycle since then, found it no longer running.
         """
         if record.get("backend") == "local":
             grace = timedelta(seconds=float(record.get("grace_period", 120.0)) + LOCAL_KILL_MARGIN_SECONDS)
-            return row.stop_signalled_at is not None and self.now - row.stop_signalled_at >= grace
-        return _stop_orphan(self.settings, record)
+            return self.now - first_seen >= grace
+        stopped = self.settings.stopped_training_jobs
+        return stopped is not None and stopped.confirmed_since(record.get("name", ""), first_seen)
 
     # --- 3. admission requests -------------------------------------------------------------------------
 
@@ -511,7 +562,8 @@ class _Cycle:
         self, state: QueueState, waiting: _Waiting, request: JobRequest, previous: Job
     ) -> QueueState:
         """A retry takes over its previous try's capacity and training job when it asks for the same;
-        else the previous try's training job is stopped (and its capacity released) and it waits."""
+        else it waits as a new job, and the previous try's training job is an orphan: its capacity is
+        released once that job is stopped (``_orphan_stopped``; later cycles follow it in ``_reconcile``)."""
         held = previous.request
         if (held.quota_share_name, held.capacity_unit, held.instance_count) == (
             request.quota_share_name,
@@ -662,27 +714,29 @@ class _Cycle:
         return row
 
 
-def _stop_orphan(settings: CycleSettings, record: TrainingJobRecord) -> bool:
-    return request_stop(settings, record, "orphaned")
-
-
 def request_stops(report: CycleReport, settings: CycleSettings | None = None) -> None:
-    """Ask SageMaker to stop the training jobs of a committed cycle's victims (``stop_requests``).
+    """After a cycle has committed: ask each training job in its ``stop_requests`` to stop (no wait),
+    and remember in ``settings.stopped_training_jobs`` the ones that no longer run.
 
     Best effort: a victim's task stops its job itself when it runs (and waits for ``Stopped`` either
-    way); asking here only starts the stop sooner. Never call it for a cycle that rolled back.
+    way), an orphan's job is listed again by the next cycle until it is found stopped. Never call it
+    for a cycle that rolled back: its decisions did not happen.
     """
-    for record in report.stop_requests:
-        request_stop(settings or CycleSettings(), record, "preempted")
+    if report.ran_at is None:  # skipped: another allocator ran the cycle and asks
+        return
+    settings = settings or CycleSettings()
+    stopped = [record.get("name", "") for record in report.stop_requests if _ask_to_stop(settings, record)]
+    if settings.stopped_training_jobs is not None:
+        settings.stopped_training_jobs.remember(stopped, asked_at=report.ran_at)
 
 
-def request_stop(settings: CycleSettings, record: TrainingJobRecord, why: str) -> bool:
+def _ask_to_stop(settings: CycleSettings, record: TrainingJobRecord) -> bool:
     """Ask a training job to stop through ``settings.job_stopper``; True once it no longer runs."""
     stopper = settings.job_stopper or stop_through_backend
     try:
         return stopper(record)
-    except Exception:  # an unreachable backend must not stop the cycle; asked again later or by the task
-        log.exception("Could not ask %s training job %s to stop", why, record.get("name"))
+    except Exception:  # an unreachable backend must not stop the host; asked again later or by the task
+        log.exception("Could not ask training job %s to stop", record.get("name"))
         return False
 
 

@@ -5,6 +5,11 @@ A host calls ``run_cycle()`` as often as it likes: each call opens its own sessi
 one cycle, commits, emits the cycle's metrics through Airflow's ``Stats`` and returns the report. A
 cycle that raises is rolled back whole, logged, and counted (``quota.cycle.errors``); the host goes on.
 
+Only once the cycle has committed does the host call out of the process: it asks SageMaker to stop the
+training jobs the cycle listed (``request_stops``: new victims' and orphans'), and keeps the answers in
+``STOPPED_TRAINING_JOBS`` for the next cycle, which releases an orphan's capacity once its training job
+is found stopped. A cycle that rolled back asks nothing.
+
 Settings (``[quota]`` in airflow.cfg or ``AIRFLOW__QUOTA__*``): ``allocation_interval`` (seconds
 between cycles, default 1), ``settle_time`` (10), ``stop_deadline`` (600), ``orphan_timeout`` (900).
 """
@@ -24,7 +29,13 @@ from airflow.configuration import conf
 from airflow.observability.metrics import stats_utils
 from sqlalchemy.orm import Session
 
-from airflow_quota.allocator.cycle import CycleReport, CycleSettings, request_stops, run_allocation_cycle
+from airflow_quota.allocator.cycle import (
+    CycleReport,
+    CycleSettings,
+    StoppedTrainingJobs,
+    request_stops,
+    run_allocation_cycle,
+)
 from airflow_quota.engine.model import HOLDING_CAPACITY, JobStatus
 from airflow_quota.engine.usage import lent_capacity, usage_of
 
@@ -32,13 +43,17 @@ log = logging.getLogger(__name__)
 
 SECTION = "quota"
 
+#: The training jobs this process found stopped when it last asked (after its last committed cycle); every
+#: cycle it runs reads it (``cycle_settings``). Lost on a restart: the orphans' jobs are then asked again.
+STOPPED_TRAINING_JOBS = StoppedTrainingJobs()
+
 
 def allocation_interval() -> float:
     return conf.getfloat(SECTION, "allocation_interval", fallback=1.0)
 
 
 def cycle_settings() -> CycleSettings:
-    """The cycle's tunables from Airflow's configuration."""
+    """The cycle's tunables from Airflow's configuration, with this process's ``STOPPED_TRAINING_JOBS``."""
 
     def seconds(key: str, default: float) -> timedelta:
         return timedelta(seconds=conf.getfloat(SECTION, key, fallback=default))
@@ -47,6 +62,7 @@ def cycle_settings() -> CycleSettings:
         settle_time=seconds("settle_time", 10),
         stop_deadline=seconds("stop_deadline", 600),
         orphan_timeout=seconds("orphan_timeout", 900),
+        stopped_training_jobs=STOPPED_TRAINING_JOBS,
     )
 
 
@@ -59,7 +75,9 @@ def initialize_metrics() -> None:
 
 
 def run_cycle(settings: CycleSettings | None = None) -> CycleReport | None:
-    """One cycle in its own transaction; None when it failed (rolled back and logged)."""
+    """One cycle in its own transaction, then its stop requests; None when it failed (rolled back, logged,
+    nothing asked). ``settings`` defaults to ``cycle_settings()``; settings passed in should name a
+    ``stopped_training_jobs`` kept across calls, else an orphan's capacity waits for ``orphan_timeout``."""
     engine = airflow_settings.engine
     if engine is None:
         raise RuntimeError("Airflow's ORM is not configured (airflow.settings.engine is None)")
@@ -73,7 +91,7 @@ def run_cycle(settings: CycleSettings | None = None) -> CycleReport | None:
         Stats.incr("quota.cycle.errors")
         return None
     emit_metrics(report, time.monotonic() - started)
-    request_stops(report, settings)  # committed: the victims' training jobs may start stopping now
+    request_stops(report, settings)  # committed: victims' and orphans' training jobs are asked to stop now
     return report
 
 

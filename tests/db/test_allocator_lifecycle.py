@@ -3,7 +3,8 @@
 Against a real, migrated Airflow metadata DB (SQLite and PostgreSQL), each test writes what Airflow and
 the task would leave behind (task instance states, triggers, ``task_state_store`` values) between
 cycles, and checks what the allocator wrote back: the ledger, the resumed task instances and the
-signals a task reads.
+signals a task reads. Tests of orphaned training jobs also run the host's step after each commit
+(``request_stops``), as ``allocator.host.run_cycle`` does.
 """
 
 from __future__ import annotations
@@ -16,16 +17,20 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from airflow import settings as airflow_settings
 from airflow.models.taskinstance import TaskInstance
 from airflow.models.trigger import Trigger
 from airflow.sdk.serde import deserialize
 from airflow.state import TaskScope, get_state_backend
 from airflow.utils.state import TaskInstanceState
 
+from airflow_quota.allocator import host
 from airflow_quota.allocator.cycle import (
     LOCAL_KILL_MARGIN_SECONDS,
     CycleReport,
     CycleSettings,
+    StoppedTrainingJobs,
+    request_stops,
     run_allocation_cycle,
 )
 from airflow_quota.engine.config import parse_quota_config
@@ -87,6 +92,15 @@ def at(seconds: float) -> datetime:
 def cycle(db: Database, seconds: float, **settings: Any) -> CycleReport:
     with db.session() as session, session.begin():
         return run_allocation_cycle(session, at(seconds), CycleSettings(**settings))
+
+
+def hosted_cycle(db: Database, seconds: float, settings: CycleSettings) -> CycleReport:
+    """One cycle as ``allocator.host.run_cycle`` runs it: committed, then its listed training jobs asked to
+    stop (``request_stops``); ``settings`` is kept across cycles like the host's memory of stopped jobs."""
+    with db.session() as session, session.begin():
+        report = run_allocation_cycle(session, at(seconds), settings)
+    request_stops(report, settings)
+    return report
 
 
 def ti_of(db: Database, task_id: str) -> TaskInstance:
@@ -350,43 +364,113 @@ class RecordingStopper:
         self.calls.append(record["name"])
         return len(self.calls) >= self.stopped_after
 
+    def settings(self, **settings: Any) -> CycleSettings:
+        """What a host passes to each of its cycles: this stopper, and one memory of the jobs it stopped."""
+        return CycleSettings(job_stopper=self, stopped_training_jobs=StoppedTrainingJobs(), **settings)
+
+
+def an_orphaned_training_job(db: Database) -> str:
+    """A granted task launched its SageMaker training job, then failed (e.g. its worker died under it)."""
+    job_id = defer(db, "train", gpus=2, quota_share_name="team-a")
+    cycle(db, 1)
+    record_training_job(db, job_id, "launched")
+    set_ti(db, "train", state=TaskInstanceState.FAILED)
+    return job_id
+
 
 def test_an_orphaned_training_job_is_stopped_before_its_capacity_is_released(teams: Database) -> None:
-    job_id = defer(teams, "train", gpus=2, quota_share_name="team-a")
-    cycle(teams, 1)
-    record_training_job(teams, job_id, "launched")
-    set_ti(teams, "train", state=TaskInstanceState.FAILED)  # e.g. the worker died under it
-    stopper = RecordingStopper(stopped_after=2)
+    job_id = an_orphaned_training_job(teams)
+    stopper = RecordingStopper(stopped_after=2)  # still Stopping when first asked
+    settings = stopper.settings()
 
-    first = cycle(teams, 2, job_stopper=stopper)
+    first = hosted_cycle(teams, 2, settings)
 
     assert (first.orphans, first.finished) == ([job_id], [])
     assert held(teams) == {job_id: 2}
     assert job(teams, job_id).status_reason.startswith("Stopping: ")
+    assert stopper.calls == ["train-a1"]
 
-    second = cycle(teams, 3, job_stopper=stopper)
+    second = hosted_cycle(teams, 3, settings)
 
-    assert stopper.calls == ["train-a1", "train-a1"]
-    assert second.finished == [job_id]
+    assert (second.orphans, second.finished) == ([job_id], [])  # not known to be stopped when it ran
+    assert held(teams) == {job_id: 2}
+    assert stopper.calls == ["train-a1", "train-a1"]  # asked again; now it answered stopped
+
+    third = hosted_cycle(teams, 4, settings)
+
+    assert third.finished == [job_id]
     assert held(teams) == {}
+    assert (third.stop_requests, stopper.calls) == ([], ["train-a1", "train-a1"])  # not asked again
+    assert job(teams, job_id).status == "FAILED"
 
 
 def test_an_orphan_not_confirmed_stopped_has_its_capacity_released_after_the_orphan_timeout(
     teams: Database,
 ) -> None:
-    job_id = defer(teams, "train", gpus=2, quota_share_name="team-a")
-    cycle(teams, 1)
-    record_training_job(teams, job_id, "launched")
-    set_ti(teams, "train", state=TaskInstanceState.FAILED)
+    job_id = an_orphaned_training_job(teams)
     never = RecordingStopper(stopped_after=1_000)
+    settings = never.settings(orphan_timeout=timedelta(seconds=60))
 
-    cycle(teams, 2, job_stopper=never, orphan_timeout=timedelta(seconds=60))
+    hosted_cycle(teams, 2, settings)
+    hosted_cycle(teams, 61, settings)
     assert held(teams) == {job_id: 2}
 
-    late = cycle(teams, 62, job_stopper=never, orphan_timeout=timedelta(seconds=60))
+    late = hosted_cycle(teams, 62, settings)
 
     assert late.finished == [job_id]
     assert held(teams) == {}
+    assert never.calls == ["train-a1"] * 3  # asked each cycle, the last time as its capacity was released
+
+
+def test_a_stop_answered_before_the_orphan_was_first_seen_does_not_release_it(teams: Database) -> None:
+    job_id = an_orphaned_training_job(teams)
+    stopper = RecordingStopper(stopped_after=1_000)
+    settings = stopper.settings()
+    assert settings.stopped_training_jobs is not None
+    # e.g. the job was asked to stop as a victim before it was created (SageMaker: no such job, not running)
+    settings.stopped_training_jobs.remember(["train-a1"], asked_at=at(1))
+
+    report = hosted_cycle(teams, 2, settings)
+
+    assert (report.orphans, held(teams)) == ([job_id], {job_id: 2})
+
+
+def test_a_stop_is_asked_only_once_the_cycle_has_committed_and_not_for_a_cycle_that_rolled_back(
+    teams: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id = an_orphaned_training_job(teams)
+    monkeypatch.setattr(airflow_settings, "engine", teams.engine)  # the host's sessions on this database
+    seen_when_asked: list[str] = []
+
+    def stopper(record: TrainingJobRecord) -> bool:
+        """Answers "stopped", noting what another connection sees of the orphan's job when asked."""
+        seen_when_asked.append(job(teams, job_id).status_reason)
+        return True
+
+    settings = CycleSettings(job_stopper=stopper, stopped_training_jobs=StoppedTrainingJobs())
+
+    def cycle_whose_commit_fails(session: Any, now: datetime, settings: CycleSettings) -> CycleReport:
+        run_allocation_cycle(session, now, settings)  # the orphan is listed in its stop_requests
+        raise RuntimeError("the commit failed")
+
+    monkeypatch.setattr(host, "run_allocation_cycle", cycle_whose_commit_fails)
+    assert host.run_cycle(settings) is None
+    assert seen_when_asked == []  # a cycle that rolled back asks nothing
+    assert job(teams, job_id).stop_signalled_at is None
+
+    monkeypatch.setattr(host, "run_allocation_cycle", run_allocation_cycle)
+    first = host.run_cycle(settings)
+
+    assert first is not None and first.orphans == [job_id]
+    assert len(seen_when_asked) == 1
+    assert seen_when_asked[0].startswith("Stopping: ")  # asked after the cycle committed, not inside it
+    assert held(teams) == {job_id: 2}
+
+    second = host.run_cycle(settings)
+
+    assert second is not None and second.finished == [job_id]
+    assert held(teams) == {}
+    assert len(seen_when_asked) == 1
 
 
 def test_a_training_job_recorded_as_ended_is_no_orphan(teams: Database) -> None:
@@ -396,9 +480,9 @@ def test_a_training_job_recorded_as_ended_is_no_orphan(teams: Database) -> None:
     set_ti(teams, "train", state=TaskInstanceState.FAILED)
     stopper = RecordingStopper(stopped_after=1)
 
-    report = cycle(teams, 2, job_stopper=stopper)
+    report = hosted_cycle(teams, 2, stopper.settings())
 
-    assert (report.finished, stopper.calls) == ([job_id], [])
+    assert (report.finished, report.stop_requests, stopper.calls) == ([job_id], [], [])
 
 
 def test_a_victim_that_does_not_stop_within_the_stop_deadline_is_cleared(teams: Database) -> None:
@@ -511,15 +595,16 @@ def a_try_fails_with_its_training_job_running(db: Database) -> tuple[str, Record
 
 def test_a_retry_re_attaches_to_the_training_job_its_failed_try_left_running(teams: Database) -> None:
     first_try, stopper = a_try_fails_with_its_training_job_running(teams)
+    settings = stopper.settings()
 
-    waiting_for_retry = cycle(teams, 2, job_stopper=stopper)
+    waiting_for_retry = hosted_cycle(teams, 2, settings)
 
     assert (waiting_for_retry.finished, waiting_for_retry.orphans, stopper.calls) == ([], [], [])
     assert held(teams) == {first_try: 2}  # nobody else gets its GPUs meanwhile
     assert job(teams, first_try).status_reason.endswith("keeps its 2 gpu for the retry")
 
     retry = retry_defers_for_admission(teams, "train", gpus=2, share="team-a", seconds=3)
-    report = cycle(teams, 4, job_stopper=stopper)
+    report = hosted_cycle(teams, 4, settings)
 
     assert report.handed_over == {first_try: retry}
     [lease] = report.granted
@@ -538,22 +623,37 @@ def test_a_retry_asking_for_other_capacity_waits_and_its_previous_trys_training_
     teams: Database,
 ) -> None:
     first_try, stopper = a_try_fails_with_its_training_job_running(teams)
+    settings = stopper.settings()
     retry = retry_defers_for_admission(teams, "train", gpus=1, share="team-a", seconds=3)
 
-    report = cycle(teams, 4, job_stopper=stopper)
+    report = hosted_cycle(teams, 4, settings)
 
     assert report.handed_over == {}
-    assert stopper.calls == ["train-a1"]
+    assert report.orphans == [first_try]
+    assert stopper.calls == ["train-a1"]  # asked once the cycle committed; it answered stopped
+    assert held(teams) == {first_try: 2}  # team-a's 2 GPUs stay held until then: the retry waits
+    assert job(teams, retry).status == "RUNNABLE"
+
+    released = hosted_cycle(teams, 5, settings)
+
+    assert released.finished == [first_try]
     assert job(teams, first_try).status == "FAILED"
-    assert [lease.job_id for lease in report.granted] == [retry]
+    assert [lease.job_id for lease in released.granted] == [retry]
     assert held(teams) == {retry: 1}
+    assert stopper.calls == ["train-a1"]
 
 
 def test_a_try_that_fails_for_good_has_its_training_job_stopped(teams: Database) -> None:
     first_try, stopper = a_try_fails_with_its_training_job_running(teams)
+    settings = stopper.settings()
     set_ti(teams, "train", state=TaskInstanceState.FAILED)
 
-    report = cycle(teams, 2, job_stopper=stopper)
+    stopping = hosted_cycle(teams, 2, settings)
+
+    assert (stopping.orphans, stopper.calls) == ([first_try], ["train-a1"])
+    assert held(teams) == {first_try: 2}
+
+    report = hosted_cycle(teams, 3, settings)
 
     assert (report.finished, stopper.calls) == ([first_try], ["train-a1"])
     assert held(teams) == {}
@@ -568,7 +668,7 @@ def test_an_orphaned_local_process_group_keeps_its_devices_until_its_grace_perio
     set_ti(teams, "train", state=TaskInstanceState.FAILED)  # its worker died; the watchdog stops the group
 
     dying = cycle(teams, 2)
-    assert (dying.orphans, held(teams)) == ([job_id], {job_id: 1})
+    assert (dying.orphans, held(teams), dying.stop_requests) == ([job_id], {job_id: 1}, [])  # nothing to ask
     still = cycle(teams, 2 + 30 + LOCAL_KILL_MARGIN_SECONDS - 1)
     assert still.orphans == [job_id]
 
