@@ -3,10 +3,12 @@
 One Airflow (scheduler hosting the allocator, dag processor, triggerer, api-server; LocalExecutor; SQLite,
 in a temporary ``AIRFLOW_HOME``) and one moto server with our SageMaker emulator. A job queue of 2
 ``ml.g5.xlarge``: team-a LENDs its 1, team-b (LEND_AND_BORROW) trains on 2, one of them borrowed. Each
-repetition: team-b's DAG run starts a long training job and waits deferred on its monitoring trigger;
-then team-a's job arrives (``QuotaTrainingOperator``, 1 instance), and the allocator reclaims: the
-borrower is preempted, stops its training job (the emulator's ``Stopping`` lasts ``--stop-seconds``),
-waits until it is ``Stopped``, and waits for quota again; team-a is granted and launches its job.
+repetition: team-b's DAG run starts a long training job and waits deferred on its monitoring trigger
+(for ``--borrower-age`` seconds, by default past the 10 s settle time, as a borrower that has been
+training for a while); then team-a's job arrives (``QuotaTrainingOperator``, 1 instance), and the
+allocator reclaims: it asks SageMaker to stop the borrower's training job (the emulator's ``Stopping``
+lasts ``--stop-seconds``) and resumes the borrower, which waits until its job is ``Stopped`` and waits for
+quota again; team-a is granted and launches its job.
 
 Each phase is timed from the lender's submission (``quota_job.submitted_at``: its task deferring for
 admission): the allocator's decision (audit ``PREEMPTED``), the borrower's training job seen
@@ -20,6 +22,7 @@ Usage::
 
     .venv/bin/python benchmarks/preemption_latency.py              # 3 repetitions
     .venv/bin/python benchmarks/preemption_latency.py --quick      # 1 repetition (the tests run it)
+    .venv/bin/python benchmarks/preemption_latency.py --borrower-age 2  # a borrower that just deferred
 """
 
 from __future__ import annotations
@@ -219,7 +222,9 @@ def logged_at(
     return min(times) if times else float("nan")
 
 
-def repetition(bench_: Bench, number: int, timeout: float, *, await_borrower: bool = True) -> Repetition:
+def repetition(
+    bench_: Bench, number: int, timeout: float, *, borrower_age: float, await_borrower: bool = True
+) -> Repetition:
     """One reclaim; ``await_borrower=False`` returns once the lender's run ended (the borrower requeued)."""
     airflow = bench_.airflow
     run_id = f"rep-{number}"
@@ -240,7 +245,7 @@ def repetition(bench_: Bench, number: int, timeout: float, *, await_borrower: bo
         lambda: airflow.task_states(BORROWER, run_id).get("train", (None, 0))[0] == "deferred",
         timeout,
     )
-    time.sleep(2)  # the triggerer has picked the monitoring trigger up
+    time.sleep(borrower_age)  # how long the borrower has been deferred on its monitoring trigger
     watch = StatusWatch(bench_, training_job)
     window_start = time.time()
     try:
@@ -356,6 +361,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="1 repetition")
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--stop-seconds", type=float, default=2.0, help="the emulator's Stopping time")
+    parser.add_argument(
+        "--borrower-age",
+        type=float,
+        default=12.0,
+        help="seconds the borrower waits on its monitoring trigger before the lender arrives (below the "
+        "10 s settle time, its preempt event and its trigger's Stopped event wait for the settle guard)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.repetitions = 1
@@ -375,7 +387,15 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[dim]{time.strftime('%H:%M:%S')} repetition {number}[/dim]")
             # --quick does not wait for the last borrower to train again and finish (~25 s).
             last = number == args.repetitions
-            reps.append(repetition(b, number, timeout=240, await_borrower=not (args.quick and last)))
+            reps.append(
+                repetition(
+                    b,
+                    number,
+                    timeout=240,
+                    borrower_age=args.borrower_age,
+                    await_borrower=not (args.quick and last),
+                )
+            )
     print_phases(console, reps, args.stop_seconds)
     ok = all(
         rep.stop_before_create
