@@ -18,7 +18,7 @@ CPU seconds of each component's process tree (``/proc/<pid>/stat`` utime + stime
 every live process under it, before and after: the scheduler's tree holds the LocalExecutor workers and
 the task processes), the worker runs (``running`` events in Airflow's log table: a quota task whose
 request is known at parse time waits from the triggerer, and runs in a worker once for ``on_grant`` when
-its job ends within the launching run's ``settle_seconds``, twice with ``on_monitor`` when it outlives
+its job ends within the launching run's ``follow_seconds`` (5 s), twice with ``on_monitor`` when it outlives
 it) and the allocator's cycle time (its ``quota.cycle.duration`` metric, received by a StatsD listener of
 the benchmark). ``--what-if-settle S ...`` adds, after the headline rounds, one quota run per S with
 ``[quota] settle_time`` and the operator's ``settle_seconds`` both at S (the scheduler restarted for it):

@@ -7,7 +7,7 @@ The task's life, all in one Airflow try (``airflow_quota.protocol`` names every 
    ``start_from_trigger``): the scheduler defers the task as it schedules it. Otherwise ``execute`` renders
    and validates the request (SageMaker's API model, the capacity, the quota fields) and defers.
 2. ``on_grant`` (the allocator resumed it with a ``Grant``) launches ``<base>-a<attempt>`` (or re-attaches
-   to the training job its record says still runs), follows it from the worker for ``settle_seconds``
+   to the training job its record says still runs), follows it from the worker for ``follow_seconds``
    (a job that ends or is preempted in that time ends the task in this run), then defers on the
    backend's monitoring trigger.
 3. ``on_monitor`` ends the task when the training job ends, or, on a ``Preempt`` for its lease, stops the
@@ -274,10 +274,12 @@ class QuotaTrainingOperator(BaseOperator):
     :param input_data_config: the ``input_data_config`` passed to a ``ModelTrainer``'s request builder.
     :param poll_interval: seconds between DescribeTrainingJob calls while the job trains.
     :param stop_timeout: how long a preemption waits for the training job to reach ``Stopped``.
-    :param settle_seconds: after a launch the worker follows the training job for this long before it
-        defers on the monitoring trigger, and that trigger fires no sooner than this after the deferral (a
-        guard against apache/airflow#71580: a task resumed too soon after a worker deferral is failed). A
-        job that ends within it ends the task in the launching run.
+    :param settle_seconds: the monitoring trigger fires no sooner than this after the task deferred on it
+        (a guard against apache/airflow#71580: a task resumed too soon after a worker deferral is failed).
+    :param follow_seconds: after a launch the worker follows the training job for this long before it
+        defers on the monitoring trigger: a job that ends (or is preempted) within it ends the task in the
+        launching run, with no second worker run and no wait for ``settle_seconds``. A job that ends
+        later than this but sooner than this plus ``settle_seconds`` is seen ended only then.
     :param backend: ``"sagemaker"`` (default), or ``"local"``: the entry point runs in the worker on the
         granted GPUs of a ``local-`` capacity unit (docs/operator.md, "The local backend").
     :param entry_point: local backend: the entry point's argv, e.g. ``[sys.executable, "train.py"]``.
@@ -319,6 +321,7 @@ class QuotaTrainingOperator(BaseOperator):
         stop_poll_interval: float = 10.0,
         stop_timeout: float = 1800.0,
         settle_seconds: float = 10.0,
+        follow_seconds: float = 5.0,
         entry_point: Sequence[str] | None = None,
         local_root_dir: str | None = None,
         working_dir: str | None = None,
@@ -345,6 +348,7 @@ class QuotaTrainingOperator(BaseOperator):
         self.stop_poll_interval = stop_poll_interval
         self.stop_timeout = stop_timeout
         self.settle_seconds = settle_seconds
+        self.follow_seconds = follow_seconds
         self.entry_point: Any = None if entry_point is None else list(entry_point)
         self.local_root_dir = local_root_dir
         self.working_dir = working_dir
@@ -356,6 +360,8 @@ class QuotaTrainingOperator(BaseOperator):
             raise ValueError(f"backend must be 'sagemaker' or 'local', got {backend!r}")
         if training_job_config is None:
             raise ValueError("training_job_config is required")
+        if min(poll_interval, settle_seconds, follow_seconds) < 0:
+            raise ValueError("poll_interval, settle_seconds and follow_seconds must be >= 0 seconds")
         if isinstance(entry_point, str):
             raise ValueError(f"entry_point: give the argv as a list, e.g. [sys.executable, {entry_point!r}]")
         if backend == "local" and entry_point is None:
@@ -558,13 +564,13 @@ class QuotaTrainingOperator(BaseOperator):
     def _follow_while_settling(
         self, store: Any, backend: TrainingBackend, job: JobState, lease_id: str
     ) -> tuple[JobState, dict[str, Any] | None]:
-        """Follow a just-launched job from this worker run for ``settle_seconds``; stop early when it
+        """Follow a just-launched job from this worker run for ``follow_seconds``; stop early when it
         ends or a ``Preempt`` of this lease arrives. Returns the job's last state and the signal, if any.
 
-        A deferral's monitoring trigger may not fire within ``settle_seconds`` anyway (the #71580
-        guard), so a short job ends sooner here than through the trigger, with no extra worker run.
+        A deferral's monitoring trigger may not fire within ``settle_seconds`` (the #71580 guard), so a
+        short job ends sooner here than through the trigger, with no extra worker run.
         """
-        deadline = time.monotonic() + self.settle_seconds
+        deadline = time.monotonic() + self.follow_seconds
         while True:
             signal = _preempt_signal(store, lease_id)
             remaining = deadline - time.monotonic()

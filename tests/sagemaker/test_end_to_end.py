@@ -72,7 +72,7 @@ def test_the_owner_reclaims_its_instance_from_a_sagemaker_borrower(
         120,
     )
     airflow.wait_for(
-        "the borrower to defer on its monitoring trigger (after its launch run's settle time)",
+        "the borrower to defer on its monitoring trigger (after its launching run's follow time)",
         lambda: monitoring(airflow, "quota_sm_borrower", "e2e-1"),
         60,
     )

@@ -59,6 +59,7 @@ def test_a_model_trainer_factory_is_compiled_on_the_worker(offline_sdk: None, un
         training_job_config=factory,
         poll_interval=0.1,
         settle_seconds=0,
+        follow_seconds=0,
     )
     assert calls == []  # nothing is built at DAG parse time
     run = TaskRun(operator, TaskInstanceStandIn(dag_id="team_a_pipeline", run_id=f"run-{unique}"))

@@ -37,6 +37,7 @@ def operator(**kwargs: Any) -> QuotaTrainingOperator:
         "poll_interval": 0.1,
         "stop_poll_interval": 0.05,
         "settle_seconds": 0,
+        "follow_seconds": 0,
         **kwargs,
     }
     return QuotaTrainingOperator(**arguments)
@@ -267,10 +268,10 @@ def test_a_preempted_job_stops_requeues_in_place_and_resumes(moto_server: MotoSe
     assert (result["training_job_name"], result["attempts"], result["preemptions"]) == (second_job, 2, 1)
 
 
-def test_a_job_that_ends_within_the_settle_time_ends_the_task_in_its_launching_run(
+def test_a_job_that_ends_within_the_follow_time_ends_the_task_in_its_launching_run(
     moto_server: MotoServer, unique: str
 ) -> None:
-    run = task_run(unique, settle_seconds=30)  # the job runs 0.5 s
+    run = task_run(unique, follow_seconds=30)  # the job runs 0.5 s
 
     result = run.resume(run.execute(), run.grant(attempt=1))  # no deferral on a monitoring trigger
 
@@ -279,10 +280,10 @@ def test_a_job_that_ends_within_the_settle_time_ends_the_task_in_its_launching_r
     assert run.record()["state"] == "ended"
 
 
-def test_a_job_still_running_after_the_settle_time_is_handed_to_its_monitoring_trigger(
+def test_a_job_still_running_after_the_follow_time_is_handed_to_its_monitoring_trigger(
     moto_server: MotoServer, unique: str
 ) -> None:
-    run = task_run(unique, settle_seconds=0.5, training_job_config=training_request(duration_s=60))
+    run = task_run(unique, follow_seconds=0.5, training_job_config=training_request(duration_s=60))
 
     monitoring = run.resume_deferred(run.execute(), run.grant(attempt=1))
 
@@ -293,7 +294,7 @@ def test_a_job_still_running_after_the_settle_time_is_handed_to_its_monitoring_t
 def test_a_preemption_while_the_launching_run_follows_its_job_stops_and_requeues_from_that_run(
     moto_server: MotoServer, unique: str
 ) -> None:
-    run = task_run(unique, settle_seconds=30, training_job_config=training_request(duration_s=60))
+    run = task_run(unique, follow_seconds=30, training_job_config=training_request(duration_s=60))
     waiting = run.execute()
     grant = run.grant(attempt=1)
     # The allocator writes its signal a second into the worker run that launched the job.

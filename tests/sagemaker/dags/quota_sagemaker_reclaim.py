@@ -4,7 +4,7 @@
 run a minute, later ones 2 s (the emulator's ``emulator.duration_s``). ``quota_sm_owner`` (team-a) then
 asks for its own instance back: the borrower is preempted while deferred on its monitoring trigger. The
 borrower's request has a template (it waits from an ``execute`` run); the owner's does not, so it waits
-from the triggerer (``start_from_trigger``) and its 3 s job ends within the launching run's settle time.
+from the triggerer (``start_from_trigger``) and its 3 s job ends within the launching run's follow time.
 """
 
 from __future__ import annotations
