@@ -387,10 +387,14 @@ class QuotaTrainingOperator(BaseOperator):
         task that deferred from a worker run can be failed by its stale executor event). A request with
         templates, a ``ModelTrainer`` or factory, or one that does not validate here, waits from
         ``execute`` instead, where it is rendered and validated, and a bad one fails its own task with
-        every problem. Airflow 3.3 starts mapped tasks in a worker whatever this says.
+        every problem. Airflow 3.3 starts mapped tasks in a worker whatever this says. A task with an
+        ``execution_timeout`` also starts in a worker: from the triggerer, Airflow would count the wait
+        for quota against it (``TaskInstance.defer_task``), and a long queue would fail the task.
         """
         templated = [getattr(self, name) for name in self.template_fields]
         if self.model_trainer is not None or _has_template(templated) or self.get_dag() is None:
+            return
+        if self.execution_timeout is not None:
             return
         try:
             prepared = self._backend().prepare(cast("Context", {}))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -110,10 +110,12 @@ def test_a_request_known_at_parse_time_waits_from_the_triggerer_and_one_with_tem
         templated = operator(task_id="templated", quota_share_name="{{ params.share }}")
         factory = operator(task_id="factory", training_job_config=lambda: training_request())
         invalid = operator(task_id="invalid", training_job_config={"ResourceConfig": {}})
+        # From the triggerer, Airflow would count the wait for quota against the execution timeout.
+        timed = operator(task_id="timed", execution_timeout=timedelta(hours=6))
     outside_a_dag = operator(task_id="loose")
 
     assert static.start_from_trigger
-    assert not any(op.start_from_trigger for op in (templated, factory, invalid, outside_a_dag))
+    assert not any(op.start_from_trigger for op in (templated, factory, invalid, timed, outside_a_dag))
     args = static.start_trigger_args
     assert args is not None
     assert (args.trigger_cls, args.next_method, args.timeout) == (ADMISSION_CLASSPATH, "on_grant", None)
