@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -74,7 +74,7 @@ class ConfigApplyError(LedgerError):
 
 @dataclass(frozen=True, slots=True)
 class TaskInstanceRef:
-    """The Airflow task instance a job belongs to."""
+    """The Airflow task instance a job belongs to (its fields are ``JobRow``'s columns of the same names)."""
 
     dag_id: str
     run_id: str
@@ -513,7 +513,6 @@ def record_submissions(
     )
     for each in submissions:
         job = after.jobs[each.job_id]
-        task = each.task
         row = JobRow(
             job_id=each.job_id,
             job_queue_name=queue_name,
@@ -521,12 +520,7 @@ def record_submissions(
             attempt=0,
             held_instance_count=0,
             borrowed_instance_count=0,
-            dag_id=task.dag_id,
-            run_id=task.run_id,
-            task_id=task.task_id,
-            map_index=task.map_index,
-            try_number=task.try_number,
-            ti_id=task.ti_id,
+            **asdict(each.task),
             created_at=now,
         )
         _write_job(row, job, now)
@@ -570,12 +564,7 @@ def record_handover(
         borrowed_from=old.borrowed_from,
         held_devices=old.held_devices,
         training_job=old.training_job,
-        dag_id=task.dag_id,
-        run_id=task.run_id,
-        task_id=task.task_id,
-        map_index=task.map_index,
-        try_number=task.try_number,
-        ti_id=task.ti_id,
+        **asdict(task),
         created_at=now,
     )
     _write_job(row, after.jobs[to_job_id], now)
