@@ -57,8 +57,6 @@ os.environ["AIRFLOW_HOME"] = str(AIRFLOW_HOME)
 atexit.register(shutil.rmtree, AIRFLOW_HOME, ignore_errors=True)
 
 import sqlalchemy as sa  # noqa: E402
-from airflow.models.dagrun import DagRun  # noqa: E402
-from airflow.models.task_state_store import TaskStateStoreModel  # noqa: E402
 from airflow.models.taskinstance import TaskInstance  # noqa: E402
 from airflow.models.trigger import Trigger  # noqa: E402
 from airflow.sdk.serde import serialize  # noqa: E402
@@ -69,9 +67,8 @@ from sqlalchemy.orm import Session  # noqa: E402
 
 from airflow_quota.allocator.cycle import CycleReport, run_allocation_cycle  # noqa: E402
 from airflow_quota.engine.config import parse_quota_config  # noqa: E402
-from airflow_quota.ledger.models import ledger_metadata  # noqa: E402
-from airflow_quota.ledger.store import apply_quota_config  # noqa: E402
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger  # noqa: E402
+from tests.db.metadata_rows import reset_for_allocation  # noqa: E402
 
 TITLE = "Allocation cycle against the metadata DB (run_allocation_cycle + commit)"
 POSTGRES_SERVER = os.environ.get("QUOTA_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
@@ -185,19 +182,15 @@ BACKENDS: dict[str, Callable[[], Any]] = {"sqlite": sqlite_backend, "postgresql"
 
 def reset(engine: sa.Engine, document: dict[str, Any] | None = None) -> None:
     """Empty the ledger's tables and Airflow's task tables; apply the quota file (``quota_document()``)."""
-    with engine.begin() as connection:
-        for table in reversed(ledger_metadata.sorted_tables):
-            connection.execute(table.delete())
-        for model in (TaskStateStoreModel, TaskInstance, Trigger, DagRun):
-            connection.execute(sa.delete(model.__table__))
-        connection.execute(
-            sa.insert(DagRun.__table__).values(
-                dag_id=DAG_ID, run_id=RUN_ID, run_type="manual", run_after=START, state="running"
-            )
-        )
-    with Session(engine) as session, session.begin():
-        quotas = parse_quota_config(document or quota_document(), "benchmark")
-        apply_quota_config(session, quotas, applied_by="benchmark", source="benchmark", now=START)
+    reset_for_allocation(
+        engine,
+        dag_id=DAG_ID,
+        run_id=RUN_ID,
+        start=START,
+        quotas=parse_quota_config(document or quota_document(), "benchmark"),
+        applied_by="benchmark",
+        source="benchmark",
+    )
 
 
 def job_request(rng: random.Random, number: int, job_queue: str, share: str, at: datetime) -> dict[str, Any]:

@@ -18,14 +18,11 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
-
-from airflow_quota.engine.config import QuotaConfig
 
 # Before any test module of this folder imports airflow.
 os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="quota-db-tests-airflow-home-")
@@ -74,33 +71,6 @@ def migrated(database: Database) -> Database:
     result = database.airflow("db", "migrate")
     assert result.returncode == 0, result.stderr
     return database
-
-
-def reset_for_allocation(
-    database: Database, *, dag_id: str, run_id: str, start: datetime, quotas: QuotaConfig
-) -> None:
-    """Empty the ledger and Airflow's task tables, write one running DAG run and apply ``quotas``: the
-    state the allocator tests start from."""
-    from airflow.models.dagrun import DagRun
-    from airflow.models.task_state_store import TaskStateStoreModel
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.models.trigger import Trigger
-
-    from airflow_quota.ledger.models import ledger_metadata
-    from airflow_quota.ledger.store import apply_quota_config
-
-    with database.engine.begin() as connection:
-        for table in reversed(ledger_metadata.sorted_tables):
-            connection.execute(table.delete())
-        for model in (TaskStateStoreModel, TaskInstance, Trigger, DagRun):
-            connection.execute(sa.delete(model.__table__))
-        connection.execute(
-            sa.insert(DagRun.__table__).values(
-                dag_id=dag_id, run_id=run_id, run_type="manual", run_after=start, state="running"
-            )
-        )
-    with database.session() as session, session.begin():
-        apply_quota_config(session, quotas, applied_by="test", source="quotas.yaml", now=start)
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 
     from tests.db.conftest import Database
 
-from tests.db.conftest import reset_for_allocation
+from tests.db.metadata_rows import reset_for_allocation
 
 pytestmark = pytest.mark.db
 POSTGRESQL_ONLY = pytest.mark.parametrize("database", ["postgresql"], indirect=True)
@@ -134,7 +134,7 @@ FORK = multiprocessing.get_context("fork")  # the children start at once: airflo
 
 @pytest.fixture
 def db(migrated: Database) -> Iterator[Database]:
-    reset_for_allocation(migrated, dag_id=DAG_ID, run_id=RUN_ID, start=START, quotas=QUOTAS)
+    reset_for_allocation(migrated.engine, dag_id=DAG_ID, run_id=RUN_ID, start=START, quotas=QUOTAS)
     yield migrated
 
 

@@ -51,7 +51,7 @@ from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmission
 if TYPE_CHECKING:
     from tests.db.conftest import Database
 
-from tests.db.conftest import reset_for_allocation
+from tests.db.metadata_rows import reset_for_allocation
 
 pytestmark = pytest.mark.db
 
@@ -96,7 +96,7 @@ FORK = multiprocessing.get_context("fork")  # the child starts at once: airflow 
 
 @pytest.fixture
 def db(migrated: Database) -> Iterator[Database]:
-    reset_for_allocation(migrated, dag_id=DAG_ID, run_id=RUN_ID, start=START, quotas=QUOTAS)
+    reset_for_allocation(migrated.engine, dag_id=DAG_ID, run_id=RUN_ID, start=START, quotas=QUOTAS)
     yield migrated
 
 

@@ -31,7 +31,8 @@ from airflow_quota.allocator.cycle import (
 from airflow_quota.engine.config import parse_quota_config
 from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger
-from tests.db.conftest import Database, reset_for_allocation
+from tests.db.conftest import Database
+from tests.db.metadata_rows import reset_for_allocation
 
 pytestmark = pytest.mark.db
 
@@ -67,7 +68,7 @@ POSTGRESQL_ONLY = pytest.mark.parametrize("database", ["postgresql"], indirect=T
 
 @pytest.fixture
 def db(migrated: Database) -> Iterator[Database]:
-    reset_for_allocation(migrated, dag_id=DAG_ID, run_id=RUN_ID, start=START, quotas=QUOTAS)
+    reset_for_allocation(migrated.engine, dag_id=DAG_ID, run_id=RUN_ID, start=START, quotas=QUOTAS)
     yield migrated
 
 
