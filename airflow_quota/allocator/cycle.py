@@ -744,9 +744,9 @@ def stop_through_backend(record: TrainingJobRecord) -> bool:
     """Ask a SageMaker training job to stop (no wait); True once it no longer runs."""
     if record.get("backend") != "sagemaker":
         return True
-    from airflow_quota.backends.sagemaker import stop_orphaned_training_job
+    from airflow_quota.backends.sagemaker import ask_training_job_to_stop
 
-    return stop_orphaned_training_job(record.get("aws_conn_id"), record.get("region_name"), record["name"])
+    return ask_training_job_to_stop(record.get("aws_conn_id"), record.get("region_name"), record["name"])
 
 
 def _task_ref(task: WaitingTask) -> TaskInstanceRef:

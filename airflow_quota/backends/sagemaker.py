@@ -314,7 +314,7 @@ ALLOCATOR_BOTOCORE_CONFIG: dict[str, Any] = {
 }
 
 
-def stop_orphaned_training_job(aws_conn_id: str | None, region_name: str | None, name: str) -> bool:
+def ask_training_job_to_stop(aws_conn_id: str | None, region_name: str | None, name: str) -> bool:
     """For the allocator (orphans, preemption victims): ask a training job to stop; True once it no
     longer runs.
 

@@ -506,7 +506,7 @@ class QuotaTrainingOperator(BaseOperator):
         if backend.kind == "local":  # the worker watches its own process: no monitoring trigger
             return self._watch_local_job(context, backend, prepared, job.name, **monitor_kwargs)
 
-        job, signal = self._follow_while_settling(store, backend, job, lease_id)
+        job, signal = self._follow_launched_job(store, backend, job, lease_id)
         if signal is not None:  # arrived while this worker ran: nobody resumes the monitor for it
             return self._stop_and_requeue(context, backend, prepared, job.name, signal, **monitor_kwargs)
         if not job.running:  # it ended within the settle time: no monitoring trigger needed
@@ -565,7 +565,7 @@ class QuotaTrainingOperator(BaseOperator):
             )
         return self._finish(context, backend, job, lease_id, preemptions)
 
-    def _follow_while_settling(
+    def _follow_launched_job(
         self, store: Any, backend: TrainingBackend, job: JobState, lease_id: str
     ) -> tuple[JobState, dict[str, Any] | None]:
         """Follow a just-launched job from this worker run for ``follow_seconds``; stop early when it

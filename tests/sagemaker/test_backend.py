@@ -12,13 +12,13 @@ from airflow_quota.backends.sagemaker import (
     SageMakerTrainingJobs,
     TaskIdentity,
     TrainingRequestError,
+    ask_training_job_to_stop,
     build_request,
     capacity_of,
     checkpoint_s3_uri,
     normalized_request,
     quota_tags,
     request_problems,
-    stop_orphaned_training_job,
     training_job_name,
 )
 from tests.sagemaker.conftest import MotoServer, training_request
@@ -176,15 +176,15 @@ def test_stop_and_wait_gives_up_after_its_timeout(moto_server: MotoServer, uniqu
         jobs.stop_and_wait(str(request["TrainingJobName"]), poll_interval=0.05, timeout=0.3)
 
 
-def test_the_orphan_reaper_stops_without_waiting(moto_server: MotoServer, unique: str) -> None:
+def test_the_allocator_asks_a_job_to_stop_without_waiting(moto_server: MotoServer, unique: str) -> None:
     jobs = SageMakerTrainingJobs("aws_default")
     request = launch_request(unique, duration_s=60)
     jobs.launch(request)
     name = str(request["TrainingJobName"])
 
     started = time.monotonic()
-    assert stop_orphaned_training_job("aws_default", None, name) is False  # Stopping: ask again later
+    assert ask_training_job_to_stop("aws_default", None, name) is False  # Stopping: ask again later
     assert time.monotonic() - started < 3
     time.sleep(0.4)
-    assert stop_orphaned_training_job("aws_default", None, name) is True  # Stopped
-    assert stop_orphaned_training_job("aws_default", None, f"missing-{unique}") is True
+    assert ask_training_job_to_stop("aws_default", None, name) is True  # Stopped
+    assert ask_training_job_to_stop("aws_default", None, f"missing-{unique}") is True
