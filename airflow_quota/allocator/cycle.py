@@ -392,8 +392,8 @@ class _Cycle:
     def _note_training_job(self, row: JobRow) -> TrainingJobRecord | None:
         """Copy the training job the task recorded for the job's current lease onto its row (for the API
         and UI); return that record, or None when the task recorded none for this lease."""
-        record = self.records.get(row.job_id)
-        if record is None or record.get("lease_id") != lease_id_of(row):
+        record = self._current_record(row)
+        if record is None:
             return None
         noted = {"backend": record.get("backend"), "name": record.get("name"), "state": record.get("state")}
         if row.training_job != noted:
@@ -430,12 +430,15 @@ class _Cycle:
             if clear_unresponsive(self.session, view.ti_id):
                 self.report.cleared.append(job.job_id)
 
+    def _current_record(self, row: JobRow) -> TrainingJobRecord | None:
+        """What the task recorded about its training job under the job's current lease, if anything."""
+        record = self.records.get(row.job_id)
+        return record if record is not None and record.get("lease_id") == lease_id_of(row) else None
+
     def _launched(self, row: JobRow) -> TrainingJobRecord | None:
         """The training job the task launched on the job's current lease, when it may still run."""
-        record = self.records.get(row.job_id)
-        if record is None or record.get("lease_id") != lease_id_of(row) or record.get("state") != "launched":
-            return None
-        return record
+        record = self._current_record(row)
+        return record if record is not None and record.get("state") == "launched" else None
 
     def _held_for_retry(self, row: JobRow, view: TaskView | None) -> bool:
         """A try that ended with its training job running keeps its capacity while a retry is coming.
