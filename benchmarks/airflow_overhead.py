@@ -61,10 +61,14 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from tests.airflow.harness import AirflowProcesses  # noqa: E402
-from tests.sagemaker.moto_process import moto_server_process  # noqa: E402
+from tests.sagemaker.moto_process import (  # noqa: E402
+    OFFLINE_AWS_ENVIRONMENT,
+    REGION,
+    emulator_connection,
+    moto_server_process,
+)
 
 TITLE = "QuotaTrainingOperator vs SageMakerTrainingOperator in a pool, real Airflow"
-REGION = "us-east-1"
 QUEUE = "gpu-training"
 INSTANCE_TYPE = "ml.g5.xlarge"
 POOL = "overhead_pool"
@@ -254,26 +258,6 @@ def scheduler_loops(metrics: StatsdListener, start: float, end: float) -> LoopFi
 # --- the bench: moto, Airflow, teardown ----------------------------------------------------------------
 
 
-def aws_environment(endpoint_url: str) -> dict[str, str]:
-    """Dummy credentials, and the default AWS connection pointing at the emulator: nothing reaches AWS."""
-    connection = {
-        "conn_type": "aws",
-        "login": "testing",
-        "password": "testing",
-        "extra": {"region_name": REGION, "endpoint_url": endpoint_url},
-    }
-    return {
-        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(connection),
-        "AWS_ENDPOINT_URL": endpoint_url,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-        "AWS_CONFIG_FILE": os.devnull,
-        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-    }
-
-
 @dataclass
 class Bench:
     """A running Airflow with the emulator and a StatsD listener; ``home`` is removed at the end."""
@@ -338,7 +322,8 @@ def bench(
                 f"sqlite:///{home}/airflow/airflow.db",
                 parallelism=parallelism,
                 extra_env={
-                    **aws_environment(endpoint_url),
+                    **OFFLINE_AWS_ENVIRONMENT,
+                    **emulator_connection(endpoint_url),
                     "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
                     # Airflow's and the allocator's defaults (the test harness runs them faster).
                     "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "1",

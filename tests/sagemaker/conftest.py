@@ -9,7 +9,6 @@ is a temporary folder, set before any test module imports Airflow.
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import shutil
 import tempfile
@@ -20,22 +19,18 @@ from typing import Any
 
 import pytest
 
-from tests.sagemaker.moto_process import moto_server_process
+from tests.sagemaker.moto_process import (
+    OFFLINE_AWS_ENVIRONMENT,
+    REGION,
+    emulator_connection,
+    moto_server_process,
+)
 
-REGION = "us-east-1"
 ROLE_ARN = "arn:aws:iam::123456789012:role/training"
 
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="quota-sagemaker-tests-airflow-home-"))
 atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
-for _name, _value in {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": REGION,
-    "AWS_CONFIG_FILE": os.devnull,
-    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-}.items():
-    os.environ[_name] = _value
+os.environ.update(OFFLINE_AWS_ENVIRONMENT)
 
 
 @dataclass(frozen=True)
@@ -53,15 +48,9 @@ class MotoServer:
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[MotoServer]:
     with moto_server_process() as endpoint_url:
-        connection = {
-            "conn_type": "aws",
-            "login": "testing",
-            "password": "testing",
-            "extra": {"region_name": REGION, "endpoint_url": endpoint_url},
-        }
-        saved = {name: os.environ.get(name) for name in ("AIRFLOW_CONN_AWS_DEFAULT", "AWS_ENDPOINT_URL")}
-        os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(connection)
-        os.environ["AWS_ENDPOINT_URL"] = endpoint_url
+        pointing = emulator_connection(endpoint_url)
+        saved = {name: os.environ.get(name) for name in pointing}
+        os.environ.update(pointing)
         try:
             yield MotoServer(endpoint_url)
         finally:

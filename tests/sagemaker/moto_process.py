@@ -1,4 +1,5 @@
-"""moto's server with our SageMaker emulator (``moto_sagemaker``) as a subprocess on a free port.
+"""moto's server with our SageMaker emulator (``moto_sagemaker``) as a subprocess on a free port, and the
+environment that points AWS clients (boto3, the amazon provider's default connection) at it.
 
 Used by the tests' session fixture and by the benchmarks. The server's output is drained for as long as
 it runs: left in an unread pipe, it fills the pipe's buffer and the server blocks on its next write,
@@ -8,6 +9,8 @@ which looks like SageMaker hanging (every call times out after botocore's 60 s).
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import subprocess
 import sys
 import threading
@@ -16,6 +19,28 @@ from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+REGION = "us-east-1"
+
+#: Dummy credentials and no AWS configuration files: no client these set up can reach AWS.
+OFFLINE_AWS_ENVIRONMENT = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+}
+
+
+def emulator_connection(endpoint_url: str) -> dict[str, str]:
+    """Airflow's default AWS connection and boto3's endpoint, both pointing at the emulator."""
+    connection = {
+        "conn_type": "aws",
+        "login": "testing",
+        "password": "testing",
+        "extra": {"region_name": REGION, "endpoint_url": endpoint_url},
+    }
+    return {"AIRFLOW_CONN_AWS_DEFAULT": json.dumps(connection), "AWS_ENDPOINT_URL": endpoint_url}
 
 
 @contextlib.contextmanager
