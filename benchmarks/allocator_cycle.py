@@ -89,22 +89,24 @@ CHURN = 10
 CYCLES = ("first", "steady", "churn")
 
 
+def share_document(index: int, name: str) -> dict[str, Any]:
+    """Quota share ``index`` of the mix: RESERVE, LEND and LEND_AND_BORROW in turn (borrowLimit 20 or
+    unlimited), GPUS_PER_SHARE GPUs, in-share preemption on every fourth."""
+    strategy = STRATEGIES[index % len(STRATEGIES)]
+    sharing: dict[str, Any] = {"strategy": strategy}
+    if strategy == "LEND_AND_BORROW":
+        sharing["borrowLimit"] = -1 if index % 2 else 20
+    return {
+        "quotaShareName": name,
+        "capacityLimits": [{"capacityUnit": "gpu", "maxCapacity": GPUS_PER_SHARE}],
+        "resourceSharingConfiguration": sharing,
+        "preemptionConfiguration": {"inSharePreemption": "ENABLED" if index % 4 == 0 else "DISABLED"},
+    }
+
+
 def quota_document() -> dict[str, Any]:
     """One job queue of 200 GPUs shared by 20 quota shares of 10 (a mix of the three strategies)."""
-    shares = []
-    for index in range(SHARES):
-        strategy = STRATEGIES[index % len(STRATEGIES)]
-        sharing: dict[str, Any] = {"strategy": strategy}
-        if strategy == "LEND_AND_BORROW":
-            sharing["borrowLimit"] = -1 if index % 2 else 20
-        shares.append(
-            {
-                "quotaShareName": f"share-{index:02d}",
-                "capacityLimits": [{"capacityUnit": "gpu", "maxCapacity": GPUS_PER_SHARE}],
-                "resourceSharingConfiguration": sharing,
-                "preemptionConfiguration": {"inSharePreemption": "ENABLED" if index % 4 == 0 else "DISABLED"},
-            }
-        )
+    shares = [share_document(index, f"share-{index:02d}") for index in range(SHARES)]
     return {
         "jobQueues": [
             {

@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 
 TITLE = "Allocator processes on one PostgreSQL database (run_allocation_cycle back to back)"
 SHARES_PER_QUEUE = 20
-GPUS_PER_SHARE = 10
+GPUS_PER_SHARE = base.GPUS_PER_SHARE
 #: How often the driver finishes the granted tasks and defers as many new ones.
 TURNOVER_S = 0.5
 #: A cycle that found the lock held is retried after this long.
@@ -78,18 +78,7 @@ def quota_document(shares: int) -> dict[str, Any]:
     """``shares / 20`` job queues of 20 quota shares of 10 GPUs (a mix of the three strategies)."""
     queues: dict[str, list[dict[str, Any]]] = {}
     for index in range(shares):
-        strategy = base.STRATEGIES[index % len(base.STRATEGIES)]
-        sharing: dict[str, Any] = {"strategy": strategy}
-        if strategy == "LEND_AND_BORROW":
-            sharing["borrowLimit"] = -1 if index % 2 else 20
-        queues.setdefault(queue_of(index), []).append(
-            {
-                "quotaShareName": f"share-{index:03d}",
-                "capacityLimits": [{"capacityUnit": "gpu", "maxCapacity": GPUS_PER_SHARE}],
-                "resourceSharingConfiguration": sharing,
-                "preemptionConfiguration": {"inSharePreemption": "ENABLED" if index % 4 == 0 else "DISABLED"},
-            }
-        )
+        queues.setdefault(queue_of(index), []).append(base.share_document(index, f"share-{index:03d}"))
     return {
         "jobQueues": [
             {
