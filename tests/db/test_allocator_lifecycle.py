@@ -643,6 +643,28 @@ def test_a_retry_asking_for_other_capacity_waits_and_its_previous_trys_training_
     assert stopper.calls == ["train-a1"]
 
 
+def test_a_victim_whose_try_fails_for_a_retry_keeps_nothing_for_it_and_its_training_job_is_stopped(
+    teams: Database,
+) -> None:
+    _, borrower, lender = borrower_and_lender(teams)
+    record = {"backend": "sagemaker", "name": "b-borrow-a1", "attempt": 1, "lease_id": f"{borrower}#1"}
+    store_set(teams, "b-borrow", TRAINING_JOB_KEY, record | {"state": "launched"})
+    set_ti(teams, "b-borrow", state=TaskInstanceState.RUNNING)
+    stopper = RecordingStopper(stopped_after=2)  # still Stopping when asked at the decision
+    settings = stopper.settings()
+    assert hosted_cycle(teams, 3, settings).preempted == {lender: [borrower]}
+    set_ti(teams, "b-borrow", state=TaskInstanceState.UP_FOR_RETRY)  # its worker died while stopping
+
+    stopping = hosted_cycle(teams, 4, settings)
+
+    assert stopping.orphans == [borrower]  # not held for its retry: the lender is owed these GPUs
+    assert stopper.calls == ["b-borrow-a1", "b-borrow-a1"]
+    released = hosted_cycle(teams, 5, settings)
+    assert released.finished == [borrower]
+    assert [lease.job_id for lease in released.granted] == [lender]
+    assert borrower not in held(teams)
+
+
 def test_a_try_that_fails_for_good_has_its_training_job_stopped(teams: Database) -> None:
     first_try, stopper = a_try_fails_with_its_training_job_running(teams)
     settings = stopper.settings()

@@ -110,12 +110,10 @@ def test_a_request_known_at_parse_time_waits_from_the_triggerer_and_one_with_tem
         templated = operator(task_id="templated", quota_share_name="{{ params.share }}")
         factory = operator(task_id="factory", training_job_config=lambda: training_request())
         invalid = operator(task_id="invalid", training_job_config={"ResourceConfig": {}})
-        # From the triggerer, Airflow would count the wait for quota against the execution timeout.
-        timed = operator(task_id="timed", execution_timeout=timedelta(hours=6))
     outside_a_dag = operator(task_id="loose")
 
     assert static.start_from_trigger
-    assert not any(op.start_from_trigger for op in (templated, factory, invalid, timed, outside_a_dag))
+    assert not any(op.start_from_trigger for op in (templated, factory, invalid, outside_a_dag))
     args = static.start_trigger_args
     assert args is not None
     assert (args.trigger_cls, args.next_method, args.timeout) == (ADMISSION_CLASSPATH, "on_grant", None)
@@ -136,6 +134,21 @@ def test_a_request_known_at_parse_time_waits_from_the_triggerer_and_one_with_tem
     assert isinstance(requeued.trigger, QuotaAdmissionTrigger)
     assert requeued.trigger.submitted_at == grant["submitted_at"]
     assert requeued.trigger.job_name.endswith("-t1")  # from here on, named after its task instance
+
+
+def test_a_task_with_an_execution_timeout_waits_from_a_worker_so_its_queue_wait_is_not_counted() -> None:
+    with DAG("team_a_pipeline", schedule=None):
+        # From the triggerer, Airflow would count the wait for quota against the execution timeout.
+        timed = operator(task_id="timed", execution_timeout=timedelta(hours=6))
+
+    assert not timed.start_from_trigger
+    assert timed.start_trigger_args is None
+
+
+@pytest.mark.parametrize("knob", ["poll_interval", "settle_seconds", "follow_seconds"])
+def test_a_negative_timing_knob_fails_at_dag_parse_time(knob: str) -> None:
+    with pytest.raises(ValueError, match="must be >= 0 seconds"):
+        operator(**{knob: -1})
 
 
 # --- grant, monitor, finish ---------------------------------------------------------------------------------
