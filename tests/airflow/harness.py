@@ -156,6 +156,24 @@ class AirflowProcesses:
             time.sleep(0.5)
         raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{self.log_tails()}")
 
+    def wait_for_ledger_to_settle(self, *job_ids: str, timeout: float = 60) -> None:
+        """Wait until the quota ledger has recorded the end of ``job_ids`` (default: every job). The
+        allocator records it in the cycle after the job's task ended, so a test that just saw its DAG runs
+        finish waits for that cycle before it reads the ledger."""
+        query = "SELECT count(*) FROM quota_job WHERE status NOT IN ('SUCCEEDED', 'FAILED')"
+        if job_ids:
+            query += " AND job_id IN :job_ids"
+        statement = sa.text(query)
+        if job_ids:
+            statement = statement.bindparams(sa.bindparam("job_ids", expanding=True))
+
+        def settled() -> bool:
+            with self.engine.connect() as connection:
+                parameters = {"job_ids": list(job_ids)} if job_ids else {}
+                return int(connection.execute(statement, parameters).scalar_one()) == 0
+
+        self.wait_for("the quota ledger to record the jobs' end", settled, timeout)
+
     def wait_for_dag(self, dag_id: str, timeout: float = 120) -> None:
         def parsed() -> bool:
             with self.engine.connect() as connection:

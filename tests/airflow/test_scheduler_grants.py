@@ -125,6 +125,7 @@ def test_team_a_reclaims_its_gpu_from_a_borrower_running_in_a_worker(airflow: Ai
         j=borrower_id,
     )
     assert [tuple(row) for row in preempted] == [(borrower_id, lender_id, "RECLAIM")]
+    airflow.wait_for_ledger_to_settle(borrower_id)
     row = ledger(
         airflow,
         "SELECT status, attempt, preempted_attempt_count FROM quota_job WHERE job_id = :j",

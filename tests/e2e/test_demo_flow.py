@@ -203,6 +203,7 @@ def test_the_demo_flow_borrow_reclaim_requeue_resume_with_a_bad_file_and_a_sched
     assert sampler.held and max(sampler.held) <= CAPACITY
     assert not any(sampler.shared_devices), "a device index was held by two jobs at once"
 
+    airflow.wait_for_ledger_to_settle()
     pretrain = job_id("demo_research_pretrain", "pretrain")
     events = audit(airflow)
     preempted = [(e["job_id"], e["related_job_id"], e["rule"]) for e in events if e["kind"] == "PREEMPTED"]

@@ -140,6 +140,7 @@ def test_team_a_reclaims_its_gpu_from_a_local_borrower_that_resumes_from_its_che
 
     borrower_id = f"quota_local_borrower/{RUN_ID}/borrow/-1/1"
     owner_id = f"quota_local_owner/{RUN_ID}/train/-1/1"
+    airflow.wait_for_ledger_to_settle(borrower_id)
     with airflow.engine.connect() as connection:
         preempted = connection.execute(
             sa.text(

@@ -97,6 +97,7 @@ def test_the_owner_reclaims_its_instance_from_a_sagemaker_borrower(
     assert jobs[first][1] == jobs[second][1]  # the same checkpoint prefix
     owner = [name for name in jobs if name not in (first, second)]
     assert [jobs[name][0] for name in owner] == ["Completed"]
+    airflow.wait_for_ledger_to_settle("quota_sm_borrower/e2e-1/train/-1/1")
     with airflow.engine.connect() as connection:
         row = connection.execute(
             sa.text("SELECT status, attempt, preempted_attempt_count FROM quota_job WHERE job_id = :j"),
