@@ -58,7 +58,7 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from airflow_quota.engine.model import JobQueue, JobStatus, QuotaShare  # noqa: E402
+from airflow_quota.engine.model import Job, JobQueue, JobStatus, QuotaShare  # noqa: E402
 from airflow_quota.sim.metrics import MetricsRecorder, mean, p95  # noqa: E402
 from airflow_quota.sim.runner import JobOutcome, Simulation, _JobRecord  # noqa: E402
 from airflow_quota.sim.scenario import (  # noqa: E402
@@ -393,6 +393,282 @@ def check_bounds(results: Sequence[RunResult], bound: Bound, capped: Sequence[Ca
                 )
 
 
+# --- --diagnose: why capacity was idle, moment by moment -------------------------------------------------
+
+
+#: The categories of ``idle_partition``, in the order they are assigned (each unit-second gets one).
+HELD_RUNNING = "held by jobs running"
+HELD_STOPPING = "held by jobs being stopped"
+PROMISED = "idle, promised to a preemptor waiting for its victims"
+STARTABLE = "idle, a waiting job could legally start now"
+BLOCKED_RESERVE = "idle, waiting jobs kept out only by RESERVE"
+BLOCKED_CEILING = "idle, waiting jobs kept out only by ceilings"
+BLOCKED_SIZE = "idle, waiting work too big only by job sizes"
+NO_WORK = "idle, no waiting work"
+HELD_OUTSIDE = "held by shares outside the set"
+IDLE_CATEGORIES = (
+    HELD_RUNNING,
+    HELD_STOPPING,
+    PROMISED,
+    STARTABLE,
+    BLOCKED_RESERVE,
+    BLOCKED_CEILING,
+    BLOCKED_SIZE,
+    NO_WORK,
+    HELD_OUTSIDE,
+)
+
+
+def _subset_sums(sizes: dict[int, int], limit: int) -> list[int]:
+    """Every total up to ``limit`` that some of the jobs (``sizes``: instance count -> jobs) add up to."""
+    reach = [True] + [False] * limit
+    for size, jobs in sizes.items():
+        for _ in range(min(jobs, limit // size)):
+            for total in range(limit, size - 1, -1):
+                reach[total] = reach[total] or reach[total - size]
+    return [total for total, reachable in enumerate(reach) if reachable]
+
+
+def _most_startable(
+    free: int, pool_room: int, shares: Sequence[tuple[int | None, bool, dict[int, int]]]
+) -> int:
+    """The most units waiting jobs could take at once, whole jobs only.
+
+    ``shares``: per share, (units it may still add under its ceiling or None, whether it draws on the
+    lending pool, its waiting jobs as instance count -> jobs). At most ``free`` units in all, and at most
+    ``pool_room`` by the shares that draw on the pool.
+    """
+    reachable = {(0, 0)}
+    for room, pooled, sizes in shares:
+        options = _subset_sums(sizes, max(0, free if room is None else min(free, room)))
+        reachable = {
+            (units + add, pool + (add if pooled else 0))
+            for units, pool in reachable
+            for add in options
+            if units + add <= free and pool + (add if pooled else 0) <= pool_room
+        }
+    return max(units for units, _ in reachable)
+
+
+def idle_partition(
+    queue: JobQueue,
+    jobs: Collection[Job],
+    shares_in: Collection[str] | None = None,
+    capacity: int | None = None,
+) -> dict[str, int]:
+    """Split ``capacity`` units of a settled queue (one capacity unit) into ``IDLE_CATEGORIES``.
+
+    An oracle written from the README's rules, not from the engine's code: a waiting job may start now on
+    idle units when its share stays within its ceiling, the shares that lend (LEND, LEND_AND_BORROW)
+    together stay within what they own plus the unowned capacity (borrowing takes only lenders' idle
+    units, never RESERVE ones) and the units are idle and promised to nobody. Share usage counts a
+    preemptor waiting for its victims instead of them (two-phase preemption). ``STARTABLE`` is the most
+    units whole waiting jobs could take under those rules: after an allocation cycle that decided
+    nothing it is 0 for an engine with no head-of-line blocking. The next categories are what relaxing
+    one more rule would make usable: RESERVE capacity lendable, then no ceilings, then divisible jobs.
+
+    With ``shares_in`` (and its ``capacity``, cap(S) of the bound under the caps), the same for that set
+    of shares only: units held by its jobs, promised to its preemptors, and what its waiting jobs could
+    use of min(cap(S) - those, units idle in the queue); the rest is ``HELD_OUTSIDE`` (or, for victims
+    that hold more than their preemptor needs, ``HELD_STOPPING``).
+    """
+    (unit,) = queue.capacity
+    shares = {share.name: share for share in queue.shares}
+    inside = set(shares) if shares_in is None else set(shares_in)
+    total = queue.capacity[unit]
+    capacity = total if capacity is None else capacity
+    by_id = {job.job_id: job for job in jobs}
+    usage: dict[str, int] = defaultdict(int)
+    victims_held: dict[str, int] = defaultdict(int)
+    waiting: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    counts = dict.fromkeys(IDLE_CATEGORIES, 0)
+    held_all = 0
+    for job in jobs:
+        if job.status.holds_capacity:
+            held_all += job.count
+            preemptor = by_id.get(job.preempted_by) if job.preempted_by else None
+            if job.stop_cause is None:
+                usage[job.share_name] += job.count
+                counts[HELD_RUNNING] += job.count if job.share_name in inside else 0
+            elif preemptor is not None and job.job_id in preemptor.awaiting_victims:
+                victims_held[preemptor.job_id] += job.count
+            else:  # being terminated, or its preemptor is gone
+                usage[job.share_name] += job.count if job.counts_in_share else 0
+                counts[HELD_STOPPING] += job.count if job.share_name in inside else 0
+        elif job.status is JobStatus.RUNNABLE and not job.awaiting_victims and job.share_name in inside:
+            waiting[job.share_name][job.count] += 1
+    promised_all = surplus = 0
+    for job in jobs:
+        if job.status is JobStatus.RUNNABLE and job.awaiting_victims:
+            usage[job.share_name] += job.count
+            held_for_it = min(job.count, victims_held[job.job_id])
+            surplus += victims_held[job.job_id] - held_for_it
+            promised_all += job.count - held_for_it
+            if job.share_name in inside:
+                counts[HELD_STOPPING] += held_for_it
+                counts[PROMISED] += job.count - held_for_it
+    used_inside = counts[HELD_RUNNING] + counts[HELD_STOPPING] + counts[PROMISED]
+    free = max(0, min(capacity - used_inside, total - held_all - promised_all))
+    lending = [name for name, share in shares.items() if share.lends]
+    owned = sum(share.own_limit(unit) for share in shares.values())
+    pool = sum(shares[name].own_limit(unit) for name in lending) + max(0, total - owned)
+
+    def startable(*, reserve_lends: bool, ceilings: bool) -> int:
+        rows = []
+        for name in sorted(inside):
+            ceiling = shares[name].ceiling(unit) if ceilings else None
+            room = None if ceiling is None else ceiling - usage[name]
+            rows.append((room, reserve_lends or shares[name].lends, dict(waiting[name])))
+        if reserve_lends:
+            room_in_pool = total - sum(usage.values())
+        else:
+            room_in_pool = pool - sum(usage[name] for name in lending)
+        return _most_startable(free, max(0, room_in_pool), rows)
+
+    legal = startable(reserve_lends=False, ceilings=True)
+    lending_reserve = startable(reserve_lends=True, ceilings=True)
+    no_ceilings = startable(reserve_lends=True, ceilings=False)
+    divisible = min(free, sum(size * jobs for sizes in waiting.values() for size, jobs in sizes.items()))
+    counts[STARTABLE] = legal
+    counts[BLOCKED_RESERVE] = lending_reserve - legal
+    counts[BLOCKED_CEILING] = no_ceilings - lending_reserve
+    counts[BLOCKED_SIZE] = divisible - no_ceilings
+    counts[NO_WORK] = free - divisible
+    rest = capacity - sum(counts.values())
+    counts[HELD_STOPPING] += min(rest, surplus)
+    counts[HELD_OUTSIDE] = rest - min(rest, surplus)
+    return counts
+
+
+@dataclass
+class IdlePartition:
+    """Unit-seconds per ``IDLE_CATEGORIES`` entry of a set of shares (None: the queue) from ``since``."""
+
+    label: str
+    shares: frozenset[str] | None
+    capacity: int
+    since: float
+    unit_seconds: dict[str, float]
+    #: The first moments at which a waiting job could legally have started (STARTABLE > 0), and the state.
+    startable_moments: list[tuple[float, dict[str, Job]]]
+
+
+class DiagnosedSimulation(BacklogSimulation):
+    """``BacklogSimulation`` partitioning capacity-time with ``idle_partition`` once each moment settles."""
+
+    def __init__(
+        self, scenario: Scenario, *, checkpoint_interval: float, partitions: list[IdlePartition]
+    ) -> None:
+        super().__init__(scenario, checkpoint_interval=checkpoint_interval)
+        self.partitions = partitions
+        self._settled: list[dict[str, int]] | None = None
+        self._settled_at = 0.0
+
+    def _begin(self, now: float) -> None:
+        if self._settled is not None:
+            for partition, counts in zip(self.partitions, self._settled, strict=True):
+                elapsed = now - max(self._settled_at, partition.since)
+                if elapsed > 0:
+                    for category, units in counts.items():
+                        partition.unit_seconds[category] += units * elapsed
+        super()._begin(now)
+
+    def _end(self) -> None:
+        jobs = list(self.state.jobs.values())
+        self._settled = []
+        for partition in self.partitions:
+            counts = idle_partition(self.state.queue, jobs, partition.shares, partition.capacity)
+            if counts[STARTABLE] and len(partition.startable_moments) < 5:
+                partition.startable_moments.append((self._now, dict(self.state.jobs)))
+            self._settled.append(counts)
+        self._settled_at = self._now
+        super()._end()
+
+
+def binding_submission(events: Sequence[ScenarioEvent], capped: CappedBound) -> tuple[float, float]:
+    """(t, work of the binding shares submitted at or after t) for the t that sets ``capped``."""
+    jobs = [job for job in _submitted_jobs(events) if job.share in capped.shares and job.unit == capped.unit]
+    arrivals = sorted((job.at, job.work) for job in jobs)
+    remaining = sum(work for _, work in arrivals)
+    best = (float("-inf"), arrivals[0][0], remaining)
+    for at, work in arrivals:
+        if at + remaining / capped.cap > best[0]:
+            best = (at + remaining / capped.cap, at, remaining)
+        remaining -= work
+    return best[1], best[2]
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    label: str
+    span_start: float
+    span_end: float
+    partitions: list[IdlePartition]
+    #: The binding set's work submitted from its binding time on (unit-seconds); 0 without a binding set.
+    binding_work: float
+
+
+def diagnose(spec: RunSpec, capped: CappedBound) -> Diagnosis:
+    """Replay ``spec`` partitioning capacity-time: the whole queue, the set that binds the bound under the
+    caps, and that set from the submission time that binds it (where the makespan's excess over that
+    bound accrues: cap(S) x (end - t) = S's work submitted from t + everything else in that partition)."""
+    capacity = sum(spec.configuration.queue.capacity.values())
+    partitions = [IdlePartition("whole queue", None, capacity, float("-inf"), defaultdict(float), [])]
+    binding_work = 0.0
+    if capped.shares:
+        since, binding_work = binding_submission(spec.events, capped)
+        names = frozenset(capped.shares)
+        partitions.append(
+            IdlePartition(", ".join(capped.shares), names, capped.cap, float("-inf"), defaultdict(float), [])
+        )
+        partitions.append(
+            IdlePartition(
+                f"{', '.join(capped.shares)} from t*", names, capped.cap, since, defaultdict(float), []
+            )
+        )
+    scenario = Scenario(f"trace ({spec.label})", spec.configuration, spec.settings, spec.events)
+    simulation = DiagnosedSimulation(
+        scenario, checkpoint_interval=spec.checkpoint_interval, partitions=partitions
+    )
+    metrics = simulation.run().metrics
+    return Diagnosis(spec.label, metrics.span_start or 0.0, metrics.span_end or 0.0, partitions, binding_work)
+
+
+def render_diagnosis(diagnosis: Diagnosis, capped: CappedBound, console: Console) -> None:
+    span = diagnosis.span_end - diagnosis.span_start
+    table = Table(
+        title=f"--diagnose {diagnosis.label}: where capacity-time went (GPU-hours, % of cap x span)"
+    )
+    table.add_column("category")
+    for partition in diagnosis.partitions:
+        since = max(partition.since, diagnosis.span_start)
+        title = f"{partition.label} ({partition.capacity})"
+        if partition.since > float("-inf"):
+            title += f", t* = {(since - diagnosis.span_start) / 3600:,.1f} h"
+        table.add_column(title, justify="right")
+    for category in IDLE_CATEGORIES:
+        cells = []
+        for partition in diagnosis.partitions:
+            offered = partition.capacity * (diagnosis.span_end - max(partition.since, diagnosis.span_start))
+            value = partition.unit_seconds[category]
+            cells.append(f"{value / 3600:,.1f} ({_percent(value / offered)})")
+        table.add_row(category, *cells)
+    console.print(table)
+    for partition in diagnosis.partitions:
+        for at, _ in partition.startable_moments:
+            console.print(f"[red]{partition.label}: a waiting job could legally start at {at:.0f} s[/red]")
+    if capped.shares:
+        since_partition = diagnosis.partitions[-1]
+        held = since_partition.unit_seconds[HELD_RUNNING]
+        excess = capped.cap * (diagnosis.span_end - capped.span_end)
+        console.print(
+            f"excess over the bound under the caps: {excess / 3600:,.1f} GPU-h of {since_partition.label}'s "
+            f"{capped.cap} GPUs = running beyond the work submitted from t* (carried over from before t*, "
+            f"redone after preemptions) {(held - diagnosis.binding_work) / 3600:,.1f} + every other row of "
+            f"its column; makespan {span / 3600:,.1f} h"
+        )
+
+
 # --- the table ----------------------------------------------------------------------------------------------
 
 
@@ -502,6 +778,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="trace seed (default: make_trace.py's)")
     parser.add_argument("--stop-seconds", type=float, default=60.0)
     parser.add_argument("--checkpoint-interval", type=float, default=900.0)
+    parser.add_argument(
+        "--diagnose",
+        action="store_true",
+        help="also replay quota and quota, free stops, splitting capacity-time by why GPUs were idle",
+    )
     args = parser.parse_args(argv)
     generator = load_trace_generator()
     args.seed = generator.SEED if args.seed is None else args.seed
@@ -544,6 +825,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     capped = [bound_under_caps(spec.events, spec.configuration.queue) for spec in specs]
     check_bounds(results, bound, capped)
     render(results, bound, capped, len(events), console, args)
+    if args.diagnose:
+        for spec, capped_bound in zip(specs[:2], capped[:2], strict=True):
+            console.print(f"[dim]diagnosing {spec.label}...[/dim]")
+            render_diagnosis(diagnose(spec, capped_bound), capped_bound, console)
     return 0
 
 

@@ -7,22 +7,26 @@ repetition: team-b's DAG run starts a long training job and waits deferred on it
 (for ``--borrower-age`` seconds, by default past the 10 s settle time, as a borrower that has been
 training for a while); then team-a's job arrives (``QuotaTrainingOperator``, 1 instance), and the
 allocator reclaims: it asks SageMaker to stop the borrower's training job (the emulator's ``Stopping``
-lasts ``--stop-seconds``) and resumes the borrower, which waits until its job is ``Stopped`` and waits for
-quota again; team-a is granted and launches its job.
+lasts ``--stop-seconds``) and resumes the borrower, which waits until its job is ``Stopped`` (checking
+every ``--stop-poll-interval`` seconds) and waits for quota again; the allocator, which asks after every
+cycle, may find the job ``Stopped`` first and release its capacity then; team-a is granted and launches
+its job.
 
 Each phase is timed from the lender's submission (``quota_job.submitted_at``: its task deferring for
-admission): the allocator's decision (audit ``PREEMPTED``), the borrower's training job seen
-``Stopping`` and ``Stopped`` (DescribeTrainingJob polled every 0.1 s by the benchmark), the borrower's
-stop report (audit ``REQUEUED``), the lender's grant (audit ``GRANTED``), and the lender's training job
-``CreationTime``. The goal is two scheduler loops plus the stop time; the scheduler's loop is measured
-from its ``scheduler.scheduler_loop_duration`` metric (a StatsD listener of the benchmark), its period
-being the time between two loops' metrics.
+admission): the allocator's decision (audit ``PREEMPTED``), the borrower's training job seen ``Stopping``
+and ``Stopped`` (DescribeTrainingJob polled every 0.1 s by the benchmark), the borrower's capacity
+released (audit ``REQUEUED``: the allocator found the job stopped, or the borrower reported it), the
+lender's grant (audit ``GRANTED``), and the lender's training job ``CreationTime``. The goal is two
+scheduler loops plus the stop time; the scheduler's loop is measured from its
+``scheduler.scheduler_loop_duration`` metric (a StatsD listener of the benchmark), its period being the
+time between two loops' metrics.
 
 Usage::
 
     .venv/bin/python benchmarks/preemption_latency.py              # 3 repetitions
     .venv/bin/python benchmarks/preemption_latency.py --quick      # 1 repetition (the tests run it)
     .venv/bin/python benchmarks/preemption_latency.py --borrower-age 2  # a borrower that just deferred
+    .venv/bin/python benchmarks/preemption_latency.py --stop-poll-interval 10  # the operator's default
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ def request(instance_count, durations):
     }}
 
 
-COMMON = {{"job_queue": "{queue}", "poll_interval": 1.0, "stop_poll_interval": 0.5}}
+COMMON = {{"job_queue": "{queue}", "poll_interval": 1.0, "stop_poll_interval": {stop_poll_interval}}}
 
 with DAG(dag_id="{borrower}", schedule=None, start_date=datetime(2026, 1, 1)):
     QuotaTrainingOperator(
@@ -362,6 +366,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--stop-seconds", type=float, default=2.0, help="the emulator's Stopping time")
     parser.add_argument(
+        "--stop-poll-interval",
+        type=float,
+        default=0.5,
+        help="the operators' stop_poll_interval: how often a victim's task checks its job stopped "
+        "(the operator's default is 10 s)",
+    )
+    parser.add_argument(
         "--borrower-age",
         type=float,
         default=12.0,
@@ -375,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     dags_text = LATENCY_DAGS.format(
         instance_type=INSTANCE_TYPE,
         stop_seconds=args.stop_seconds,
+        stop_poll_interval=args.stop_poll_interval,
         queue=QUEUE,
         borrower=BORROWER,
         lender=LENDER,

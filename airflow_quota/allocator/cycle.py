@@ -17,10 +17,14 @@ a crash anywhere leaves the ledger as the last committed cycle wrote it). Steps:
    - the task goes on: a granted job moves SCHEDULED -> STARTING -> RUNNING as its task starts and
      launches; a job being stopped is signalled (``task_state_store`` signal, and a preempt event when
      it is deferred on its monitoring trigger); one that does not stop within ``stop_deadline`` is
-     cleared, the last resort;
+     cleared, the last resort. Its SageMaker training job is listed in ``stop_requests`` every cycle
+     until the host, asking after a commit since the job was told to stop, finds it ``Stopped``: then
+     the stop is complete (REQUEUED, or FAILED), and the capacity free for this cycle's plan;
    - the task deferred for admission again: if it was being stopped, that is its stop report
-     (REQUEUED at its place, or FAILED out of preemption retries); a new request is recorded; a
-     request that can never be granted resumes its task with a rejection, so only that task fails.
+     (REQUEUED at its place, or FAILED out of preemption retries); a job the allocator already found
+     stopped is an ordinary waiting request (or rejected, when FAILED); a new request is recorded; a
+     request that can never be granted resumes its task with a rejection, so only that task fails;
+   - the try of a job that holds nothing (waiting, or a victim already requeued) is over: it FAILS.
      A task that deferred from a worker run is resumed only once it has settled (``settle_time``):
      it may be granted and preempt before, its capacity held for it meanwhile.
 
@@ -34,7 +38,8 @@ a crash anywhere leaves the ledger as the last committed cycle wrote it). Steps:
 The cycle makes no network call: it holds the database (SQLite's write lock, PostgreSQL's row locks)
 until its caller commits. Once committed, the host asks each training job in ``stop_requests`` to stop
 (``request_stops``, through ``CycleSettings.job_stopper``) and remembers which ones no longer run, for
-the next cycle to release their orphans' capacity.
+the next cycle to release their orphans' and victims' capacity; the victims among them are listed in
+``CycleReport.victims_found_stopped``, so the host can run that next cycle at once.
 
 Only the task instances a cycle resumes (grants, rejections, preempt events) are claimed and loaded as
 ORM objects; the waiting ones are read as plain columns, their trigger kwargs decrypted once per trigger.
@@ -47,6 +52,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from airflow.models.taskinstance import TaskInstance
@@ -85,6 +91,7 @@ from airflow_quota.ledger.store import (
     record_stop_completed,
     record_submission,
     record_submissions,
+    record_termination,
     to_engine_time,
 )
 from airflow_quota.protocol import LOCAL_UNIT_PREFIX, Preempt, TrainingJobRecord
@@ -99,8 +106,32 @@ ALLOCATOR_LOCK_ID = int.from_bytes(b"aqalloc1", "big")
 _RETRY_ON_ITS_WAY = frozenset({"scheduled", "queued", "running", "deferred"})
 #: Seconds past a local job's grace period before its orphaned process group is taken as gone.
 LOCAL_KILL_MARGIN_SECONDS = 10.0
-#: Asks a training job to stop, without waiting; True once it no longer runs (may be asked again).
-JobStopper = Callable[[TrainingJobRecord], bool]
+
+
+class StopAnswer(StrEnum):
+    """What a training job's backend answered when the allocator asked it to stop (after a commit)."""
+
+    #: Still running (SageMaker: ``InProgress``, ``Stopping``): asked again after the next cycle.
+    RUNNING = "running"
+    #: Ended without completing (SageMaker: ``Stopped``, ``Failed``): its capacity is free.
+    STOPPED = "stopped"
+    #: Completed its work before the stop reached it: free, but a victim's task reports its success.
+    COMPLETED = "completed"
+    #: No training job of that name: never created, or not yet (its task may be creating it now).
+    MISSING = "missing"
+
+
+#: Asks a training job to stop, without waiting, and says what it found (may be asked again). A stand-in
+#: may answer a bool: True for ``StopAnswer.STOPPED``, False for ``StopAnswer.RUNNING``.
+JobStopper = Callable[[TrainingJobRecord], StopAnswer | bool]
+#: SageMaker's ``TrainingJobStatus`` -> the answer (no job of the name: ``StopAnswer.MISSING``).
+_SAGEMAKER_ANSWERS = {
+    "InProgress": StopAnswer.RUNNING,
+    "Stopping": StopAnswer.RUNNING,
+    "Stopped": StopAnswer.STOPPED,
+    "Failed": StopAnswer.STOPPED,
+    "Completed": StopAnswer.COMPLETED,
+}
 
 
 class StoppedTrainingJobs:
@@ -108,9 +139,11 @@ class StoppedTrainingJobs:
 
     ``request_stops`` fills it after each committed cycle with that cycle's answers only (so it holds at
     most one cycle's stop requests, and forgets a job as soon as no cycle asks about it); the next cycle
-    reads it to release an orphan's capacity (``confirmed_since``). A host keeps one for as long as its
-    process runs (``allocator.host``). Losing it is safe: a restart, or another allocator running the
-    next cycle, only means that cycle lists the orphan again and its job is asked to stop once more.
+    reads it to release an orphan's or a victim's capacity (``confirmed_since``). What counts as "no
+    longer running" depends on who asked: for an orphan any answer but ``RUNNING``, for a victim only
+    ``STOPPED`` (``StopRequest.counts``). A host keeps one for as long as its process runs
+    (``allocator.host``). Losing it is safe: a restart, or another allocator running the next cycle, only
+    means that cycle lists the job again and it is asked to stop once more (or a victim's task reports).
     """
 
     __slots__ = ("_asked_at",)
@@ -125,8 +158,8 @@ class StoppedTrainingJobs:
 
     def confirmed_since(self, name: str, since: datetime) -> bool:
         """Whether training job ``name`` was found no longer running when asked by a cycle at or after
-        ``since`` (an answer from before an orphan was first seen does not count: a job asked before it
-        was created answers "not running")."""
+        ``since`` (an answer from before an orphan was first seen, or before a victim was told to stop,
+        does not count: a job asked before it was created answers "not running")."""
         asked_at = self._asked_at.get(name)
         return asked_at is not None and asked_at >= since
 
@@ -143,11 +176,12 @@ class CycleSettings:
     #: An orphaned training job not confirmed stopped after this has its capacity released anyway.
     orphan_timeout: timedelta = timedelta(minutes=15)
     #: How ``request_stops`` asks training jobs to stop once a cycle has committed (victims and
-    #: orphans); by default through their backend.
+    #: orphans); by default through their backend (``stop_through_backend``).
     job_stopper: JobStopper | None = None
     #: The host's memory of the training jobs it found stopped, shared by every cycle it runs (a mutable
     #: object in these frozen settings: ``request_stops`` updates it, the cycle reads it). None: nothing
-    #: is remembered, so an orphaned SageMaker training job keeps its capacity until ``orphan_timeout``.
+    #: is remembered, so an orphaned SageMaker training job keeps its capacity until ``orphan_timeout``,
+    #: and a victim's until its task reports its stop.
     stopped_training_jobs: StoppedTrainingJobs | None = None
 
 
@@ -158,6 +192,24 @@ class Lease:
     job_id: str
     ti_id: str
     payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class StopRequest:
+    """A training job the host asks to stop once the cycle has committed, and the job it runs for."""
+
+    job_id: str
+    record: TrainingJobRecord
+    #: True: a job being stopped (preempted or terminated) whose task goes on and also waits for the
+    #: stop; False: an orphan (its task try is over).
+    victim: bool
+
+    def counts(self, answer: StopAnswer) -> bool:
+        """Whether ``answer`` frees the capacity. A victim's only when its job is found stopped: a job
+        that completed first is its task's success to report (not a preemption), and a victim's job
+        missing may be one its task is creating right now. An orphan's task is over: any ended job, or
+        none, frees it."""
+        return answer is StopAnswer.STOPPED if self.victim else answer is not StopAnswer.RUNNING
 
 
 @dataclass(slots=True)
@@ -175,12 +227,17 @@ class CycleReport:
     preempted_by_rule: dict[str, int] = field(default_factory=dict)
     #: Jobs told to stop this cycle (victims, terminated jobs, and re-sent signals).
     signalled: list[str] = field(default_factory=list)
-    #: SageMaker training jobs the host asks to stop once the cycle has committed (``request_stops``):
-    #: those of victims first told to stop this cycle (so a stop starts at the decision instead of when
-    #: the victim's task next runs in a worker; the task still waits for ``Stopped`` and reports it), and
-    #: those of orphans not yet known to be stopped (every cycle until the host finds them stopped).
-    stop_requests: list[TrainingJobRecord] = field(default_factory=list)
-    #: Jobs whose stop completed this cycle (requeued, or failed when out of retries or terminated).
+    #: SageMaker training jobs the host asks to stop once the cycle has committed (``request_stops``),
+    #: every cycle until it finds them stopped: those of jobs being stopped (victims of a preemption or a
+    #: termination) from the decision on, so a stop starts at once and the capacity is free as soon as
+    #: the allocator finds the job ``Stopped`` (the task also waits for it and reports it, whichever is
+    #: first), and those of orphans not yet known to be stopped.
+    stop_requests: list[StopRequest] = field(default_factory=list)
+    #: Filled by ``request_stops`` after the commit: the victims (job ids) whose training job it found
+    #: stopped. The next cycle releases their capacity; a host runs it at once when this is not empty.
+    victims_found_stopped: list[str] = field(default_factory=list)
+    #: Jobs whose stop completed this cycle (requeued, or failed when out of retries or terminated):
+    #: reported by their task, or their training job found stopped by the allocator.
     stopped: list[str] = field(default_factory=list)
     #: Jobs whose task try ended this cycle: finished in the ledger, capacity released.
     finished: list[str] = field(default_factory=list)
@@ -270,6 +327,8 @@ class _Cycle:
     claims: dict[str, bool] = field(default_factory=dict)
     #: The claimed task instances loaded to be resumed, by job id.
     task_instances: dict[str, TaskInstance] = field(default_factory=dict)
+    #: Jobs whose training job this cycle listed in ``report.stop_requests`` (each once).
+    listed: set[str] = field(default_factory=set)
 
     def allocate_queue(self, queue_name: str, waiting: list[_Waiting]) -> None:
         try:
@@ -367,8 +426,18 @@ class _Cycle:
                 return state
             state = self._follow_progress(state, job, row, view)
             if job.is_stopping:
+                if self._victim_found_stopped(row):
+                    # Its capacity is free now, for its preemptor in this very cycle; its task still
+                    # reports the stop later, by then an ordinary request (or rejected when final).
+                    self.report.stopped.append(job_id)
+                    return record_stop_completed(self.session, state, job_id, self.now, started=True)
                 self._signal_if_due(state.jobs[job_id], row, view)
+                self._list_victim(row)
             return state
+        if not job.status.holds_capacity:  # a waiting job (or a victim already requeued) holds nothing
+            self.report.finished.append(job_id)
+            reason = f"{outcome.reason} while it waited for quota"
+            return record_termination(self.session, state, job_id, self.now, reason)
         if job.status.holds_capacity and self._held_for_retry(row, view):
             held = (
                 f"its training job keeps its {row.held_instance_count} {row.held_capacity_unit} for the retry"
@@ -430,6 +499,33 @@ class _Cycle:
             if clear_unresponsive(self.session, view.ti_id):
                 self.report.cleared.append(job.job_id)
 
+    def _victim_found_stopped(self, row: JobRow) -> bool:
+        """Whether the training job of a job being stopped (its task still active) was found ``Stopped``
+        by the host when asked after a cycle since the job was told to stop (``stop_signalled_at``, set
+        at the decision, or when a termination is first signalled: an earlier answer never counts).
+
+        SageMaker only: a local job is a process of its task's worker, which alone can tell it stopped.
+        """
+        stopped = self.settings.stopped_training_jobs
+        record = self._launched(row)
+        return (
+            stopped is not None
+            and record is not None
+            and record.get("backend") == "sagemaker"
+            and row.stop_signalled_at is not None
+            and stopped.confirmed_since(record.get("name", ""), row.stop_signalled_at)
+        )
+
+    def _list_victim(self, row: JobRow) -> None:
+        """List a told-to-stop job's SageMaker training job in ``stop_requests`` (every cycle while it
+        is being stopped, from its decision on), for the host to ask and describe after the commit."""
+        record = self._launched(row)
+        if row.stop_signalled_at is None or record is None or record.get("backend") != "sagemaker":
+            return
+        if row.job_id not in self.listed:
+            self.listed.add(row.job_id)
+            self.report.stop_requests.append(StopRequest(row.job_id, record, victim=True))
+
     def _current_record(self, row: JobRow) -> TrainingJobRecord | None:
         """What the task recorded about its training job under the job's current lease, if anything."""
         record = self.records.get(row.job_id)
@@ -470,8 +566,9 @@ class _Cycle:
             )
         if self._orphan_gone(row.stop_signalled_at, record):
             return True
-        if record.get("backend") != "local":  # asked after the commit; at orphan_timeout a last time
-            self.report.stop_requests.append(record)
+        if record.get("backend") != "local" and row.job_id not in self.listed:
+            self.listed.add(row.job_id)  # asked after the commit; at orphan_timeout a last time
+            self.report.stop_requests.append(StopRequest(row.job_id, record, victim=False))
         if self.now - row.stop_signalled_at < self.settings.orphan_timeout:
             self.report.orphans.append(row.job_id)
             return False
@@ -516,6 +613,9 @@ class _Cycle:
             if job is None:  # final: refused at submission, out of preemption retries, terminated
                 self._reject(each, self._row(each.job_id).status_reason)
                 continue
+            # RUNNABLE: an ordinary request, at its original place. That includes a victim whose stop
+            # the allocator completed before its task reported it (``_victim_found_stopped``): the
+            # ``released_lease_id`` it names was released already and counts no second preemption.
             grantable[each.job_id] = each
         return state, grantable
 
@@ -674,7 +774,9 @@ class _Cycle:
             preemption.victim_ids
         )
         for victim_id in preemption.victim_ids:
-            self._signal(state.jobs[victim_id], self._row(victim_id), self.views.get(victim_id))
+            row = self._row(victim_id)
+            self._signal(state.jobs[victim_id], row, self.views.get(victim_id))
+            self._list_victim(row)  # the stop starts at the decision, not when its task next runs
 
     def _signal(self, job: Job, row: JobRow, view: TaskView | None) -> None:
         """Tell a job's task to stop: the store signal always, a preempt event when it is monitoring."""
@@ -703,9 +805,6 @@ class _Cycle:
                 resumed = True
         if first:
             row.stop_signalled_at = self.now
-            record = self._launched(row)
-            if record is not None and record.get("backend") == "sagemaker":
-                self.report.stop_requests.append(record)
         if first or resumed:
             self.report.signalled.append(job.job_id)
 
@@ -719,37 +818,49 @@ class _Cycle:
 
 def request_stops(report: CycleReport, settings: CycleSettings | None = None) -> None:
     """After a cycle has committed: ask each training job in its ``stop_requests`` to stop (no wait),
-    and remember in ``settings.stopped_training_jobs`` the ones that no longer run.
+    remember in ``settings.stopped_training_jobs`` the ones that no longer run (``StopRequest.counts``),
+    and list the victims among them in ``report.victims_found_stopped`` (the next cycle releases them).
 
     Best effort: a victim's task stops its job itself when it runs (and waits for ``Stopped`` either
-    way), an orphan's job is listed again by the next cycle until it is found stopped. Never call it
-    for a cycle that rolled back: its decisions did not happen.
+    way), an orphan's or a victim's job is listed again by the next cycle until it is found stopped.
+    Never call it for a cycle that rolled back: its decisions did not happen.
     """
     if report.ran_at is None:  # skipped: another allocator ran the cycle and asks
         return
     settings = settings or CycleSettings()
-    stopped = [record.get("name", "") for record in report.stop_requests if _ask_to_stop(settings, record)]
+    stopped: list[str] = []
+    for request in report.stop_requests:
+        if request.counts(_ask_to_stop(settings, request.record)):
+            stopped.append(request.record.get("name", ""))
+            if request.victim:
+                report.victims_found_stopped.append(request.job_id)
     if settings.stopped_training_jobs is not None:
         settings.stopped_training_jobs.remember(stopped, asked_at=report.ran_at)
 
 
-def _ask_to_stop(settings: CycleSettings, record: TrainingJobRecord) -> bool:
-    """Ask a training job to stop through ``settings.job_stopper``; True once it no longer runs."""
+def _ask_to_stop(settings: CycleSettings, record: TrainingJobRecord) -> StopAnswer:
+    """Ask a training job to stop through ``settings.job_stopper``; what it found."""
     stopper = settings.job_stopper or stop_through_backend
     try:
-        return stopper(record)
+        answer = stopper(record)
     except Exception:  # an unreachable backend must not stop the host; asked again later or by the task
         log.exception("Could not ask training job %s to stop", record.get("name"))
-        return False
+        return StopAnswer.RUNNING
+    if isinstance(answer, bool):
+        return StopAnswer.STOPPED if answer else StopAnswer.RUNNING
+    return answer
 
 
-def stop_through_backend(record: TrainingJobRecord) -> bool:
-    """Ask a SageMaker training job to stop (no wait); True once it no longer runs."""
+def stop_through_backend(record: TrainingJobRecord) -> StopAnswer:
+    """Ask a SageMaker training job to stop (no wait) through the process's cached client; what it found."""
     if record.get("backend") != "sagemaker":
-        return True
-    from airflow_quota.backends.sagemaker import ask_training_job_to_stop
+        return StopAnswer.MISSING  # only SageMaker jobs are listed: nothing the allocator could stop
+    from airflow_quota.backends.sagemaker import request_training_job_stop
 
-    return ask_training_job_to_stop(record.get("aws_conn_id"), record.get("region_name"), record["name"])
+    status = request_training_job_stop(record.get("aws_conn_id"), record.get("region_name"), record["name"])
+    if status is None:
+        return StopAnswer.MISSING
+    return _SAGEMAKER_ANSWERS.get(status, StopAnswer.RUNNING)
 
 
 def _task_ref(task: WaitingTask) -> TaskInstanceRef:

@@ -9,6 +9,12 @@ Tasks keep going to the first executor; this one runs no task. The scheduler cal
 each executor every loop, and ``sync()`` (called by ``heartbeat``) runs one allocation cycle when
 ``[quota] allocation_interval`` has passed since the last. With several schedulers each hosts one; on
 PostgreSQL an advisory lock lets one cycle run at a time and the others skip.
+
+The heartbeat comes after the loop's scheduling, so a task the cycle resumed (granted, told to stop,
+rejected) is queued by the next loop. The scheduler sleeps between loops (``scheduler_idle_sleep_time``)
+only when a loop queued nothing and received no executor event; so the executor reports each task it
+resumed as an event in state ``scheduled``, which the scheduler logs and otherwise ignores, and the next
+loop starts at once instead of up to a second later.
 """
 
 from __future__ import annotations
@@ -17,8 +23,15 @@ import time
 from typing import Any
 
 from airflow.executors.base_executor import BaseExecutor
+from airflow.utils.state import TaskInstanceState
 
-from airflow_quota.allocator.host import allocation_interval, run_cycle
+from airflow_quota.allocator.cycle import CycleReport
+from airflow_quota.allocator.host import (
+    allocation_interval,
+    needs_another_cycle,
+    run_cycle,
+    tasks_waiting_to_be_queued,
+)
 
 
 class QuotaAllocatorExecutor(BaseExecutor):
@@ -41,6 +54,13 @@ class QuotaAllocatorExecutor(BaseExecutor):
             return
         self._last_cycle = time.monotonic()
         report = run_cycle()
+        if needs_another_cycle(report):  # a victim's job found stopped: release and regrant it now
+            self._log_cycle(report)
+            report = run_cycle()
+        self._log_cycle(report)
+        self._wake_scheduler(report)
+
+    def _log_cycle(self, report: CycleReport | None) -> None:
         if report is not None and (report.granted or report.preempted or report.rejected or report.stopped):
             self.log.info(
                 "Quota cycle: %d granted, %d preempted, %d stopped, %d finished, %d rejected",
@@ -50,6 +70,11 @@ class QuotaAllocatorExecutor(BaseExecutor):
                 len(report.finished),
                 len(report.rejected),
             )
+
+    def _wake_scheduler(self, report: CycleReport | None) -> None:
+        """Report the tasks the cycle resumed as ``scheduled`` events: the next loop queues them at once."""
+        for key in tasks_waiting_to_be_queued(report):
+            self.event_buffer[key] = (TaskInstanceState.SCHEDULED, "resumed by the quota allocator")
 
     def _process_workloads(self, workloads: Any) -> None:
         raise RuntimeError(

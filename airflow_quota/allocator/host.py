@@ -26,7 +26,9 @@ from airflow import settings as airflow_settings
 # (``airflow.sdk.observability.stats`` is the task SDK's own copy, not set up in the scheduler).
 from airflow._shared.observability.metrics import stats as Stats
 from airflow.configuration import conf
+from airflow.models.taskinstancekey import TaskInstanceKey
 from airflow.observability.metrics import stats_utils
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from airflow_quota.allocator.cycle import (
@@ -36,6 +38,7 @@ from airflow_quota.allocator.cycle import (
     request_stops,
     run_allocation_cycle,
 )
+from airflow_quota.allocator.tasks import scheduled_task_keys
 from airflow_quota.engine.model import HOLDING_CAPACITY, JobStatus
 from airflow_quota.engine.usage import lent_capacity, usage_of
 
@@ -78,9 +81,7 @@ def run_cycle(settings: CycleSettings | None = None) -> CycleReport | None:
     """One cycle in its own transaction, then its stop requests; None when it failed (rolled back, logged,
     nothing asked). ``settings`` defaults to ``cycle_settings()``; settings passed in should name a
     ``stopped_training_jobs`` kept across calls, else an orphan's capacity waits for ``orphan_timeout``."""
-    engine = airflow_settings.engine
-    if engine is None:
-        raise RuntimeError("Airflow's ORM is not configured (airflow.settings.engine is None)")
+    engine = _engine()
     settings = settings or cycle_settings()
     started = time.monotonic()
     try:
@@ -93,6 +94,29 @@ def run_cycle(settings: CycleSettings | None = None) -> CycleReport | None:
     emit_metrics(report, time.monotonic() - started)
     request_stops(report, settings)  # committed: victims' and orphans' training jobs are asked to stop now
     return report
+
+
+def needs_another_cycle(report: CycleReport | None) -> bool:
+    """Whether to run the next cycle now: after this one committed, the host found a victim's training
+    job stopped, and the next cycle releases its capacity and grants it (rather than an interval later)."""
+    return report is not None and bool(report.victims_found_stopped)
+
+
+def tasks_waiting_to_be_queued(report: CycleReport | None) -> list[TaskInstanceKey]:
+    """The tasks a committed cycle resumed (granted, told to stop, rejected) that are SCHEDULED now."""
+    if report is None or not (report.granted or report.signalled or report.rejected):
+        return []
+    with Session(bind=_engine(), expire_on_commit=False) as session:
+        return scheduled_task_keys(
+            session, [lease.ti_id for lease in report.granted], [*report.signalled, *report.rejected]
+        )
+
+
+def _engine() -> Engine:
+    engine = airflow_settings.engine
+    if engine is None:
+        raise RuntimeError("Airflow's ORM is not configured (airflow.settings.engine is None)")
+    return engine
 
 
 def emit_metrics(report: CycleReport, seconds: float) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from airflow.models.dagrun import DagRun
 from airflow.models.task_state_store import TaskStateStoreModel
 from airflow.models.taskinstance import TaskInstance, clear_task_instances
+from airflow.models.taskinstancekey import TaskInstanceKey
 from airflow.models.trigger import Trigger, handle_event_submit
 from airflow.state import TaskScope, get_state_backend
 from airflow.triggers.base import TriggerEvent
@@ -275,3 +276,35 @@ def clear_unresponsive(session: Session, ti_id: str) -> bool:
         return False
     clear_task_instances([ti], session, dag_run_state=False)
     return True
+
+
+def scheduled_task_keys(
+    session: Session, ti_ids: Sequence[str], job_ids: Sequence[str]
+) -> list[TaskInstanceKey]:
+    """The keys of the task instances named (by id, or by their ledger job) that are SCHEDULED now.
+
+    After a cycle has committed: the tasks it resumed (grants, preempt events, rejections) that wait for
+    the scheduler to queue them.
+    """
+    ids = set(ti_ids)
+    if job_ids:
+        ids.update(
+            ti_id
+            for ti_id in session.scalars(select(JobRow.ti_id).where(JobRow.job_id.in_(job_ids)))
+            if ti_id is not None
+        )
+    if not ids:
+        return []
+    rows = session.execute(
+        select(
+            TaskInstance.dag_id,
+            TaskInstance.task_id,
+            TaskInstance.run_id,
+            TaskInstance.try_number,
+            TaskInstance.map_index,
+        ).where(
+            TaskInstance.id.in_([uuid.UUID(each) for each in ids]),
+            TaskInstance.state == TaskInstanceState.SCHEDULED,
+        )
+    )
+    return [TaskInstanceKey(*row) for row in rows]

@@ -18,6 +18,7 @@ import copy
 import hashlib
 import logging
 import re
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -314,18 +315,83 @@ ALLOCATOR_BOTOCORE_CONFIG: dict[str, Any] = {
 }
 
 
+#: Seconds the allocator reuses one SageMaker client: a changed connection or credentials are read again
+#: after this (a client is also rebuilt at once after an error that says its credentials expired).
+ALLOCATOR_CLIENT_MAX_AGE_SECONDS: Final = 600.0
+#: Error codes after which the allocator rebuilds its client (credentials expired or no longer valid).
+_CREDENTIAL_ERROR_CODES: Final = frozenset(
+    {
+        "ExpiredToken",
+        "ExpiredTokenException",
+        "RequestExpired",
+        "InvalidClientTokenId",
+        "UnrecognizedClientException",
+        "InvalidSignatureException",
+        "SignatureDoesNotMatch",
+    }
+)
+_allocator_clients: dict[tuple[str | None, str | None], tuple[float, SageMakerTrainingJobs]] = {}
+_allocator_clients_lock = threading.Lock()
+
+
+def allocator_training_jobs(aws_conn_id: str | None, region_name: str | None) -> SageMakerTrainingJobs:
+    """The allocator's SageMaker client for one connection and region, built once per process and reused
+    for ``ALLOCATOR_CLIENT_MAX_AGE_SECONDS``: building one reads the connection and loads botocore's
+    SageMaker model (most of a second), far more than a StopTrainingJob call takes."""
+    key = (aws_conn_id, region_name)
+    now = time.monotonic()
+    with _allocator_clients_lock:
+        cached = _allocator_clients.get(key)
+        if cached is not None and now - cached[0] < ALLOCATOR_CLIENT_MAX_AGE_SECONDS:
+            return cached[1]
+        jobs = SageMakerTrainingJobs(aws_conn_id, region_name, botocore_config=ALLOCATOR_BOTOCORE_CONFIG)
+        _allocator_clients[key] = (now, jobs)
+        return jobs
+
+
+def forget_allocator_clients() -> None:
+    """Drop the allocator's cached clients: the next call builds new ones (the connection read again)."""
+    with _allocator_clients_lock:
+        _allocator_clients.clear()
+
+
+def request_training_job_stop(aws_conn_id: str | None, region_name: str | None, name: str) -> str | None:
+    """For the allocator (orphans, preemption victims): ask a training job to stop, without waiting.
+
+    Returns its ``TrainingJobStatus`` after the request (``Stopping`` while it still runs; ``Stopped``,
+    ``Completed`` or ``Failed`` once it no longer does), or None when there is no training job of that
+    name. Calls go through the process's cached client (``allocator_training_jobs``) and time out within
+    seconds (``ALLOCATOR_BOTOCORE_CONFIG``): an unreachable SageMaker must not hold the scheduler's loop.
+    A client whose credentials SageMaker refuses as expired is rebuilt and the request made once more.
+    """
+    key = (aws_conn_id, region_name)
+    jobs = allocator_training_jobs(aws_conn_id, region_name)
+    try:
+        return _status_after_stop(jobs, name)
+    except ClientError as error:
+        if _code(error) not in _CREDENTIAL_ERROR_CODES:
+            raise
+        log.info("SageMaker refused the allocator's credentials (%s): reading them again", _code(error))
+        with _allocator_clients_lock:
+            cached = _allocator_clients.get(key)
+            if cached is not None and cached[1] is jobs:
+                del _allocator_clients[key]
+    return _status_after_stop(allocator_training_jobs(aws_conn_id, region_name), name)
+
+
+def _status_after_stop(jobs: SageMakerTrainingJobs, name: str) -> str | None:
+    description = jobs.request_stop(name)
+    return None if description is None else str(description.get("TrainingJobStatus"))
+
+
 def ask_training_job_to_stop(aws_conn_id: str | None, region_name: str | None, name: str) -> bool:
-    """For the allocator (orphans, preemption victims): ask a training job to stop; True once it no
+    """For the allocator: ask a training job to stop (``request_training_job_stop``); True once it no
     longer runs.
 
-    Issues StopTrainingJob and returns at once with the job's current state (a job that is ``Stopping``
-    is still running: False, ask again later). A job that does not exist is not running (True). Calls time
-    out within seconds (``ALLOCATOR_BOTOCORE_CONFIG``): an unreachable SageMaker must not hold the
-    scheduler's loop.
+    A job that is ``Stopping`` is still running: False, ask again later. A job that does not exist is not
+    running (True).
     """
-    jobs = SageMakerTrainingJobs(aws_conn_id, region_name, botocore_config=ALLOCATOR_BOTOCORE_CONFIG)
-    description = jobs.request_stop(name)
-    return not is_running(description)
+    return request_training_job_stop(aws_conn_id, region_name, name) not in RUNNING_STATUSES
 
 
 def _slug(text: str) -> str:

@@ -14,7 +14,12 @@ import threading
 from types import FrameType
 
 from airflow_quota.allocator.cycle import CycleReport
-from airflow_quota.allocator.host import allocation_interval, initialize_metrics, run_cycle
+from airflow_quota.allocator.host import (
+    allocation_interval,
+    initialize_metrics,
+    needs_another_cycle,
+    run_cycle,
+)
 from airflow_quota.cli.common import console, fail, print_json, wants_json
 
 
@@ -41,7 +46,8 @@ def allocator(args: argparse.Namespace) -> None:
     signal.signal(signal.SIGINT, stop)
     console().print(f"Quota allocator: a cycle every {interval:g} s (SIGTERM or Ctrl-C stops it)")
     while not stopping.is_set():
-        run_cycle()
+        if needs_another_cycle(run_cycle()) and not stopping.is_set():
+            run_cycle()  # a victim's training job was found stopped: release and regrant its capacity now
         stopping.wait(interval)
     console().print("Quota allocator stopped")
 

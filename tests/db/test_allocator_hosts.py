@@ -57,6 +57,50 @@ def test_allocator_once_grants_a_waiting_task_and_prints_what_it_did(db: Databas
     assert task_instances(db)["job0"].state == TaskInstanceState.SCHEDULED
 
 
+#: The scheduler's side of the executor heartbeat, in a real ``python`` process on the test's database: the
+#: hosted allocator runs a cycle, then Airflow's own ``process_executor_events`` reads its event buffer.
+HEARTBEAT_THEN_PROCESS_EVENTS = """
+import json
+from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+from airflow.models.dagbag import DBDagBag
+from airflow.utils.session import create_session
+from airflow_quota.allocator.executor import QuotaAllocatorExecutor
+
+executor = QuotaAllocatorExecutor()
+executor.heartbeat()
+events = {key.task_id: state for key, (state, _) in executor.event_buffer.items()}
+with create_session() as session:
+    counted = SchedulerJobRunner.process_executor_events(
+        executor=executor, job_id=None, scheduler_dag_bag=DBDagBag(), session=session
+    )
+print(json.dumps({"events": events, "counted": counted}))
+"""
+
+
+def test_the_hosted_allocator_reports_a_granted_task_so_the_scheduler_queues_it_without_sleeping(
+    db: Database,
+) -> None:
+    defer(db, "job0", deferred_at=START)
+    defer(db, "job1", deferred_at=START, gpus=2)  # waits: one of the two GPUs is taken
+
+    result = subprocess.run(
+        [sys.executable, "-c", HEARTBEAT_THEN_PROCESS_EVENTS],
+        env=db.airflow_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout.splitlines()[-1])
+    # The granted task, and only it, is reported: the scheduler counts the event, so its loop does not
+    # sleep before queueing the task, and leaves the task as the grant left it.
+    assert seen == {"events": {"job0": "scheduled"}, "counted": 1}
+    states = {task_id: ti.state for task_id, ti in task_instances(db).items()}
+    assert states == {"job0": TaskInstanceState.SCHEDULED, "job1": TaskInstanceState.DEFERRED}
+
+
 def test_allocator_refuses_a_bad_interval_with_the_reason(db: Database) -> None:
     result = db.airflow("quota", "allocator", "--interval", "soon")
 

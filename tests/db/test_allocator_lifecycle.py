@@ -29,6 +29,7 @@ from airflow_quota.allocator.cycle import (
     LOCAL_KILL_MARGIN_SECONDS,
     CycleReport,
     CycleSettings,
+    StopAnswer,
     StoppedTrainingJobs,
     request_stops,
     run_allocation_cycle,
@@ -269,11 +270,11 @@ def test_a_borrower_running_in_a_worker_is_told_through_its_store_only(teams: Da
 @pytest.mark.parametrize(
     ("backend", "asked"),
     [
-        pytest.param("sagemaker", True, id="a SageMaker victim's job is asked to stop at the decision"),
+        pytest.param("sagemaker", True, id="a SageMaker victim's job is asked to stop from the decision on"),
         pytest.param("local", False, id="a local victim's process is left to its own worker"),
     ],
 )
-def test_a_victims_training_job_is_listed_for_a_stop_once_at_the_decision(
+def test_a_victims_training_job_is_listed_for_a_stop_every_cycle_from_the_decision_until_it_stopped(
     teams: Database, backend: str, asked: bool
 ) -> None:
     _, borrower, lender = borrower_and_lender(teams)
@@ -284,9 +285,17 @@ def test_a_victims_training_job_is_listed_for_a_stop_once_at_the_decision(
     decided = cycle(teams, 3)
 
     assert decided.preempted == {lender: [borrower]}
-    expected = [("b-borrow-a1", f"{borrower}#1")] if asked else []
-    assert [(each["name"], each["lease_id"]) for each in decided.stop_requests] == expected
-    assert cycle(teams, 4).stop_requests == []  # asked once; the task itself waits for Stopped
+    expected = [(borrower, "b-borrow-a1", f"{borrower}#1", True)] if asked else []
+    assert listed_stops(decided) == expected
+    assert listed_stops(cycle(teams, 4)) == expected  # again while it is being stopped: asked each commit
+
+
+def listed_stops(report: CycleReport) -> list[tuple[str, str, str, bool]]:
+    """The report's stop requests: (job id, training job, its lease, whether the job is a victim)."""
+    return [
+        (each.job_id, each.record["name"], each.record["lease_id"], each.victim)
+        for each in report.stop_requests
+    ]
 
 
 def test_the_victims_redeferral_is_its_stop_report_then_it_is_requeued_and_the_lender_granted(
@@ -698,3 +707,229 @@ def test_an_orphaned_local_process_group_keeps_its_devices_until_its_grace_perio
 
     assert gone.finished == [job_id]
     assert held(teams) == {}
+
+
+# --- a victim's capacity is free once the allocator finds its training job stopped ------------------------
+
+
+class SageMakerAnswers:
+    """Stands in for SageMaker's answers to the host's StopTrainingJob + DescribeTrainingJob after each
+    commit (the network; here also timings we cannot cause for real: a job still stopping when asked,
+    one that completed first, one not created yet). Answers ``answers`` in turn, then the last one."""
+
+    def __init__(self, *answers: StopAnswer) -> None:
+        self.answers = list(answers)
+        self.calls: list[str] = []
+
+    def __call__(self, record: TrainingJobRecord) -> StopAnswer:
+        self.calls.append(record["name"])
+        return self.answers[min(len(self.calls), len(self.answers)) - 1]
+
+    def settings(self) -> CycleSettings:
+        return CycleSettings(job_stopper=self, stopped_training_jobs=StoppedTrainingJobs())
+
+
+def a_victim_stopping_its_training_job(
+    db: Database, *, backend: str = "sagemaker", retries: int | None = None
+) -> tuple[str, str, str]:
+    """b-own and b-borrow (team-b) run on all 4 GPUs, b-borrow on team-a's 2 with a launched training
+    job ``b-borrow-a1``; team-a's a-job arrives. Its task runs in a worker (as it does while it waits for
+    its job to stop). Returns (b-own, b-borrow, a-job); a-job preempts b-borrow in the next cycle."""
+    own = defer(db, "b-own", gpus=2, quota_share_name="team-b", deferred_at=START)
+    borrower = defer(
+        db,
+        "b-borrow",
+        gpus=2,
+        quota_share_name="team-b",
+        deferred_at=at(0.5),
+        preemption_retries_before_termination=retries,
+    )
+    cycle(db, 1)
+    record = {"backend": backend, "name": "b-borrow-a1", "attempt": 1, "lease_id": f"{borrower}#1"}
+    store_set(db, "b-borrow", TRAINING_JOB_KEY, record | {"state": "launched"})
+    set_ti(db, "b-borrow", state=TaskInstanceState.RUNNING)
+    lender = defer(db, "a-job", gpus=2, quota_share_name="team-a", deferred_at=at(2))
+    return own, borrower, lender
+
+
+def test_a_victim_whose_training_job_the_allocator_found_stopped_is_requeued_and_its_preemptor_granted_in_the_same_cycle(  # noqa: E501
+    teams: Database,
+) -> None:
+    own, borrower, lender = a_victim_stopping_its_training_job(teams)
+    sagemaker = SageMakerAnswers(StopAnswer.RUNNING, StopAnswer.STOPPED)  # Stopping, then Stopped
+    settings = sagemaker.settings()
+
+    decided = hosted_cycle(teams, 3, settings)
+    assert decided.preempted == {lender: [borrower]}
+    assert (decided.victims_found_stopped, held(teams)[borrower]) == ([], 2)
+
+    still = hosted_cycle(teams, 4, settings)  # asked again after its commit: now Stopped
+    assert still.victims_found_stopped == [borrower]  # the host runs the next cycle at once
+    assert held(teams)[borrower] == 2
+
+    released = hosted_cycle(teams, 4.01, settings)
+
+    assert released.stopped == [borrower]
+    assert [lease.job_id for lease in released.granted] == [lender]
+    assert held(teams) == {own: 2, lender: 2}
+    requeued = job(teams, borrower)
+    assert (requeued.status, requeued.preempted_attempt_count) == ("RUNNABLE", 1)
+    assert [row.job_id for row in audit(teams, AuditKind.REQUEUED)] == [borrower]
+    assert (released.stop_requests, sagemaker.calls) == ([], ["b-borrow-a1", "b-borrow-a1"])  # not again
+    assert ti_of(teams, "b-borrow").state == TaskInstanceState.RUNNING  # its task reports when it sees it
+
+
+@pytest.mark.parametrize(
+    ("asked_after", "released"),
+    [
+        pytest.param(-0.5, False, id="an answer from before the preemption does not release a victim"),
+        pytest.param(0, True, id="an answer from the decision's own commit does"),
+    ],
+)
+def test_only_an_answer_asked_since_the_decision_releases_a_victim(
+    teams: Database, asked_after: float, released: bool
+) -> None:
+    own, borrower, lender = a_victim_stopping_its_training_job(teams)
+    assert cycle(teams, 3).preempted == {lender: [borrower]}
+    assert job(teams, borrower).stop_signalled_at is not None  # set at the decision
+    settings = SageMakerAnswers(StopAnswer.RUNNING).settings()
+    assert settings.stopped_training_jobs is not None
+    # e.g. asked as an orphan-to-be before it was even created (SageMaker: no such job, not running)
+    settings.stopped_training_jobs.remember(["b-borrow-a1"], asked_at=at(3 + asked_after))
+
+    report = cycle(
+        teams, 4, job_stopper=settings.job_stopper, stopped_training_jobs=settings.stopped_training_jobs
+    )
+
+    assert (report.stopped == [borrower]) is released
+    assert held(teams) == ({own: 2, lender: 2} if released else {own: 2, borrower: 2})
+
+
+@pytest.mark.parametrize(
+    ("backend", "answer"),
+    [
+        pytest.param("sagemaker", StopAnswer.RUNNING, id="a job still stopping"),
+        pytest.param(
+            "sagemaker", StopAnswer.COMPLETED, id="a job that completed first: its task reports its success"
+        ),
+        pytest.param("sagemaker", StopAnswer.MISSING, id="no such job yet: its task may be creating it"),
+        pytest.param("local", StopAnswer.STOPPED, id="a local victim waits for its task's report"),
+    ],
+)
+def test_a_victim_keeps_its_capacity_until_its_job_is_found_stopped_or_its_task_reports(
+    teams: Database, backend: str, answer: StopAnswer
+) -> None:
+    own, borrower, lender = a_victim_stopping_its_training_job(teams, backend=backend)
+    sagemaker = SageMakerAnswers(answer)
+    settings = sagemaker.settings()
+    hosted_cycle(teams, 3, settings)
+
+    waiting = hosted_cycle(teams, 4, settings)
+
+    assert (waiting.stopped, waiting.victims_found_stopped, held(teams)[borrower]) == ([], [], 2)
+    assert sagemaker.calls == ([] if backend == "local" else ["b-borrow-a1", "b-borrow-a1"])
+    redefer_for_admission(teams, "b-borrow", borrower, seconds=5, share="team-b")
+
+    reported = hosted_cycle(teams, 6, settings)
+
+    assert reported.stopped == [borrower]
+    assert held(teams) == {own: 2, lender: 2}
+
+
+def test_the_victims_later_requeue_request_is_an_ordinary_request_no_second_preemption_counted(
+    teams: Database,
+) -> None:
+    own, borrower, lender = a_victim_stopping_its_training_job(teams)
+    settings = SageMakerAnswers(StopAnswer.STOPPED).settings()
+    hosted_cycle(teams, 3, settings)
+    assert hosted_cycle(teams, 3.01, settings).stopped == [borrower]  # found stopped at the decision
+    set_ti(teams, "a-job", state=TaskInstanceState.SUCCESS)  # the lender is done: 2 GPUs free
+
+    not_waiting = hosted_cycle(teams, 4, settings)
+
+    assert not_waiting.finished == [lender]
+    assert not_waiting.granted == []  # RUNNABLE, but its task is not waiting for admission yet
+    assert held(teams) == {own: 2}
+    redefer_for_admission(teams, "b-borrow", borrower, seconds=5, share="team-b")
+
+    report = hosted_cycle(teams, 16, settings)  # its task reported (and settled)
+
+    assert (report.stopped, report.rejected, report.preempted) == ([], {}, {})
+    [lease] = report.granted
+    assert (lease.job_id, lease.payload["lease_id"], lease.payload["attempt"]) == (
+        borrower,
+        f"{borrower}#2",
+        2,
+    )
+    assert lease.payload["submitted_at"] == at(0.5).isoformat()  # at its original place
+    assert job(teams, borrower).preempted_attempt_count == 1
+    assert [row.job_id for row in audit(teams, AuditKind.REQUEUED)] == [borrower]
+    assert held(teams) == {own: 2, borrower: 2}
+
+
+def test_a_victim_out_of_preemption_retries_fails_once_found_stopped_and_its_later_request_is_rejected(
+    teams: Database,
+) -> None:
+    own, borrower, lender = a_victim_stopping_its_training_job(teams, retries=0)
+    settings = SageMakerAnswers(StopAnswer.STOPPED).settings()
+    hosted_cycle(teams, 3, settings)
+
+    released = hosted_cycle(teams, 3.01, settings)
+
+    assert released.stopped == [borrower]
+    assert [lease.job_id for lease in released.granted] == [lender]
+    failed = job(teams, borrower)
+    assert (failed.status, failed.held_instance_count) == ("FAILED", 0)
+    assert "preemptionRetriesBeforeTermination=0" in failed.status_reason
+    redefer_for_admission(teams, "b-borrow", borrower, seconds=4, share="team-b")
+
+    report = hosted_cycle(teams, 15, settings)
+
+    assert report.stopped == []
+    assert report.rejected == {borrower: failed.status_reason}
+    assert event_of(teams, "b-borrow")["rejected"] is True
+    assert [row.job_id for row in audit(teams, AuditKind.FAILED)] == [borrower]  # failed once
+    assert held(teams) == {own: 2, lender: 2}
+
+
+def test_a_job_terminated_by_an_admin_fails_once_its_training_job_is_found_stopped(teams: Database) -> None:
+    job_id = defer(teams, "train", gpus=2, quota_share_name="team-a")
+    cycle(teams, 1)
+    record_training_job(teams, job_id, "launched")
+    set_ti(teams, "train", state=TaskInstanceState.RUNNING)
+    with teams.session() as session, session.begin():
+        record_termination(session, load_queue_state(session, QUEUE), job_id, at(2), "Wrong dataset")
+    settings = SageMakerAnswers(StopAnswer.STOPPED).settings()
+
+    signalled = hosted_cycle(teams, 3, settings)  # first told to stop now, its job asked after the commit
+
+    assert (signalled.signalled, signalled.victims_found_stopped) == ([job_id], [job_id])
+    report = hosted_cycle(teams, 3.01, settings)
+    assert report.stopped == [job_id]
+    stopped = job(teams, job_id)
+    assert (stopped.status, stopped.status_reason, held(teams)) == ("FAILED", "Wrong dataset", {})
+
+
+@pytest.mark.parametrize(
+    "requeued_victim",
+    [
+        pytest.param(False, id="a waiting task marked failed ends its waiting job"),
+        pytest.param(True, id="a requeued victim's task that fails before it reports ends its job"),
+    ],
+)
+def test_a_task_that_ends_while_its_job_waits_ends_the_job(teams: Database, requeued_victim: bool) -> None:
+    _, borrower, lender = a_victim_stopping_its_training_job(teams)
+    settings = SageMakerAnswers(StopAnswer.STOPPED).settings()
+    hosted_cycle(teams, 3, settings)
+    if requeued_victim:
+        assert hosted_cycle(teams, 3.01, settings).stopped == [borrower]
+    ended, task_id = (borrower, "b-borrow") if requeued_victim else (lender, "a-job")
+    assert job(teams, ended).status == "RUNNABLE"
+    set_ti(teams, task_id, state=TaskInstanceState.FAILED)
+
+    report = hosted_cycle(teams, 4, settings)
+
+    assert ended in report.finished
+    row = job(teams, ended)
+    assert (row.status, row.held_instance_count) == ("FAILED", 0)
+    assert row.status_reason == "Its task try 1 failed while it waited for quota"

@@ -5,13 +5,16 @@ from __future__ import annotations
 import time
 
 import pytest
+from botocore.exceptions import ClientError
 
+from airflow_quota.backends import sagemaker
 from airflow_quota.backends.sagemaker import (
     MAX_TRAINING_JOB_NAME_LENGTH,
     TRAINING_JOB_NAME_PATTERN,
     SageMakerTrainingJobs,
     TaskIdentity,
     TrainingRequestError,
+    allocator_training_jobs,
     ask_training_job_to_stop,
     build_request,
     capacity_of,
@@ -19,6 +22,7 @@ from airflow_quota.backends.sagemaker import (
     normalized_request,
     quota_tags,
     request_problems,
+    request_training_job_stop,
     training_job_name,
 )
 from tests.sagemaker.conftest import MotoServer, training_request
@@ -188,3 +192,43 @@ def test_the_allocator_asks_a_job_to_stop_without_waiting(moto_server: MotoServe
     time.sleep(0.4)
     assert ask_training_job_to_stop("aws_default", None, name) is True  # Stopped
     assert ask_training_job_to_stop("aws_default", None, f"missing-{unique}") is True
+
+
+def test_the_allocator_reuses_one_client_per_connection_and_region_and_rebuilds_it_after_a_while(
+    moto_server: MotoServer, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    request = launch_request(unique, duration_s=60)
+    SageMakerTrainingJobs("aws_default").launch(request)
+    name = str(request["TrainingJobName"])
+    sagemaker.forget_allocator_clients()
+
+    assert request_training_job_stop("aws_default", None, name) == "Stopping"
+    client = allocator_training_jobs("aws_default", None).hook.conn
+    assert request_training_job_stop("aws_default", None, f"missing-{unique}") is None
+    assert allocator_training_jobs("aws_default", None).hook.conn is client  # built once, reused
+    assert allocator_training_jobs("aws_default", "eu-west-1") is not allocator_training_jobs(
+        "aws_default", None
+    )
+
+    monkeypatch.setattr(sagemaker, "ALLOCATOR_CLIENT_MAX_AGE_SECONDS", 0.0)  # its age is up: read again
+    assert allocator_training_jobs("aws_default", None).hook.conn is not client
+
+
+def test_the_allocator_rebuilds_its_client_when_sagemaker_says_its_credentials_expired(
+    moto_server: MotoServer, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sagemaker.forget_allocator_clients()
+    stale = allocator_training_jobs("aws_default", None)
+
+    def expired(name: str) -> None:
+        """What SageMaker answers a client whose temporary credentials ran out (not causable on moto)."""
+        error = {
+            "Code": "ExpiredTokenException",
+            "Message": "The security token included in the request is expired",
+        }
+        raise ClientError({"Error": error}, "StopTrainingJob")
+
+    monkeypatch.setattr(stale, "request_stop", expired)
+
+    assert request_training_job_stop("aws_default", None, f"missing-{unique}") is None  # asked once more
+    assert allocator_training_jobs("aws_default", None) is not stale
