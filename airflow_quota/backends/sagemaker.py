@@ -384,16 +384,6 @@ def _status_after_stop(jobs: SageMakerTrainingJobs, name: str) -> str | None:
     return None if description is None else str(description.get("TrainingJobStatus"))
 
 
-def ask_training_job_to_stop(aws_conn_id: str | None, region_name: str | None, name: str) -> bool:
-    """For the allocator: ask a training job to stop (``request_training_job_stop``); True once it no
-    longer runs.
-
-    A job that is ``Stopping`` is still running: False, ask again later. A job that does not exist is not
-    running (True).
-    """
-    return request_training_job_stop(aws_conn_id, region_name, name) not in RUNNING_STATUSES
-
-
 def _slug(text: str) -> str:
     return re.sub(r"-+", "-", re.sub(r"[^a-zA-Z0-9]", "-", text)).strip("-")
 

@@ -15,7 +15,6 @@ from airflow_quota.backends.sagemaker import (
     TaskIdentity,
     TrainingRequestError,
     allocator_training_jobs,
-    ask_training_job_to_stop,
     build_request,
     capacity_of,
     checkpoint_s3_uri,
@@ -187,11 +186,11 @@ def test_the_allocator_asks_a_job_to_stop_without_waiting(moto_server: MotoServe
     name = str(request["TrainingJobName"])
 
     started = time.monotonic()
-    assert ask_training_job_to_stop("aws_default", None, name) is False  # Stopping: ask again later
+    assert request_training_job_stop("aws_default", None, name) == "Stopping"  # ask again later
     assert time.monotonic() - started < 3
     time.sleep(0.4)
-    assert ask_training_job_to_stop("aws_default", None, name) is True  # Stopped
-    assert ask_training_job_to_stop("aws_default", None, f"missing-{unique}") is True
+    assert request_training_job_stop("aws_default", None, name) == "Stopped"
+    assert request_training_job_stop("aws_default", None, f"missing-{unique}") is None
 
 
 def test_the_allocator_reuses_one_client_per_connection_and_region_and_rebuilds_it_after_a_while(
