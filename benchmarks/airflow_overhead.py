@@ -12,7 +12,9 @@ lasting ``--job-seconds`` in the emulator:
   provider's deferrable mode needs ``aiobotocore``, which is not installed here (our monitoring trigger
   avoids it), so each pool task holds a worker slot while its job trains.
 
-One DAG run after the other, on the same processes, alternating which goes first from round to round.
+One DAG run after the other, on the same processes, alternating which goes first from round to round,
+after one unmeasured warm-up run of each (the first run on fresh processes pays imports and client
+builds; ``--no-warm-up`` measures it).
 Per run: wall time from the run being queued to its end (``dag_run.queued_at`` -> ``end_date``) and the
 CPU seconds of each component's process tree (``/proc/<pid>/stat`` utime + stime + cutime + cstime of
 every live process under it, before and after: the scheduler's tree holds the LocalExecutor workers and
@@ -22,13 +24,15 @@ its job ends within the launching run's ``follow_seconds`` (5 s), twice with ``o
 it) and the allocator's cycle time (its ``quota.cycle.duration`` metric, received by a StatsD listener of
 the benchmark). ``--what-if-settle S ...`` adds, after the headline rounds, one quota run per S with
 ``[quota] settle_time`` and the operator's ``settle_seconds`` both at S (the scheduler restarted for it):
-what-ifs, not the default.
+what-ifs, not the default. ``--allocation-interval S`` sets ``[quota] allocation_interval`` for every run
+(default: the allocator's default, 0.25 s).
 
 Usage::
 
     .venv/bin/python benchmarks/airflow_overhead.py                   # N=20, K=4, 2 rounds
     .venv/bin/python benchmarks/airflow_overhead.py --job-seconds 15  # jobs that outlive the settle time
     .venv/bin/python benchmarks/airflow_overhead.py --what-if-settle 5 2  # and two lowered-guard runs
+    .venv/bin/python benchmarks/airflow_overhead.py --allocation-interval 0.25  # cycles 4x as often
     .venv/bin/python benchmarks/airflow_overhead.py --quick           # N=2, K=2, 1 round (the tests run it)
 """
 
@@ -60,6 +64,7 @@ import sqlalchemy as sa  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from airflow_quota.allocator import DEFAULT_ALLOCATION_INTERVAL  # noqa: E402
 from tests.airflow.harness import AirflowProcesses  # noqa: E402
 from tests.sagemaker.moto_process import (  # noqa: E402
     OFFLINE_AWS_ENVIRONMENT,
@@ -305,7 +310,12 @@ class Bench:
 
 @contextlib.contextmanager
 def bench(
-    dags_text: str, quotas_text: str, *, parallelism: int, pools: Sequence[tuple[str, int]] = ()
+    dags_text: str,
+    quotas_text: str,
+    *,
+    parallelism: int,
+    pools: Sequence[tuple[str, int]] = (),
+    allocation_interval: float = DEFAULT_ALLOCATION_INTERVAL,
 ) -> Iterator[Bench]:
     """Start the emulator and Airflow with these DAGs and quotas; stop everything and clean up after."""
     home = Path(tempfile.mkdtemp(prefix="quota-bench-airflow-"))
@@ -325,9 +335,10 @@ def bench(
                     **OFFLINE_AWS_ENVIRONMENT,
                     **emulator_connection(endpoint_url),
                     "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-                    # Airflow's and the allocator's defaults (the test harness runs them faster).
+                    # Airflow's and the allocator's defaults (the test harness runs them faster),
+                    # unless --allocation-interval says otherwise.
                     "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "1",
-                    "AIRFLOW__QUOTA__ALLOCATION_INTERVAL": "1",
+                    "AIRFLOW__QUOTA__ALLOCATION_INTERVAL": f"{allocation_interval:g}",
                     "AIRFLOW__METRICS__STATSD_ON": "True",
                     "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
                     "AIRFLOW__METRICS__STATSD_PORT": str(metrics.port),
@@ -530,6 +541,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job-seconds", type=float, default=2.0, help="each training job in the emulator")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of one quota and one pool run")
     parser.add_argument(
+        "--allocation-interval",
+        type=float,
+        default=DEFAULT_ALLOCATION_INTERVAL,
+        help="[quota] allocation_interval for every run (default: the allocator's default, "
+        f"{DEFAULT_ALLOCATION_INTERVAL:g} s)",
+    )
+    parser.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help="measure from the first run (by default one unmeasured run of each DAG goes first)",
+    )
+    parser.add_argument(
         "--what-if-settle",
         type=float,
         nargs="*",
@@ -538,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.tasks, args.capacity, args.rounds, args.what_if_settle = 2, 2, 1, []
+        args.tasks, args.capacity, args.rounds, args.what_if_settle, args.warm_up = 2, 2, 1, [], False
     console = Console(width=170)
     what_if_dags = "".join(
         f"quota_dag({what_if_dag_id(settle)!r}, {settle!r})\n" for settle in args.what_if_settle
@@ -556,10 +580,20 @@ def main(argv: list[str] | None = None) -> int:
     timeout = 120 + 30 * args.tasks
     runs: list[RunFigures] = []
     with bench(
-        dags_text, quota_file(args.capacity), parallelism=parallelism, pools=[(POOL, args.capacity)]
+        dags_text,
+        quota_file(args.capacity),
+        parallelism=parallelism,
+        pools=[(POOL, args.capacity)],
+        allocation_interval=args.allocation_interval,
     ) as b:
         for dag_id in ("overhead_quota", "overhead_pool", *map(what_if_dag_id, args.what_if_settle)):
             b.airflow.wait_for_dag(dag_id, timeout=180)
+        if args.warm_up:  # the first run on fresh processes pays imports and client builds: not measured
+            for kind, dag_id in (("quota", "overhead_quota"), ("pool", "overhead_pool")):
+                console.print(
+                    f"[dim]{time.strftime('%H:%M:%S')} warm-up run of {dag_id} (not measured)[/dim]"
+                )
+                run_once(b, f"warm-up {kind}", dag_id, f"overhead-warm-up-{kind}", args.tasks, timeout)
         for round_number in range(1, args.rounds + 1):
             order = [("quota", "overhead_quota"), ("pool", "overhead_pool")]
             if round_number % 2 == 0:

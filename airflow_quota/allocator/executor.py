@@ -7,8 +7,9 @@ List it after the executor that runs tasks::
 
 Tasks keep going to the first executor; this one runs no task. The scheduler calls ``heartbeat()`` on
 each executor every loop, and ``sync()`` (called by ``heartbeat``) runs one allocation cycle when
-``[quota] allocation_interval`` has passed since the last. With several schedulers each hosts one; on
-PostgreSQL an advisory lock lets one cycle run at a time and the others skip.
+``[quota] allocation_interval`` has passed since the last started (``next_cycle_start``: never sooner
+than the last one took, so cycles take at most half the scheduler's time). With several schedulers each
+hosts one; on PostgreSQL an advisory lock lets one cycle run at a time and the others skip.
 
 The heartbeat comes after the loop's scheduling, so a task the cycle resumed (granted, told to stop,
 rejected) is queued by the next loop. The scheduler sleeps between loops (``scheduler_idle_sleep_time``)
@@ -29,6 +30,7 @@ from airflow_quota.allocator.cycle import CycleReport
 from airflow_quota.allocator.host import (
     allocation_interval,
     needs_another_cycle,
+    next_cycle_start,
     run_cycle,
     tasks_waiting_to_be_queued,
 )
@@ -44,19 +46,20 @@ class QuotaAllocatorExecutor(BaseExecutor):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._interval = allocation_interval()
-        self._last_cycle = float("-inf")
+        self._next_cycle = float("-inf")
 
     def start(self) -> None:
-        self.log.info("Quota allocator hosted by the scheduler: a cycle every %.1f s", self._interval)
+        self.log.info("Quota allocator hosted by the scheduler: a cycle every %g s", self._interval)
 
     def sync(self) -> None:
-        if time.monotonic() - self._last_cycle < self._interval:
+        started = time.monotonic()
+        if started < self._next_cycle:
             return
-        self._last_cycle = time.monotonic()
         report = run_cycle()
         if needs_another_cycle(report):  # a victim's job found stopped: release and regrant it now
             self._log_cycle(report)
             report = run_cycle()
+        self._next_cycle = next_cycle_start(started, time.monotonic(), self._interval)
         self._log_cycle(report)
         self._wake_scheduler(report)
 

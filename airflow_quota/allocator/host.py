@@ -6,12 +6,14 @@ one cycle, commits, emits the cycle's metrics through Airflow's ``Stats`` and re
 cycle that raises is rolled back whole, logged, and counted (``quota.cycle.errors``); the host goes on.
 
 Only once the cycle has committed does the host call out of the process: it asks SageMaker to stop the
-training jobs the cycle listed (``request_stops``: new victims' and orphans'), and keeps the answers in
-``STOPPED_TRAINING_JOBS`` for the next cycle, which releases an orphan's capacity once its training job
-is found stopped. A cycle that rolled back asks nothing.
+training jobs the cycle listed (``request_stops``: victims' and orphans' still running), and keeps the
+answers in ``STOPPED_TRAINING_JOBS`` for the next cycle, which releases their capacity; when a victim's
+job was found stopped the host runs that next cycle at once (``needs_another_cycle``). A cycle that
+rolled back asks nothing.
 
 Settings (``[quota]`` in airflow.cfg or ``AIRFLOW__QUOTA__*``): ``allocation_interval`` (seconds
-between cycles, default 1), ``settle_time`` (10), ``stop_deadline`` (600), ``orphan_timeout`` (900).
+between cycle starts, default 0.25; ``next_cycle_start``), ``settle_time`` (10), ``stop_deadline``
+(600), ``orphan_timeout`` (900).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from airflow.observability.metrics import stats_utils
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from airflow_quota.allocator import DEFAULT_ALLOCATION_INTERVAL
 from airflow_quota.allocator.cycle import (
     CycleReport,
     CycleSettings,
@@ -52,7 +55,14 @@ STOPPED_TRAINING_JOBS = StoppedTrainingJobs()
 
 
 def allocation_interval() -> float:
-    return conf.getfloat(SECTION, "allocation_interval", fallback=1.0)
+    return conf.getfloat(SECTION, "allocation_interval", fallback=DEFAULT_ALLOCATION_INTERVAL)
+
+
+def next_cycle_start(started: float, ended: float, interval: float) -> float:
+    """When a host's next cycle may start (monotonic seconds), after one that ran from ``started`` to
+    ``ended``: ``interval`` after it started, and never sooner than it took after it ended, so cycles
+    take at most half the host's time however long a busy queue makes them."""
+    return max(started + interval, ended + (ended - started))
 
 
 def cycle_settings() -> CycleSettings:

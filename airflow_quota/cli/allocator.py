@@ -1,8 +1,9 @@
 """``airflow quota allocator [--once] [--interval S]``: the allocator as its own process.
 
 For deployments that keep the allocator apart from the scheduler (instead of, or beside, the
-``QuotaAllocatorExecutor``): it runs one cycle every ``--interval`` seconds (default ``[quota]
-allocation_interval``) until SIGTERM or SIGINT, finishing the cycle in progress. Several may run; on
+``QuotaAllocatorExecutor``): it starts a cycle every ``--interval`` seconds (default ``[quota]
+allocation_interval``; after a long cycle, no sooner than it took) until SIGTERM or SIGINT, finishing the
+cycle in progress. Several may run; on
 PostgreSQL one cycle runs at a time. ``--once`` runs a single cycle and prints what it did.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
+import time
 from types import FrameType
 
 from airflow_quota.allocator.cycle import CycleReport
@@ -18,6 +20,7 @@ from airflow_quota.allocator.host import (
     allocation_interval,
     initialize_metrics,
     needs_another_cycle,
+    next_cycle_start,
     run_cycle,
 )
 from airflow_quota.cli.common import console, fail, print_json, wants_json
@@ -46,9 +49,10 @@ def allocator(args: argparse.Namespace) -> None:
     signal.signal(signal.SIGINT, stop)
     console().print(f"Quota allocator: a cycle every {interval:g} s (SIGTERM or Ctrl-C stops it)")
     while not stopping.is_set():
+        started = time.monotonic()
         if needs_another_cycle(run_cycle()) and not stopping.is_set():
             run_cycle()  # a victim's training job was found stopped: release and regrant its capacity now
-        stopping.wait(interval)
+        stopping.wait(max(0.0, next_cycle_start(started, time.monotonic(), interval) - time.monotonic()))
     console().print("Quota allocator stopped")
 
 

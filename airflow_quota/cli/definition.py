@@ -52,7 +52,9 @@ ARG_SINCE = _arg("--since", metavar="ISO-TIME", help="Only events at or after th
 ARG_LIMIT = _arg("--limit", metavar="N", help="At most the newest N events (default 50)")
 ARG_ONCE = _arg("--once", action="store_true", help="Run one allocation cycle, print what it did, and exit")
 ARG_INTERVAL = _arg(
-    "--interval", metavar="SECONDS", help="Seconds between cycles (default: [quota] allocation_interval, 1)"
+    "--interval",
+    metavar="SECONDS",
+    help="Seconds between cycle starts (default: [quota] allocation_interval, 0.25)",
 )
 
 ALLOCATOR_NOTE = (
