@@ -32,3 +32,4 @@ def test_allocation_quality_benchmark_small_run_prints_its_table() -> None:
         assert metric in result.stdout, f"{metric!r} missing from the table:\n{result.stdout}"
     assert "goal (makespan within 5% of the work-conserving bound)" in result.stdout, result.stdout
     assert "what the file allows: bound under the file's caps" in result.stdout, result.stdout
+    assert "the same goal for the sharing mechanism without" in result.stdout, result.stdout
