@@ -438,14 +438,14 @@ class _Cycle:
             self.report.finished.append(job_id)
             reason = f"{outcome.reason} while it waited for quota"
             return record_termination(self.session, state, job_id, self.now, reason)
-        if job.status.holds_capacity and self._held_for_retry(row, view):
+        if self._held_for_retry(row, view):
             held = (
                 f"its training job keeps its {row.held_instance_count} {row.held_capacity_unit} for the retry"
             )
             if not row.status_reason.endswith(held):
                 row.status_reason = f"{outcome.reason}; {held}"
             return state
-        if job.status.holds_capacity and not self._orphan_stopped(row, outcome.reason):
+        if not self._orphan_stopped(row, outcome.reason):
             return state
         self._note_training_job(row)  # a job that ended in its launching run was never seen RUNNING
         self.report.finished.append(job_id)
