@@ -6,6 +6,8 @@ triggerer and api-server, LocalExecutor, on SQLite.
 - Reclaim: team-b borrows team-a's idle GPU; team-a's job arrives; the borrower, running in a worker,
   reads the allocator's signal, stops and waits again in the same try; team-a's job runs on the GPU it
   gave back; the borrower is granted again later and succeeds, without using an Airflow retry.
+- A user marks a waiting task failed (the REST API, as the UI does): its job fails, and the allocator
+  goes on granting the others.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import sqlalchemy as sa
 
 from tests.airflow.harness import AirflowProcesses
@@ -149,3 +152,42 @@ def test_a_request_for_an_unknown_share_fails_its_own_task_with_the_reason(airfl
     [rejected] = events(airflow, "unknown_share", "rejected")
     assert "team-z" in rejected["reason"]
     assert "team-a" in rejected["reason"]  # and which shares exist
+
+
+def test_a_waiting_task_marked_failed_ends_its_job_and_the_others_are_still_granted(
+    airflow: AirflowProcesses,
+) -> None:
+    airflow.wait_for_dag("quota_marked_failed")
+    airflow.trigger("quota_marked_failed", "marked-1")
+    waiting = "quota_marked_failed/marked-1/marked_failed/-1/1"
+    status = "SELECT status, status_reason FROM quota_job WHERE job_id = :job_id"
+    airflow.wait_for(
+        "the job to wait for quota",
+        lambda: [row[0] for row in ledger(airflow, status, job_id=waiting)] == ["RUNNABLE"],
+        180,
+    )
+
+    base = airflow.env["AIRFLOW__API__BASE_URL"]
+    token = requests.post(f"{base}/auth/token", json={"username": "admin", "password": "admin"}, timeout=30)
+    assert token.status_code == 201, token.text
+    marked = requests.patch(
+        f"{base}/api/v2/dags/quota_marked_failed/dagRuns/marked-1/taskInstances/marked_failed",
+        json={"new_state": "failed"},
+        headers={"Authorization": f"Bearer {token.json()['access_token']}"},
+        timeout=30,
+    )
+    assert marked.status_code == 200, marked.text
+    airflow.wait_for(
+        "the marked run to finish", lambda: finished(airflow, "quota_marked_failed", "marked-1"), 240
+    )
+
+    assert airflow.task_states("quota_marked_failed", "marked-1") == {
+        "holds_both": ("success", 1),
+        "waiters_arrive": ("success", 1),
+        "marked_failed": ("failed", 1),
+        "granted_after": ("success", 1),
+    }, airflow.log_tails()
+    airflow.wait_for_ledger_to_settle(waiting)
+    [(job_status, reason)] = ledger(airflow, status, job_id=waiting)
+    assert (job_status, reason) == ("FAILED", "Its task try 1 failed while it waited for quota")
+    assert not events(airflow, "marked_failed", "start")  # never granted

@@ -101,3 +101,10 @@ with DAG("quota_bad_request", schedule=None, catchup=False) as bad_request:
     # A request the allocator can never grant fails its own task only, with the reason.
     ProbeOperator(task_id="unknown_share", share="team-z")
     ProbeOperator(task_id="fine", share="team-a", train_seconds=1)
+
+with DAG("quota_marked_failed", schedule=None, catchup=False, max_active_tasks=16) as marked_failed:
+    # team-b holds both GPUs; two more of its jobs wait; a user marks one of them failed while it waits.
+    ProbeOperator(task_id="holds_both", share="team-b", gpus=2, train_seconds=30)
+    waiters = PythonOperator(task_id="waiters_arrive", python_callable=lambda: time.sleep(3))
+    waiters >> ProbeOperator(task_id="marked_failed", share="team-b", train_seconds=1)
+    waiters >> ProbeOperator(task_id="granted_after", share="team-b", train_seconds=1)
