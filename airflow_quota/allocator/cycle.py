@@ -121,9 +121,8 @@ class StopAnswer(StrEnum):
     MISSING = "missing"
 
 
-#: Asks a training job to stop, without waiting, and says what it found (may be asked again). A stand-in
-#: may answer a bool: True for ``StopAnswer.STOPPED``, False for ``StopAnswer.RUNNING``.
-JobStopper = Callable[[TrainingJobRecord], StopAnswer | bool]
+#: Asks a training job to stop, without waiting, and says what it found (may be asked again).
+JobStopper = Callable[[TrainingJobRecord], StopAnswer]
 #: SageMaker's ``TrainingJobStatus`` -> the answer (no job of the name: ``StopAnswer.MISSING``).
 _SAGEMAKER_ANSWERS = {
     "InProgress": StopAnswer.RUNNING,
@@ -522,9 +521,13 @@ class _Cycle:
         record = self._launched(row)
         if row.stop_signalled_at is None or record is None or record.get("backend") != "sagemaker":
             return
-        if row.job_id not in self.listed:
-            self.listed.add(row.job_id)
-            self.report.stop_requests.append(StopRequest(row.job_id, record, victim=True))
+        self._list_stop(StopRequest(row.job_id, record, victim=True))
+
+    def _list_stop(self, request: StopRequest) -> None:
+        """Add ``request`` to ``report.stop_requests`` unless its job is listed already this cycle."""
+        if request.job_id not in self.listed:
+            self.listed.add(request.job_id)
+            self.report.stop_requests.append(request)
 
     def _current_record(self, row: JobRow) -> TrainingJobRecord | None:
         """What the task recorded about its training job under the job's current lease, if anything."""
@@ -566,9 +569,8 @@ class _Cycle:
             )
         if self._orphan_gone(row.stop_signalled_at, record):
             return True
-        if record.get("backend") != "local" and row.job_id not in self.listed:
-            self.listed.add(row.job_id)  # asked after the commit; at orphan_timeout a last time
-            self.report.stop_requests.append(StopRequest(row.job_id, record, victim=False))
+        if record.get("backend") != "local":  # asked after the commit; at orphan_timeout a last time
+            self._list_stop(StopRequest(row.job_id, record, victim=False))
         if self.now - row.stop_signalled_at < self.settings.orphan_timeout:
             self.report.orphans.append(row.job_id)
             return False
@@ -842,13 +844,10 @@ def _ask_to_stop(settings: CycleSettings, record: TrainingJobRecord) -> StopAnsw
     """Ask a training job to stop through ``settings.job_stopper``; what it found."""
     stopper = settings.job_stopper or stop_through_backend
     try:
-        answer = stopper(record)
+        return stopper(record)
     except Exception:  # an unreachable backend must not stop the host; asked again later or by the task
         log.exception("Could not ask training job %s to stop", record.get("name"))
         return StopAnswer.RUNNING
-    if isinstance(answer, bool):
-        return StopAnswer.STOPPED if answer else StopAnswer.RUNNING
-    return answer
 
 
 def stop_through_backend(record: TrainingJobRecord) -> StopAnswer:

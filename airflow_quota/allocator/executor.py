@@ -29,9 +29,8 @@ from airflow.utils.state import TaskInstanceState
 from airflow_quota.allocator.cycle import CycleReport
 from airflow_quota.allocator.host import (
     allocation_interval,
-    needs_another_cycle,
     next_cycle_start,
-    run_cycle,
+    run_cycles,
     tasks_waiting_to_be_queued,
 )
 
@@ -55,13 +54,11 @@ class QuotaAllocatorExecutor(BaseExecutor):
         started = time.monotonic()
         if started < self._next_cycle:
             return
-        report = run_cycle()
-        if needs_another_cycle(report):  # a victim's job found stopped: release and regrant it now
-            self._log_cycle(report)
-            report = run_cycle()
+        reports = run_cycles()
         self._next_cycle = next_cycle_start(started, time.monotonic(), self._interval)
-        self._log_cycle(report)
-        self._wake_scheduler(report)
+        for report in reports:
+            self._log_cycle(report)
+            self._wake_scheduler(report)
 
     def _log_cycle(self, report: CycleReport | None) -> None:
         if report is not None and (report.granted or report.preempted or report.rejected or report.stopped):

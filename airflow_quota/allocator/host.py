@@ -8,7 +8,7 @@ cycle that raises is rolled back whole, logged, and counted (``quota.cycle.error
 Only once the cycle has committed does the host call out of the process: it asks SageMaker to stop the
 training jobs the cycle listed (``request_stops``: victims' and orphans' still running), and keeps the
 answers in ``STOPPED_TRAINING_JOBS`` for the next cycle, which releases their capacity; when a victim's
-job was found stopped the host runs that next cycle at once (``needs_another_cycle``). A cycle that
+job was found stopped the host runs that next cycle at once (``run_cycles``). A cycle that
 rolled back asks nothing.
 
 Settings (``[quota]`` in airflow.cfg or ``AIRFLOW__QUOTA__*``): ``allocation_interval`` (seconds
@@ -106,10 +106,14 @@ def run_cycle(settings: CycleSettings | None = None) -> CycleReport | None:
     return report
 
 
-def needs_another_cycle(report: CycleReport | None) -> bool:
-    """Whether to run the next cycle now: after this one committed, the host found a victim's training
-    job stopped, and the next cycle releases its capacity and grants it (rather than an interval later)."""
-    return report is not None and bool(report.victims_found_stopped)
+def run_cycles(settings: CycleSettings | None = None) -> list[CycleReport | None]:
+    """What a host runs each time its interval comes: one cycle (``run_cycle``), and the next one at once
+    when, after the first committed, the host found a victim's training job stopped: that next cycle
+    releases the victim's capacity and grants it (rather than an interval later). Their reports, in order."""
+    first = run_cycle(settings)
+    if first is None or not first.victims_found_stopped:
+        return [first]
+    return [first, run_cycle(settings)]
 
 
 def tasks_waiting_to_be_queued(report: CycleReport | None) -> list[TaskInstanceKey]:

@@ -3,8 +3,8 @@
 For deployments that keep the allocator apart from the scheduler (instead of, or beside, the
 ``QuotaAllocatorExecutor``): it starts a cycle every ``--interval`` seconds (default ``[quota]
 allocation_interval``; after a long cycle, no sooner than it took) until SIGTERM or SIGINT, finishing the
-cycle in progress. Several may run; on
-PostgreSQL one cycle runs at a time. ``--once`` runs a single cycle and prints what it did.
+cycle in progress. Several may run; on PostgreSQL one cycle runs at a time. ``--once`` runs a single
+cycle and prints what it did.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from airflow_quota.allocator.cycle import CycleReport
 from airflow_quota.allocator.host import (
     allocation_interval,
     initialize_metrics,
-    needs_another_cycle,
     next_cycle_start,
     run_cycle,
+    run_cycles,
 )
 from airflow_quota.cli.common import console, fail, print_json, wants_json
 
@@ -50,8 +50,7 @@ def allocator(args: argparse.Namespace) -> None:
     console().print(f"Quota allocator: a cycle every {interval:g} s (SIGTERM or Ctrl-C stops it)")
     while not stopping.is_set():
         started = time.monotonic()
-        if needs_another_cycle(run_cycle()) and not stopping.is_set():
-            run_cycle()  # a victim's training job was found stopped: release and regrant its capacity now
+        run_cycles()
         stopping.wait(max(0.0, next_cycle_start(started, time.monotonic(), interval) - time.monotonic()))
     console().print("Quota allocator stopped")
 

@@ -369,9 +369,9 @@ class RecordingStopper:
         self.calls: list[str] = []
         self.stopped_after = stopped_after
 
-    def __call__(self, record: TrainingJobRecord) -> bool:
+    def __call__(self, record: TrainingJobRecord) -> StopAnswer:
         self.calls.append(record["name"])
-        return len(self.calls) >= self.stopped_after
+        return StopAnswer.STOPPED if len(self.calls) >= self.stopped_after else StopAnswer.RUNNING
 
     def settings(self, **settings: Any) -> CycleSettings:
         """What a host passes to each of its cycles: this stopper, and one memory of the jobs it stopped."""
@@ -451,10 +451,10 @@ def test_a_stop_is_asked_only_once_the_cycle_has_committed_and_not_for_a_cycle_t
     monkeypatch.setattr(airflow_settings, "engine", teams.engine)  # the host's sessions on this database
     seen_when_asked: list[str] = []
 
-    def stopper(record: TrainingJobRecord) -> bool:
+    def stopper(record: TrainingJobRecord) -> StopAnswer:
         """Answers "stopped", noting what another connection sees of the orphan's job when asked."""
         seen_when_asked.append(job(teams, job_id).status_reason)
-        return True
+        return StopAnswer.STOPPED
 
     settings = CycleSettings(job_stopper=stopper, stopped_training_jobs=StoppedTrainingJobs())
 
