@@ -25,6 +25,7 @@ import sqlalchemy as sa
 
 from tests.airflow.harness import AirflowProcesses
 from tests.db.conftest import _postgres_admin, _postgres_server_or_skip
+from tests.scripts import load_script
 
 pytestmark = pytest.mark.airflow
 
@@ -36,14 +37,7 @@ TRIALS = {"trial_a": 200, "trial_b": 200, "trial_c": 200}  # steps, as in demo_t
 
 
 def uninterrupted_value(steps: int) -> int:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "train_counter", REPO / "examples/training/train_counter.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("examples/training/train_counter.py")
     step, value = module.load_checkpoint(REPO / "no-checkpoint-here")  # where a fresh training starts
     assert step == 0
     for step in range(1, steps + 1):

@@ -7,31 +7,21 @@ in it are the real ones.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from airflow_quota.engine.model import Grant, JobStatus, Preemption, PreemptionRule
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_local_backend.py"
 
 
-def load_benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_local_backend", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = load_benchmark()
+bench = load_script("benchmarks/gpu_local_backend.py")
 
 
 def test_the_borrower_gets_the_idle_gpu_gives_it_back_and_gets_it_again_after_the_lender() -> None:

@@ -8,12 +8,9 @@ unless said otherwise, and the work is in unit-seconds.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -21,23 +18,14 @@ import pytest
 from airflow_quota.engine.model import JobRequest
 from airflow_quota.sim.scenario import QueueConfiguration, ScenarioEvent, SubmitJob
 from airflow_quota.sim.trace import load_queue_configuration, load_trace
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "allocation_quality.py"
 UNIT = "ml.p4d.24xlarge"
 OTHER_UNIT = "ml.p5.48xlarge"
 
 
-def load_benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("allocation_quality", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = load_benchmark()
+bench = load_script("benchmarks/allocation_quality.py")
 
 
 def share(
