@@ -304,12 +304,18 @@ def _longest_job_end(jobs: Sequence[_TraceJob]) -> float:
 
 def _arrival_end(arrivals: Sequence[tuple[float, float]], capacity: int) -> float:
     """max over submission times t of t + (work submitted at or after t) / capacity; arrivals sorted."""
+    return _binding_arrival(arrivals, capacity)[0]
+
+
+def _binding_arrival(arrivals: Sequence[tuple[float, float]], capacity: int) -> tuple[float, float, float]:
+    """``_arrival_end``, with the submission time t that sets it and the work submitted at or after t."""
     remaining = sum(work for _, work in arrivals)
-    end = float("-inf")
+    best = (float("-inf"), arrivals[0][0], remaining)
     for at, work in arrivals:
-        end = max(end, at + remaining / capacity)
+        if at + remaining / capacity > best[0]:
+            best = (at + remaining / capacity, at, remaining)
         remaining -= work
-    return end
+    return best
 
 
 def max_usable(queue: JobQueue, share: QuotaShare, unit: str) -> int:
@@ -588,14 +594,8 @@ class DiagnosedSimulation(BacklogSimulation):
 def binding_submission(events: Sequence[ScenarioEvent], capped: CappedBound) -> tuple[float, float]:
     """(t, work of the binding shares submitted at or after t) for the t that sets ``capped``."""
     jobs = [job for job in _submitted_jobs(events) if job.share in capped.shares and job.unit == capped.unit]
-    arrivals = sorted((job.at, job.work) for job in jobs)
-    remaining = sum(work for _, work in arrivals)
-    best = (float("-inf"), arrivals[0][0], remaining)
-    for at, work in arrivals:
-        if at + remaining / capped.cap > best[0]:
-            best = (at + remaining / capped.cap, at, remaining)
-        remaining -= work
-    return best[1], best[2]
+    _, at, remaining = _binding_arrival(sorted((job.at, job.work) for job in jobs), capped.cap)
+    return at, remaining
 
 
 @dataclass(frozen=True)
