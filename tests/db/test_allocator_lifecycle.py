@@ -9,6 +9,7 @@ signals a task reads. Tests of orphaned training jobs also run the host's step a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Iterator
@@ -777,6 +778,27 @@ def test_a_victim_whose_training_job_the_allocator_found_stopped_is_requeued_and
     assert [row.job_id for row in audit(teams, AuditKind.REQUEUED)] == [borrower]
     assert (released.stop_requests, sagemaker.calls) == ([], ["b-borrow-a1", "b-borrow-a1"])  # not again
     assert ti_of(teams, "b-borrow").state == TaskInstanceState.RUNNING  # its task reports when it sees it
+
+
+def test_a_host_runs_the_next_cycle_at_once_when_it_found_a_victims_job_stopped(
+    teams: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    own, borrower, lender = a_victim_stopping_its_training_job(teams)
+    settings = SageMakerAnswers(StopAnswer.RUNNING, StopAnswer.STOPPED).settings()  # Stopping, then Stopped
+    hosted_cycle(teams, 3, settings)  # the decision; still Stopping when asked after it
+    monkeypatch.setattr(airflow_settings, "engine", teams.engine)  # the host's sessions on this database
+    # The host's cycles run at today's clock, long after this test's decision: not past any deadline.
+    settings = dataclasses.replace(settings, stop_deadline=timedelta(days=36500))
+
+    reports = host.run_cycles(settings)
+
+    assert len(reports) == 2
+    first, second = reports
+    assert first is not None and first.victims_found_stopped == [borrower]
+    assert second is not None and second.stopped == [borrower]
+    assert [lease.job_id for lease in second.granted] == [lender]
+    assert held(teams) == {own: 2, lender: 2}
+    assert host.run_cycles(settings)[1:] == []  # nothing found stopped: one cycle
 
 
 @pytest.mark.parametrize(
