@@ -1,3 +1,3 @@
 """airflow-quota: AWS Batch-style GPU quota management for Apache Airflow."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

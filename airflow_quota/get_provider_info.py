@@ -10,7 +10,7 @@ def get_provider_info() -> dict[str, Any]:
         "description": (
             "AWS Batch-style GPU quota management: quota shares, lending, borrowing and preemption."
         ),
-        "versions": ["0.2.0", "0.1.0"],
+        "versions": ["0.3.0", "0.2.0", "0.1.0"],
         "cli": ["airflow_quota.cli.definition.get_quota_cli_commands"],
         "db-managers": ["airflow_quota.ledger.db.QuotaDBManager"],
         "extra-links": [

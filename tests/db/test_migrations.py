@@ -251,7 +251,7 @@ def test_revision_heads_map_names_each_release_head_and_ends_at_head() -> None:
     heads = QuotaDBManager.revision_heads_map
     known = {rev.revision for rev in script().walk_revisions()}
 
-    assert list(heads) == ["0.1.0", "0.2.0"]
+    assert list(heads) == ["0.1.0", "0.2.0", "0.3.0"]
     assert set(heads.values()) <= known
     assert list(heads.values())[-1] == head()
     assert first_revision() == heads["0.1.0"]
