@@ -44,10 +44,25 @@ from airflow_quota.engine.model import (
 AWS_MAX_SHARES_PER_QUEUE = 20
 AWS_MAX_CAPACITY_LIMITS_PER_SHARE = 5
 
-_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
-_NAME_RULE = "1 to 128 letters, digits, '-' or '_'"
+# Upper bounds: every value fits the ledger's columns (names 128 characters, units 256, whole numbers
+# 32-bit like AWS's Integer) and nothing anyone types makes the allocator build or count more than this.
+#: The most instances of one unit a job queue or share holds, and so the most a job asks for.
+MAX_CAPACITY = 100_000
+#: The largest borrowLimit (a percentage): beyond it a share of maxCapacity 1 could borrow more than any
+#: job queue holds, so a larger one would mean nothing more.
+MAX_BORROW_LIMIT = 100 * MAX_CAPACITY
+#: AWS's Integer (and the ledger's integer columns): the bound of a count with no smaller natural one.
+MAX_INTEGER = 2**31 - 1
+MAX_NAME_LENGTH = 128
+MAX_UNIT_LENGTH = 256
+
+_NAME_PATTERN = rf"^[A-Za-z0-9_-]{{1,{MAX_NAME_LENGTH}}}$"
+_NAME_RULE = f"1 to {MAX_NAME_LENGTH} letters, digits, '-' or '_'"
+_UNIT_PATTERN = rf"^[A-Za-z0-9._:/+-]{{1,{MAX_UNIT_LENGTH}}}$"
+_UNIT_RULE = f"1 to {MAX_UNIT_LENGTH} letters, digits, '.', '-', '_', ':', '/' or '+'"
 Name = Annotated[StrictStr, Field(pattern=_NAME_PATTERN)]
-Count = Annotated[StrictInt, Field(ge=0)]
+Unit = Annotated[StrictStr, Field(pattern=_UNIT_PATTERN)]
+Capacity = Annotated[StrictInt, Field(ge=0, le=MAX_CAPACITY)]
 
 #: What each field must hold, in the words the error messages use.
 _EXPECTED: dict[str, str] = {
@@ -57,18 +72,20 @@ _EXPECTED: dict[str, str] = {
     "quotaShareName": f"a name of {_NAME_RULE}, e.g. team-a",
     "jobName": f"a name of {_NAME_RULE}, e.g. llama-finetune-7",
     "capacityLimits": "a list of {capacityUnit, maxCapacity} entries (at least one)",
-    "capacityUnit": "an instance type such as ml.p4d.24xlarge",
-    "maxCapacity": "a whole number >= 0 (how many instances of this capacity unit)",
+    "capacityUnit": f"an instance type such as ml.p4d.24xlarge ({_UNIT_RULE})",
+    "maxCapacity": f"a whole number from 0 to {MAX_CAPACITY} (how many instances of this capacity unit)",
     "strategy": "one of RESERVE, LEND, LEND_AND_BORROW",
     "borrowLimit": (
-        "a whole number >= 0 (the percentage of the share's own maxCapacity it may borrow on top of it), "
-        "or -1 for no limit"
+        f"a whole number from 0 to {MAX_BORROW_LIMIT} (the percentage of the share's own maxCapacity it "
+        "may borrow on top of it), or -1 for no limit"
     ),
     "inSharePreemption": "ENABLED or DISABLED",
     "state": "ENABLED or DISABLED",
     "schedulingPriority": f"a whole number from {MIN_PRIORITY} to {MAX_PRIORITY} (higher runs first)",
-    "instanceCount": "a whole number >= 1",
-    "preemptionRetriesBeforeTermination": "a whole number >= 0, or left out to requeue without limit",
+    "instanceCount": f"a whole number from 1 to {MAX_CAPACITY}",
+    "preemptionRetriesBeforeTermination": (
+        f"a whole number from 0 to {MAX_INTEGER}, or left out to requeue without limit"
+    ),
 }
 
 
@@ -108,14 +125,16 @@ class _AwsModel(BaseModel):
 
 
 class CapacityLimit(_AwsModel):
-    capacity_unit: StrictStr = Field(alias="capacityUnit", min_length=1)
-    max_capacity: Count = Field(alias="maxCapacity")
+    capacity_unit: Unit = Field(alias="capacityUnit")
+    max_capacity: Capacity = Field(alias="maxCapacity")
 
 
 class ResourceSharingConfiguration(_AwsModel):
     strategy: SharingStrategy
     #: None when absent; only a LEND_AND_BORROW share may set it, and absent means -1 (no limit).
-    borrow_limit: StrictInt | None = Field(None, alias="borrowLimit", ge=UNLIMITED_BORROW)
+    borrow_limit: StrictInt | None = Field(
+        None, alias="borrowLimit", ge=UNLIMITED_BORROW, le=MAX_BORROW_LIMIT
+    )
 
     @field_validator("borrow_limit")
     @classmethod
@@ -216,10 +235,10 @@ class JobRequestConfig(_AwsModel):
     scheduling_priority: StrictInt = Field(
         MIN_PRIORITY, alias="schedulingPriority", ge=MIN_PRIORITY, le=MAX_PRIORITY
     )
-    capacity_unit: StrictStr = Field(alias="capacityUnit", min_length=1)
-    instance_count: StrictInt = Field(alias="instanceCount", ge=1)
-    preemption_retries_before_termination: Count | None = Field(
-        None, alias="preemptionRetriesBeforeTermination"
+    capacity_unit: Unit = Field(alias="capacityUnit")
+    instance_count: StrictInt = Field(alias="instanceCount", ge=1, le=MAX_CAPACITY)
+    preemption_retries_before_termination: StrictInt | None = Field(
+        None, alias="preemptionRetriesBeforeTermination", ge=0, le=MAX_INTEGER
     )
 
     def to_job_request(self) -> JobRequest:

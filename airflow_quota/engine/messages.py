@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 
 def format_loc(loc: tuple[int | str, ...]) -> str:
@@ -25,21 +26,51 @@ def join_path(prefix: str, path: str) -> str:
     return f"{prefix}.{path}"
 
 
+#: Longer strings and numbers are shortened in messages (one line, whatever the file holds).
+SHOWN_CHARACTERS = 40
+SHOWN_DIGITS = 30
+
+
 def show_value(value: object) -> str:
-    """A value the way the user wrote it in YAML, for messages."""
+    """A value the way the user wrote it in YAML, for messages: control characters escaped, long ones cut."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
         return "null (empty)"
     if isinstance(value, str):
-        return f"'{value}'" if value else "an empty string"
+        return _show_string(value) if value else "an empty string"
+    if isinstance(value, int) and abs(value) >= 10**SHOWN_DIGITS:  # str() of over 4,300 digits raises
+        return f"a number of more than {SHOWN_DIGITS} digits"
     if isinstance(value, int | float):
         return str(value)
+    if isinstance(value, TooManyDigits):
+        return f"a number of {value.digits} digits"
     if isinstance(value, list):
         return "a list" if value else "an empty list"
     if isinstance(value, Mapping):
         return "a mapping"
     return f"a {type(value).__name__}"
+
+
+def _show_string(value: str) -> str:
+    shown = value if len(value) <= SHOWN_CHARACTERS else value[:SHOWN_CHARACTERS] + "..."
+    if not shown.isprintable():
+        shown = "".join(char if char.isprintable() else repr(char)[1:-1] for char in shown)
+    length = f" ({len(value)} characters)" if len(value) > SHOWN_CHARACTERS else ""
+    return f"'{shown}'{length}"
+
+
+@dataclass(frozen=True, slots=True)
+class TooManyDigits:
+    """What a file reader puts in place of a number too long to be any value: validation then names its path.
+
+    (Python refuses to convert more than 4,300 digits; no field here needs more than a few.)
+    """
+
+    digits: int
+
+    def __str__(self) -> str:
+        return f"a number of {self.digits} digits"
 
 
 def unknown_key_message(key: str, allowed: Sequence[str]) -> str:

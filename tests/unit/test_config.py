@@ -13,6 +13,11 @@ import pytest
 
 from airflow_quota.config_file import load_quota_file, read_mapping_file
 from airflow_quota.engine.config import (
+    MAX_BORROW_LIMIT,
+    MAX_CAPACITY,
+    MAX_INTEGER,
+    MAX_NAME_LENGTH,
+    MAX_UNIT_LENGTH,
     ConfigIssue,
     JobRequestError,
     QuotaConfigError,
@@ -21,7 +26,14 @@ from airflow_quota.engine.config import (
     parse_quota_config,
     validate_job_request,
 )
-from airflow_quota.engine.model import JobQueue, JobRequest, QuotaShare, ShareState, SharingStrategy
+from airflow_quota.engine.model import (
+    MAX_PRIORITY,
+    JobQueue,
+    JobRequest,
+    QuotaShare,
+    ShareState,
+    SharingStrategy,
+)
 
 EXAMPLE_FILE = Path(__file__).parents[2] / "examples" / "quotas.yaml"
 P4D = "ml.p4d.24xlarge"
@@ -193,7 +205,32 @@ REFUSED = [
         "max_capacity_not_negative",
         {f"{SHARE1}.capacityLimits[0].maxCapacity": -1},
         f"{SHARE1}.capacityLimits[0].maxCapacity",
-        "maxCapacity is -1: it must be a whole number >= 0",
+        "maxCapacity is -1: it must be a whole number from 0 to 100000",
+    ),
+    Refused(
+        "max_capacity_at_most_100000",
+        {f"{SHARE1}.capacityLimits[0].maxCapacity": 100_001},
+        f"{SHARE1}.capacityLimits[0].maxCapacity",
+        "maxCapacity is 100001: it must be a whole number from 0 to 100000",
+    ),
+    Refused(
+        "queue_max_capacity_of_a_billion_refused",
+        {"jobQueues[0].capacityLimits[0].maxCapacity": 1_000_000_000},
+        "jobQueues[0].capacityLimits[0].maxCapacity",
+        "maxCapacity is 1000000000: it must be a whole number from 0 to 100000",
+    ),
+    Refused(
+        "capacity_unit_at_most_256_characters",
+        {f"{SHARE1}.capacityLimits[0].capacityUnit": "u" * 257},
+        f"{SHARE1}.capacityLimits[0].capacityUnit",
+        "capacityUnit is 'uuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuu...' (257 characters): it must be an "
+        "instance type such as ml.p4d.24xlarge (1 to 256 letters, digits, '.', '-', '_', ':', '/' or '+')",
+    ),
+    Refused(
+        "capacity_unit_without_spaces_or_control_characters",
+        {f"{SHARE1}.capacityLimits[0].capacityUnit": "ml.p4d\x00"},
+        f"{SHARE1}.capacityLimits[0].capacityUnit",
+        "capacityUnit is 'ml.p4d\\x00': it must be an instance type",
     ),
     Refused(
         "max_capacity_not_a_bool",
@@ -299,7 +336,19 @@ REFUSED = [
         "borrow_limit_minus_one_or_more",
         {f"{SHARING2}.borrowLimit": -2},
         f"{SHARING2}.borrowLimit",
-        "borrowLimit is -2: it must be a whole number >= 0",
+        "borrowLimit is -2: it must be a whole number from 0 to 10000000",
+    ),
+    Refused(
+        "borrow_limit_fits_the_ledger_on_postgresql",
+        {f"{SHARING2}.borrowLimit": 2_147_483_648},
+        f"{SHARING2}.borrowLimit",
+        "borrowLimit is 2147483648: it must be a whole number from 0 to 10000000",
+    ),
+    Refused(
+        "borrow_limit_fits_the_ledger_on_sqlite",
+        {f"{SHARING2}.borrowLimit": 10**20},
+        f"{SHARING2}.borrowLimit",
+        "borrowLimit is 100000000000000000000: it must be a whole number from 0 to 10000000",
     ),
     Refused(
         "borrow_limit_whole_number",
@@ -455,6 +504,27 @@ ACCEPTED = [
         QuotaShare("prod", {P4D: 2}, SharingStrategy.RESERVE, -1, False),
     ),
     Accepted(
+        "max_capacity_100000_and_borrow_limit_10000000",
+        {
+            "jobQueues[0].capacityLimits[0].maxCapacity": 100_000,
+            f"{SHARE2}.capacityLimits[0].maxCapacity": 100_000 - 4,
+            f"{SHARING2}.borrowLimit": 10_000_000,
+        },
+        2,
+        QuotaShare("research", {P4D: 99_996, G5: 4}, SharingStrategy.LEND_AND_BORROW, 10_000_000, True),
+    ),
+    Accepted(
+        "capacity_unit_of_256_characters",
+        {
+            "jobQueues[0].capacityLimits[0].capacityUnit": "nvidia.com/gpu:" + "a" * 241,
+            f"{SHARE0}.capacityLimits[0].capacityUnit": "nvidia.com/gpu:" + "a" * 241,
+            f"{SHARE1}.capacityLimits[0].capacityUnit": "nvidia.com/gpu:" + "a" * 241,
+            f"{SHARE2}.capacityLimits[0].capacityUnit": "nvidia.com/gpu:" + "a" * 241,
+        },
+        0,
+        QuotaShare("prod", {"nvidia.com/gpu:" + "a" * 241: 2}, SharingStrategy.RESERVE, -1, False),
+    ),
+    Accepted(
         "name_of_128_letters_digits_dash_underscore",
         {f"{SHARE0}.quotaShareName": "A_b-9" * 25 + "xyz"},
         0,
@@ -518,8 +588,8 @@ def test_error_lists_source_count_and_each_issue() -> None:
     assert all(isinstance(issue, ConfigIssue) for issue in raised.value.issues)
     assert str(raised.value).splitlines() == [
         "team-quotas.yaml: 2 errors",
-        f"  {SHARE0}.capacityLimits[0].maxCapacity: maxCapacity is -1: it must be a whole number >= 0 "
-        "(how many instances of this capacity unit)",
+        f"  {SHARE0}.capacityLimits[0].maxCapacity: maxCapacity is -1: it must be a whole number from 0 to "
+        "100000 (how many instances of this capacity unit)",
         f"  {SHARE0}.state: state is 'ON': it must be ENABLED or DISABLED",
     ]
 
@@ -718,6 +788,11 @@ def valid_request(**changes: Any) -> dict[str, Any]:
             JobRequest("llama-ft", "research", P4D, 1),
             id="one_instance_accepted",
         ),
+        pytest.param(
+            valid_request(instanceCount=100_000, preemptionRetriesBeforeTermination=2**31 - 1),
+            JobRequest("llama-ft", "research", P4D, 100_000, 0, 2**31 - 1),
+            id="largest_instance_count_and_preemption_retries_accepted",
+        ),
     ],
 )
 def test_job_request_accepted(raw: dict[str, Any], request_: JobRequest) -> None:
@@ -754,8 +829,38 @@ def test_job_request_accepted(raw: dict[str, Any], request_: JobRequest) -> None
         pytest.param(
             valid_request(instanceCount=0),
             "instanceCount",
-            "instanceCount is 0: it must be a whole number >= 1",
+            "instanceCount is 0: it must be a whole number from 1 to 100000",
             id="instance_count_zero_refused",
+        ),
+        pytest.param(
+            valid_request(instanceCount=3_000_000_000),
+            "instanceCount",
+            "instanceCount is 3000000000: it must be a whole number from 1 to 100000",
+            id="instance_count_over_the_ledger_int4_refused",
+        ),
+        pytest.param(
+            valid_request(instanceCount=2**63),
+            "instanceCount",
+            "instanceCount is 9223372036854775808: it must be a whole number from 1 to 100000",
+            id="instance_count_over_int64_refused",
+        ),
+        pytest.param(
+            valid_request(capacityUnit="u" * 257),
+            "capacityUnit",
+            "(257 characters): it must be an instance type such as ml.p4d.24xlarge (1 to 256 letters",
+            id="capacity_unit_over_the_ledger_column_refused",
+        ),
+        pytest.param(
+            valid_request(capacityUnit="ml.p4d 24xlarge"),
+            "capacityUnit",
+            "capacityUnit is 'ml.p4d 24xlarge': it must be an instance type",
+            id="capacity_unit_without_spaces",
+        ),
+        pytest.param(
+            valid_request(preemptionRetriesBeforeTermination=2**31),
+            "preemptionRetriesBeforeTermination",
+            "it must be a whole number from 0 to 2147483647, or left out to requeue without limit",
+            id="preemption_retries_fit_the_ledger",
         ),
         pytest.param(
             valid_request(instanceCount=1.0),
@@ -770,13 +875,13 @@ def test_job_request_accepted(raw: dict[str, Any], request_: JobRequest) -> None
         pytest.param(
             valid_request(capacityUnit=""),
             "capacityUnit",
-            "capacityUnit is an empty string",
+            "capacityUnit is an empty string: it must be an instance type",
             id="capacity_unit_not_empty",
         ),
         pytest.param(
             valid_request(preemptionRetriesBeforeTermination=-1),
             "preemptionRetriesBeforeTermination",
-            "whole number >= 0, or left out to requeue without limit",
+            "whole number from 0 to 2147483647, or left out to requeue without limit",
             id="preemption_retries_not_negative",
         ),
         pytest.param(
@@ -809,6 +914,14 @@ def test_job_request_collects_every_error() -> None:
         validate_job_request(valid_request(schedulingPriority=10000, instanceCount=0, jobName=""))
 
     assert [issue.path for issue in raised.value.issues] == ["jobName", "schedulingPriority", "instanceCount"]
+
+
+def test_bounds_fit_the_ledger_columns() -> None:
+    from airflow_quota.ledger import models
+
+    assert (MAX_NAME_LENGTH, MAX_UNIT_LENGTH) == (models.NAME_LENGTH, models.UNIT_LENGTH)
+    int4_max = 2**31 - 1  # the ledger's Integer columns on PostgreSQL
+    assert max(MAX_CAPACITY, MAX_BORROW_LIMIT, MAX_INTEGER, MAX_PRIORITY) <= int4_max
 
 
 # --- reading files -----------------------------------------------------------------------------------------
@@ -889,6 +1002,40 @@ def test_reads_yaml_json_and_anything_else_as_yaml(tmp_path: Path, name: str) ->
             id="top_level_scalar_refused",
         ),
         pytest.param("quotas.json", "[]", "the top level is a list", id="json_top_level_list_refused"),
+        pytest.param(
+            "quotas.yaml",
+            "jobQueues: " + "[" * 100_000 + "]" * 100_000 + "\n",
+            "the document nests more than 100 levels deep: a quota file needs 6; fix its brackets (at line 1)",  # noqa: E501
+            id="yaml_nested_100000_deep_refused",
+        ),
+        pytest.param(
+            "quotas.yaml",
+            "jobQueues:\n" + "".join("  " * level + "- \n" for level in range(101)),
+            "nests more than 100 levels deep",
+            id="yaml_nested_101_deep_in_block_style_refused",
+        ),
+        pytest.param(
+            "quotas.json",
+            '{"jobQueues": ' + "[" * 100_000 + "]" * 100_000 + "}",
+            "the document nests more than 100 levels deep",
+            id="json_nested_100000_deep_refused",
+        ),
+        pytest.param(
+            "quotas.json",
+            '{"jobQueues": ' + "[" * 500 + "]" * 500 + "}",
+            "the document nests more than 100 levels deep",
+            id="json_nested_within_pythons_stack_refused",
+        ),
+        pytest.param(
+            "quotas.yaml",
+            "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+            + "".join(
+                f"{name}: &{name} [{', '.join([f'*{alias}'] * 10)}]\n"
+                for alias, name in zip("abcdefgh", "bcdefghi", strict=True)
+            ),
+            "the document holds more than 1,000,000 values (YAML aliases counted each time they are used)",
+            id="yaml_aliases_expanding_to_a_billion_values_refused",
+        ),
     ],
 )
 def test_unreadable_documents_refused(tmp_path: Path, name: str, text: str, says: str) -> None:
@@ -929,6 +1076,29 @@ def test_unreadable_files_refused(tmp_path: Path, make: Any, says: str) -> None:
 def _write_bytes(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+@pytest.mark.parametrize(
+    ("name", "number", "digits"),
+    [
+        pytest.param("quotas.yaml", "9" * 5000, 5000, id="yaml"),
+        pytest.param("quotas.json", "9" * 5000, 5000, id="json"),
+        pytest.param("quotas.yaml", "1_" * 2500 + "0", 2501, id="yaml_with_underscores"),
+    ],
+)
+def test_number_of_thousands_of_digits_refused_at_its_path(
+    tmp_path: Path, name: str, number: str, digits: int
+) -> None:
+    path = tmp_path / name
+    path.write_text(json.dumps(valid_file()).replace('"maxCapacity": 8', f'"maxCapacity": {number}', 1))
+
+    with pytest.raises(QuotaConfigError) as raised:
+        load_quota_file(path)
+
+    assert [str(issue) for issue in raised.value.issues] == [
+        f"jobQueues[0].capacityLimits[0].maxCapacity: maxCapacity is a number of {digits} digits: it must"
+        " be a whole number from 0 to 100000 (how many instances of this capacity unit)"
+    ]
 
 
 def test_invalid_file_reports_paths_and_is_left_unchanged(tmp_path: Path) -> None:

@@ -117,7 +117,10 @@ def test_bad_types_and_ranges_are_reported_at_their_path() -> None:
     assert found["events[2].submitJob.duration"].startswith(
         "duration is 'long': it must be a number of seconds"
     )
-    assert found["events[2].submitJob.instanceCount"] == "instanceCount is 0: it must be a whole number >= 1"
+    assert (
+        found["events[2].submitJob.instanceCount"]
+        == "instanceCount is 0: it must be a whole number from 1 to 100000"
+    )
     assert found["events[2].submitJob.schedulingPriority"].startswith("schedulingPriority is 10000")
 
 
