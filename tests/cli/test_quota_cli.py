@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from airflow_quota.cli.simulate import simulate
+from airflow_quota.cli.validate import run_validate
 
 EXAMPLE_FILE = Path(__file__).parents[2] / "examples" / "quotas.yaml"
 AIRFLOW = Path(sys.executable).parent / "airflow"
@@ -129,6 +130,43 @@ def test_validate_json_reports_shares_warnings_and_errors(tmp_path: Path) -> Non
     assert [error["path"] for error in report["errors"]] == [
         "jobQueues[0].quotaShares[0].resourceSharingConfiguration.borrowLimit"
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        pytest.param(
+            "jobQueues: " + "[" * 100_000 + "]" * 100_000,
+            {
+                "path": "",
+                "message": "the document nests more than 100 levels deep: a quota file needs 6; fix "
+                "its brackets (at line 1)",
+            },
+            id="nested_100000_deep",
+        ),
+        pytest.param(
+            json.dumps(quota_file(1)).replace('"maxCapacity": 1', '"maxCapacity": ' + "9" * 5000, 1),
+            {
+                "path": "jobQueues[0].capacityLimits[0].maxCapacity",
+                "message": "maxCapacity is a number of 5000 digits: it must be a whole number from 0 to "
+                "100000 (how many instances of this capacity unit)",
+            },
+            id="number_of_5000_digits",
+        ),
+    ],
+)
+def test_validate_json_reports_a_file_no_reader_can_take_as_one_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, error: dict[str, str]
+) -> None:
+    path = tmp_path / "quotas.yaml"
+    path.write_text(text)
+
+    code = run_validate(str(path), as_json=True)
+
+    assert (code, json.loads(capsys.readouterr().out)) == (
+        1,
+        {"source": str(path), "valid": False, "errors": [error], "warnings": []},
+    )
 
 
 @pytest.mark.airflow
