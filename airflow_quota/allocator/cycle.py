@@ -7,7 +7,9 @@ a crash anywhere leaves the ledger as the last committed cycle wrote it). Steps:
 1. PostgreSQL: ``pg_try_advisory_xact_lock(ALLOCATOR_LOCK_ID)``; when another allocator holds it, skip.
 2. Read every open job's task instance and training job record, and the task instances deferred on
    ``QuotaAdmissionTrigger`` with their requests (``tasks.waiting_on``: plain columns, no locks).
-3. Per job queue, reconcile each open job with its task instance (``reconcile.task_outcome``):
+3. Per job queue, in a savepoint (a queue whose part raises is rolled back alone, logged and listed in
+   ``CycleReport.failed_queues``; the others go on), reconcile each open job with its task instance
+   (``reconcile.task_outcome``):
 
    - the try is over: a waiting job ends; a job holding capacity releases it, unless a training job
      may still run on it (its record says ``launched``): that orphan keeps its capacity until its
@@ -23,7 +25,8 @@ a crash anywhere leaves the ledger as the last committed cycle wrote it). Steps:
    - the task deferred for admission again: if it was being stopped, that is its stop report
      (REQUEUED at its place, or FAILED out of preemption retries); a job the allocator already found
      stopped is an ordinary waiting request (or rejected, when FAILED); a new request is recorded; a
-     request that can never be granted resumes its task with a rejection, so only that task fails;
+     request that can never be granted, or that the ledger refuses to record, resumes its task with a
+     rejection, so only that task fails;
    - the try of a job that holds nothing (waiting, or a victim already requeued) is over: it FAILS.
      A task that deferred from a worker run is resumed only once it has settled (``settle_time``):
      it may be granted and preempt before, its capacity held for it meanwhile.
@@ -50,7 +53,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -77,7 +80,7 @@ from airflow_quota.engine.config import JobRequestError, validate_job_request
 from airflow_quota.engine.devices import assign_devices
 from airflow_quota.engine.model import CyclePlan, Grant, Job, JobRequest, JobStatus, Preemption, QueueState
 from airflow_quota.engine.planner import plan_cycle
-from airflow_quota.ledger.models import JobRow
+from airflow_quota.ledger.models import JOB_ID_LENGTH, NAME_LENGTH, UNIT_LENGTH, JobRow
 from airflow_quota.ledger.store import (
     FINAL_STATUSES,
     LedgerError,
@@ -254,6 +257,21 @@ class CycleReport:
     unresumed: list[str] = field(default_factory=list)
     #: Job queues whose state the cycle ended with (for metrics).
     states: dict[str, QueueState] = field(default_factory=dict)
+    #: Job queues whose part of the cycle failed, and why: rolled back alone (nothing of it was written,
+    #: its tasks keep waiting), the other queues' parts kept; the next cycle tries it again.
+    failed_queues: dict[str, str] = field(default_factory=dict)
+
+    def add(self, part: CycleReport) -> None:
+        """Add one job queue's part of the cycle: its lists and mappings, its preemption counts summed."""
+        for each in fields(self):
+            mine, theirs = getattr(self, each.name), getattr(part, each.name)
+            if isinstance(mine, list):
+                mine.extend(theirs)
+            elif each.name == "preempted_by_rule":
+                for rule, victims in theirs.items():
+                    mine[rule] = mine.get(rule, 0) + victims
+            elif isinstance(mine, dict):
+                mine.update(theirs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,16 +316,46 @@ def run_allocation_cycle(
     open_queues = session.scalars(
         select(JobRow.job_queue_name).where(JobRow.status.not_in(FINAL_STATUSES)).distinct()
     )
-    context = _Cycle(session, now, settings, views, records, report)
     for queue_name in sorted(set(open_queues) | set(waiting_by_queue)):
-        context.allocate_queue(queue_name, waiting_by_queue.get(queue_name, []))
+        part = CycleReport(ran_at=now)
+        try:
+            with session.begin_nested():  # a savepoint: a failure rolls back this queue's part alone
+                _Cycle(session, now, settings, views, records, part).allocate_queue(
+                    queue_name, waiting_by_queue.get(queue_name, [])
+                )
+        except Exception as error:  # whatever it was, the other queues go on
+            log.exception(
+                "Job queue %s: its part of the allocation cycle failed and was rolled back; "
+                "the other job queues go on, and the next cycle tries it again",
+                queue_name,
+            )
+            report.failed_queues[queue_name] = _first_line(error)
+            continue
+        report.add(part)
     return report
 
 
 def _take_cycle_lock(session: Session) -> bool:
     if not is_postgres(session):
+        _begin_sqlite_transaction(session)
         return True  # SQLite runs one scheduler; the claims take its write lock
     return bool(session.scalar(text("SELECT pg_try_advisory_xact_lock(:id)"), {"id": ALLOCATOR_LOCK_ID}))
+
+
+def _begin_sqlite_transaction(session: Session) -> None:
+    """Open the cycle's SQLite transaction now: pysqlite opens it lazily, at the first write, so the first
+    queue's SAVEPOINT would open it instead, and releasing that savepoint would commit."""
+    connection = session.connection().connection.dbapi_connection
+    if not getattr(connection, "in_transaction", True):
+        session.execute(text("BEGIN"))
+
+
+def _first_line(error: BaseException) -> str:
+    """What went wrong, in one line: a database error's own message, without the statement and its
+    parameters (SQLAlchemy adds them, and they can be long), else the exception's type and message."""
+    cause = getattr(error, "orig", None) or error
+    lines = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {lines[0] if lines else ''}"[:500]
 
 
 @dataclass(slots=True)
@@ -624,8 +672,9 @@ class _Cycle:
     def _submit_new(self, state: QueueState, waiting: list[_Waiting]) -> tuple[QueueState, list[_Waiting]]:
         """Record the requests the ledger has not seen (all at once); return the waiting it knows now.
 
-        An invalid request is rejected and left out; a retry's request may take over what its previous
-        try still holds (``_submit_retry``).
+        An invalid request is rejected and left out, and so is one the ledger cannot record
+        (``_record_new``); a retry's request may take over what its previous try still holds
+        (``_submit_retry``).
         """
         unknown_ids = [each.job_id for each in waiting if each.job_id not in self.rows]
         finished = (
@@ -634,8 +683,9 @@ class _Cycle:
             else set()
         )
         holding = self._holding_by_task(state)
-        batch: list[Submission] = []
+        batch: list[tuple[_Waiting, Submission]] = []
         admitted: list[_Waiting] = []
+        submitted: list[str] = []
         for each in waiting:
             if each.job_id in self.rows or each.job_id in finished:
                 admitted.append(each)
@@ -644,15 +694,42 @@ class _Cycle:
             if request is None:
                 continue
             admitted.append(each)
-            self.report.submitted.append(each.job_id)
+            submitted.append(each.job_id)
             task = each.task
             previous = holding.get((task.dag_id, task.run_id, task.task_id, task.map_index))
             if previous is not None and self._row(previous.job_id).try_number < task.try_number:
                 state = self._submit_retry(state, each, request, previous)
             else:
                 submitted_at = _submitted_at(each)
-                batch.append(Submission(each.job_id, request, _task_ref(task), submitted_at))
-        return record_submissions(self.session, state, batch, self.now), admitted
+                batch.append((each, Submission(each.job_id, request, _task_ref(task), submitted_at)))
+        state, refused = self._record_new(state, batch)
+        self.report.submitted += [job_id for job_id in submitted if job_id not in refused]
+        return state, [each for each in admitted if each.job_id not in refused]
+
+    def _record_new(
+        self, state: QueueState, batch: list[tuple[_Waiting, Submission]]
+    ) -> tuple[QueueState, set[str]]:
+        """Record new requests at once; when the ledger refuses that, one by one, and reject each one it
+        refuses (a value beyond its columns) on its own task. The new state, and the job ids refused."""
+        if not batch:
+            return state, set()
+        try:
+            with self.session.begin_nested():  # flushed before it ends: a refusal shows here
+                return record_submissions(self.session, state, [job for _, job in batch], self.now), set()
+        except Exception:  # one of them (or more): found below, where each is recorded or refused alone
+            log.debug("Recording %d new requests at once failed; recording them one by one", len(batch))
+        refused: set[str] = set()
+        for each, submission in batch:
+            try:
+                with self.session.begin_nested():
+                    state = record_submissions(self.session, state, [submission], self.now)
+            except Exception as error:
+                log.warning(
+                    "Job %s: its request could not be recorded; rejecting it", each.job_id, exc_info=True
+                )
+                self._reject(each, _unrecordable(error))
+                refused.add(each.job_id)
+        return state, refused
 
     def _holding_by_task(self, state: QueueState) -> dict[tuple[str, str, str, int], Job]:
         """Jobs holding capacity they could hand over to a retry, by task instance."""
@@ -860,6 +937,16 @@ def stop_through_backend(record: TrainingJobRecord) -> StopAnswer:
     if status is None:
         return StopAnswer.MISSING
     return _SAGEMAKER_ANSWERS.get(status, StopAnswer.RUNNING)
+
+
+def _unrecordable(error: BaseException) -> str:
+    """Why a request the ledger cannot record is rejected, with the ledger's limits."""
+    return (
+        f"Its request could not be recorded in the quota ledger ({_first_line(error)}). The ledger stores "
+        f"names up to {NAME_LENGTH} characters, a capacityUnit up to {UNIT_LENGTH}, a job id "
+        f"(dag_id/run_id/task_id/map_index/try_number) up to {JOB_ID_LENGTH} and numbers up to "
+        f"{2**31 - 1} (its INTEGER columns): make the value that is beyond them smaller"
+    )
 
 
 def _task_ref(task: WaitingTask) -> TaskInstanceRef:

@@ -3,7 +3,9 @@
 A host calls ``run_cycle()`` as often as it likes: each call opens its own session on Airflow's engine
 (never the scheduler's scoped session: nesting ``create_session`` closes it under the scheduler), runs
 one cycle, commits, emits the cycle's metrics through Airflow's ``Stats`` and returns the report. A
-cycle that raises is rolled back whole, logged, and counted (``quota.cycle.errors``); the host goes on.
+job queue whose part of the cycle fails is rolled back alone by the cycle and counted here
+(``quota.queue.errors``); a cycle that raises is rolled back whole, logged, and counted
+(``quota.cycle.errors``); the host goes on.
 
 Only once the cycle has committed does the host call out of the process: it asks SageMaker to stop the
 training jobs the cycle listed (``request_stops``: victims' and orphans' still running), and keeps the
@@ -149,6 +151,9 @@ def emit_metrics(report: CycleReport, seconds: float) -> None:
         Stats.incr("quota.preemptions", victims, tags={"rule": rule})
         Stats.incr(f"quota.preemptions.{rule}", victims)
     Stats.incr("quota.rejections", len(report.rejected))
+    for queue_name in report.failed_queues:  # its part rolled back (logged with the error)
+        Stats.incr("quota.queue.errors", tags={"job_queue": queue_name})
+        Stats.incr(f"quota.queue.errors.{queue_name}")
     for queue_name, state in report.states.items():
         usage = usage_of(state)
         lent = lent_capacity(state)
