@@ -68,6 +68,7 @@ Capacity = Annotated[StrictInt, Field(ge=0, le=MAX_CAPACITY)]
 _EXPECTED: dict[str, str] = {
     "jobQueues": "a list of job queues (at least one)",
     "jobQueueName": f"a name of {_NAME_RULE}, e.g. gpu-training",
+    "jobQueue": f"the name of a job queue, {_NAME_RULE}, e.g. gpu-training",
     "quotaShares": "a list of quota shares (at least one: every job names the share it runs in)",
     "quotaShareName": f"a name of {_NAME_RULE}, e.g. team-a",
     "jobName": f"a name of {_NAME_RULE}, e.g. llama-finetune-7",
@@ -252,6 +253,16 @@ class JobRequestConfig(_AwsModel):
         )
 
 
+class JobSubmissionConfig(JobRequestConfig):
+    """A request with the job queue it is submitted to (SubmitServiceJob's jobQueue), as a task gives it."""
+
+    job_queue: Name = Field(alias="jobQueue")
+
+
+class _SchedulingPriority(_AwsModel):
+    scheduling_priority: StrictInt = Field(alias="schedulingPriority", ge=MIN_PRIORITY, le=MAX_PRIORITY)
+
+
 # --- public entry points -----------------------------------------------------------------------------
 
 
@@ -296,6 +307,30 @@ def validate_job_request(raw: Mapping[str, Any], source: str = "request") -> Job
     if issues or request is None:
         raise JobRequestError(source, issues)
     return request.to_job_request()
+
+
+def validate_job_submission(raw: Mapping[str, Any], source: str = "request") -> tuple[str, JobRequest]:
+    """Validate a job request and its ``jobQueue``: the queue's name and the request, or ``JobRequestError``
+    listing every problem."""
+    submission, issues = _validate(JobSubmissionConfig, raw)
+    if issues or submission is None:
+        raise JobRequestError(source, issues)
+    return submission.job_queue, submission.to_job_request()
+
+
+def validate_scheduling_priority(value: object, source: str = "request") -> int:
+    """A new schedulingPriority as given (an integer, never a string or a boolean), or ``JobRequestError``
+    with the message a job request's priority gets."""
+    priority, issues = _validate(_SchedulingPriority, {"schedulingPriority": value})
+    if issues or priority is None:
+        raise JobRequestError(source, issues)
+    return priority.scheduling_priority
+
+
+def scheduling_priority_from_text(text: str, source: str = "command line") -> int:
+    """A schedulingPriority typed on a command line: plain digits only (not ``+5``, ``5_0`` or ``true``)."""
+    value: object = int(text) if text.isascii() and text.isdigit() and len(text) <= 5 else text
+    return validate_scheduling_priority(value, source)
 
 
 def aws_batch_warnings(config: QuotaConfig) -> list[ConfigIssue]:

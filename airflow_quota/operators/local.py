@@ -428,16 +428,20 @@ class LocalBackend:
             )
         if operator.working_dir and not Path(operator.working_dir).is_dir():
             problems.append(f"working_dir: {operator.working_dir} is not a directory on this worker")
-        if operator.stop_grace_period < 0:
-            problems.append(f"stop_grace_period: must be >= 0 seconds, got {operator.stop_grace_period}")
+        grace = operator.stop_grace_period
+        if not isinstance(grace, int | float) or isinstance(grace, bool) or grace < 0:
+            problems.append(f"stop_grace_period: must be >= 0 seconds, got {grace!r}")
         return problems
 
     def _job_problems(self, document: Mapping[str, Any]) -> list[str]:
-        """What ``LocalTrainingJob`` itself refuses (reserved environment variables, empty names)."""
-        count = int(document["ResourceConfig"]["InstanceCount"])
+        """What ``LocalTrainingJob`` itself refuses (reserved environment variables, empty names).
+
+        No devices are granted yet: none are named (nothing is built in proportion to InstanceCount, which
+        ``_prepare`` bounds afterwards).
+        """
         placeholder = TaskIdentity("dag", "run", "task", -1, 1)
         try:
-            self._job(document, "validation", placeholder, list(range(count)))
+            self._job(document, "validation", placeholder, devices=[])
         except ValueError as error:
             return [str(error).replace("training job 'validation': ", "")]
         return []

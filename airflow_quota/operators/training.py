@@ -51,7 +51,7 @@ from airflow_quota.backends.sagemaker import (
     request_problems,
     training_job_name,
 )
-from airflow_quota.engine.config import JobRequestError, validate_job_request
+from airflow_quota.engine.config import JobRequestError, validate_job_submission
 from airflow_quota.operators.links import TRAINING_JOB_XCOM_KEY, QuotaShareLink, SageMakerTrainingJobLink
 from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY, Backend, TrainingJobRecord
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger
@@ -349,35 +349,48 @@ class QuotaTrainingOperator(BaseOperator):
         self.stop_timeout = stop_timeout
         self.settle_seconds = settle_seconds
         self.follow_seconds = follow_seconds
-        self.entry_point: Any = None if entry_point is None else list(entry_point)
+        self.entry_point: Any = list(entry_point) if isinstance(entry_point, list | tuple) else entry_point
         self.local_root_dir = local_root_dir
         self.working_dir = working_dir
         self.stop_grace_period = stop_grace_period
         #: The training job this worker process launched or watches (what ``on_kill`` stops).
         self._current_job: str | None = None
         self._training_backend: TrainingBackend | None = None
-        if backend not in ("sagemaker", "local"):
-            raise ValueError(f"backend must be 'sagemaker' or 'local', got {backend!r}")
-        if training_job_config is None:
-            raise ValueError("training_job_config is required")
-        if min(poll_interval, settle_seconds, follow_seconds) < 0:
-            raise ValueError("poll_interval, settle_seconds and follow_seconds must be >= 0 seconds")
-        if isinstance(entry_point, str):
-            raise ValueError(f"entry_point: give the argv as a list, e.g. [sys.executable, {entry_point!r}]")
-        if backend == "local" and entry_point is None:
-            raise ValueError(
-                "backend='local' needs entry_point, the argv to run, e.g. [sys.executable, 'train.py']"
+        # A bad argument fails this task when it runs, never the DAG file: its other tasks stay.
+        problems = self._argument_problems() + self._quota_problems("placeholder", 1)
+        if problems:
+            self.log.warning("Task %s will fail when it runs: %s", self.task_id, "; ".join(problems))
+        else:
+            self._start_from_trigger_when_static()
+
+    def _argument_problems(self) -> list[str]:
+        """What is wrong with the operator's own arguments (the request is checked by ``_prepare``)."""
+        problems = []
+        if self.backend not in ("sagemaker", "local"):
+            problems.append(f"backend: must be 'sagemaker' or 'local', got {self.backend!r}")
+        if self.training_job_config is None and self.model_trainer is None:
+            problems.append("training_job_config: required (a request dict, a ModelTrainer, or a callable)")
+        for knob in ("poll_interval", "settle_seconds", "follow_seconds"):
+            value = getattr(self, knob)
+            if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+                problems.append(f"{knob}: must be a number of seconds >= 0, got {value!r}")
+        if isinstance(self.entry_point, str):
+            problems.append(
+                f"entry_point: give the argv as a list, e.g. [sys.executable, {self.entry_point!r}]"
+            )
+        if self.backend == "local" and self.entry_point is None:
+            problems.append(
+                "entry_point: backend='local' needs the argv to run, e.g. [sys.executable, 'train.py']"
             )
         local_arguments = {
-            "entry_point": entry_point,
-            "local_root_dir": local_root_dir,
-            "working_dir": working_dir,
+            "entry_point": self.entry_point,
+            "local_root_dir": self.local_root_dir,
+            "working_dir": self.working_dir,
         }
         misplaced = sorted(name for name, value in local_arguments.items() if value is not None)
-        if backend != "local" and misplaced:
-            raise ValueError(f"{', '.join(misplaced)}: only for backend='local'")
-        self._validate_quota_fields("placeholder", 1)  # fail at DAG parse time on a bad priority
-        self._start_from_trigger_when_static()
+        if self.backend != "local" and misplaced:
+            problems.append(f"{', '.join(misplaced)}: only for backend='local'")
+        return problems
 
     def _start_from_trigger_when_static(self) -> None:
         """Wait for quota from the triggerer, with no worker run first, when the request is known now.
@@ -398,11 +411,12 @@ class QuotaTrainingOperator(BaseOperator):
             return
         try:
             prepared = self._backend().prepare(cast("Context", {}))
-            self._validate_quota_fields(prepared.capacity_unit, prepared.instance_count)
-        except (TrainingRequestError, JobRequestError, ValueError):
+        except (TrainingRequestError, ValueError):
             return
         finally:
             self._training_backend = None
+        if self._quota_problems(prepared.capacity_unit, prepared.instance_count):
+            return
         job_name = _slug(f"{self.dag_id}-{self.task_id}")[:128] or "job"
         trigger = self._admission_trigger(job_name, prepared, submitted_at=None, admission=0)
         self.start_trigger_args = StartTriggerArgs(
@@ -642,26 +656,36 @@ class QuotaTrainingOperator(BaseOperator):
         return self._training_backend
 
     def _prepare(self, context: Context) -> PreparedRequest:
-        """The validated request; a bad request fails the task at once, with no retry."""
+        """The validated request; a bad request or argument fails the task at once, with no retry."""
+        problems = self._argument_problems()
+        if problems:
+            raise AirflowFailException(_problem_list(f"task {self.task_id}", problems))
         try:
             prepared = self._backend().prepare(context)
-            self._validate_quota_fields(prepared.capacity_unit, prepared.instance_count)
-        except (TrainingRequestError, JobRequestError) as error:
+        except TrainingRequestError as error:
             raise AirflowFailException(str(error)) from error
+        problems = self._quota_problems(prepared.capacity_unit, prepared.instance_count)
+        if problems:
+            raise AirflowFailException(_problem_list(f"task {self.task_id}", problems))
         return prepared
 
-    def _validate_quota_fields(self, capacity_unit: str, instance_count: int) -> None:
-        """The quota fields as the allocator will read them (a share name still to render is not checked)."""
-        share = self.quota_share_name
+    def _quota_problems(self, capacity_unit: str, instance_count: int) -> list[str]:
+        """The quota fields as the allocator will read them (a queue or share name still to render is not
+        checked: ``_prepare`` checks it rendered)."""
         document = {
+            "jobQueue": _rendered_or_placeholder(self.job_queue),
             "jobName": "job",
-            "quotaShareName": "placeholder" if "{{" in str(share) else share,
+            "quotaShareName": _rendered_or_placeholder(self.quota_share_name),
             "capacityUnit": capacity_unit,
             "instanceCount": instance_count,
             "schedulingPriority": self.scheduling_priority,
             "preemptionRetriesBeforeTermination": self.preemption_retries_before_termination,
         }
-        validate_job_request(document, source=f"task {self.task_id}")
+        try:
+            validate_job_submission(document, source=f"task {self.task_id}")
+        except JobRequestError as error:
+            return [str(issue) for issue in error.issues]
+        return []
 
     def _wait_for_quota(
         self,
@@ -830,6 +854,15 @@ def _identity(context: Context) -> TaskIdentity:
     ti = context["ti"]
     map_index = -1 if ti.map_index is None else int(ti.map_index)
     return TaskIdentity(ti.dag_id, ti.run_id, ti.task_id, map_index, int(ti.try_number))
+
+
+def _rendered_or_placeholder(value: Any) -> Any:
+    return "placeholder" if _has_template(value) else value
+
+
+def _problem_list(source: str, problems: list[str]) -> str:
+    heading = f"{source}: {len(problems)} error{'s' if len(problems) != 1 else ''}"
+    return "\n".join([heading, *(f"  {problem}" for problem in problems)])
 
 
 def _has_template(value: Any) -> bool:

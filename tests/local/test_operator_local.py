@@ -14,11 +14,13 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from airflow_quota.backends.local import LocalTrainingJob, build_environment
@@ -140,13 +142,58 @@ def in_thread(action: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
 # --- validation ---------------------------------------------------------------------------------------------
 
 
-def test_the_local_arguments_are_checked_when_the_dag_is_parsed(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="backend='local' needs entry_point"):
-        task_run(tmp_path, entry_point=None)
-    with pytest.raises(ValueError, match="entry_point, local_root_dir: only for backend='local'"):
-        task_run(tmp_path, backend="sagemaker")
-    with pytest.raises(ValueError, match=r"give the argv as a list, e.g. \[sys.executable, 'train.py'\]"):
-        task_run(tmp_path, entry_point="train.py")
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        pytest.param(
+            {"entry_point": None},
+            "entry_point: backend='local' needs the argv to run, e.g. [sys.executable, 'train.py']",
+            id="local_needs_an_entry_point",
+        ),
+        pytest.param(
+            {"backend": "sagemaker"},
+            "entry_point, local_root_dir: only for backend='local'",
+            id="local_arguments_only_for_local",
+        ),
+        pytest.param(
+            {"entry_point": "train.py"},
+            "entry_point: give the argv as a list, e.g. [sys.executable, 'train.py']",
+            id="entry_point_is_an_argv_list",
+        ),
+        pytest.param(
+            {"stop_grace_period": -1},
+            "stop_grace_period: must be >= 0 seconds, got -1",
+            id="grace_period_not_negative",
+        ),
+    ],
+)
+def test_a_bad_local_argument_fails_its_task_when_it_runs(
+    tmp_path: Path, arguments: dict[str, Any], says: str
+) -> None:
+    run = task_run(tmp_path, **arguments)  # no exception: the DAG file still imports
+
+    with pytest.raises(AirflowFailException) as failure:
+        run.operator.execute(run.context)
+
+    assert says in str(failure.value)
+
+
+@pytest.mark.parametrize("count", [10**7, 2**63], ids=["ten_million", "two_to_the_63"])
+def test_a_huge_instance_count_builds_nothing_and_fails_its_task(tmp_path: Path, count: int) -> None:
+    huge = request() | {"ResourceConfig": {"InstanceType": "local-gpu", "InstanceCount": count}}
+    tracemalloc.start()
+    try:
+        with DAG("team_b_pipeline", schedule=None):  # parsed as the dag-processor parses it
+            run = task_run(tmp_path, training_job_config=huge)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert peak < 5_000_000  # bytes: a list of ten million device indices took 888 MB
+    assert not run.operator.start_from_trigger
+    with pytest.raises(AirflowFailException) as failure:
+        run.operator.execute(run.context)
+    assert f"instanceCount is {count}: it must be a whole number from 1 to 100000" in str(failure.value)
 
 
 def test_a_bad_local_request_fails_before_waiting_with_every_problem(tmp_path: Path) -> None:

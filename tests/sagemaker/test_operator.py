@@ -11,13 +11,13 @@ import threading
 import time
 import uuid
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_quota.engine.config import JobRequestError
 from airflow_quota.operators.links import quota_share_url, training_job_console_url
 from airflow_quota.operators.training import QuotaTrainingOperator
 from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY
@@ -59,11 +59,80 @@ def job_names(moto_server: MotoServer, contains: str) -> list[str]:
 # --- validation ---------------------------------------------------------------------------------------------
 
 
-def test_a_priority_out_of_range_fails_at_dag_parse_time() -> None:
-    with pytest.raises(JobRequestError, match="schedulingPriority"):
-        operator(scheduling_priority=10000)
-    with pytest.raises(JobRequestError, match="preemptionRetriesBeforeTermination"):
-        operator(preemption_retries_before_termination=-1)
+BAD_ARGUMENTS = [
+    pytest.param(
+        {"scheduling_priority": 10000},
+        "schedulingPriority: schedulingPriority is 10000: it must be a whole number from 0 to 9999",
+        id="priority_above_9999",
+    ),
+    pytest.param(
+        {"scheduling_priority": "5"},
+        "schedulingPriority: schedulingPriority is '5': it must be a whole number",
+        id="priority_a_string",
+    ),
+    pytest.param(
+        {"preemption_retries_before_termination": -1},
+        "preemptionRetriesBeforeTermination: preemptionRetriesBeforeTermination is -1",
+        id="negative_preemption_retries",
+    ),
+    pytest.param(
+        {"quota_share_name": "a/b"},
+        "quotaShareName: quotaShareName is 'a/b': it must be a name of 1 to 128 letters",
+        id="share_name_with_a_slash",
+    ),
+    pytest.param(
+        {"job_queue": "gpu\x00training"},
+        "jobQueue: jobQueue is 'gpu\\x00training': it must be the name of a job queue",
+        id="job_queue_name_with_a_nul_byte",
+    ),
+    pytest.param(
+        {"poll_interval": -1}, "poll_interval: must be a number of seconds >= 0", id="poll_interval"
+    ),
+    pytest.param({"settle_seconds": -1}, "settle_seconds: must be a number of seconds >= 0", id="settle"),
+    pytest.param({"follow_seconds": "5"}, "follow_seconds: must be a number of seconds >= 0", id="follow"),
+    pytest.param({"backend": "ec2"}, "backend: must be 'sagemaker' or 'local', got 'ec2'", id="backend"),
+]
+
+
+@pytest.mark.parametrize(("arguments", "says"), BAD_ARGUMENTS)
+def test_a_bad_argument_fails_its_task_when_it_runs_not_the_dag_file(
+    arguments: dict[str, Any], says: str, unique: str
+) -> None:
+    with DAG("team_a_pipeline", schedule=None):
+        bad = operator(**arguments)  # no exception: the DAG file still imports
+    assert not bad.start_from_trigger  # it starts in a worker, which fails it
+    run = TaskRun(bad, TaskInstanceStandIn(dag_id="team_a_pipeline", run_id=f"run-{unique}"))
+
+    with pytest.raises(AirflowFailException) as failure:
+        run.operator.execute(run.context)
+
+    assert str(failure.value).startswith("task train: 1 error\n")
+    assert says in str(failure.value)
+
+
+def test_a_dag_file_with_a_bad_task_keeps_its_other_tasks(tmp_path: Path) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    path = tmp_path / "two_tasks.py"
+    path.write_text(
+        "from airflow.sdk import DAG\n"
+        "from airflow_quota.operators.training import QuotaTrainingOperator\n"
+        "from tests.sagemaker.conftest import training_request\n"
+        "with DAG('two_tasks', schedule=None):\n"
+        "    for task_id, priority in (('good', 10), ('bad', 10000)):\n"
+        "        QuotaTrainingOperator(\n"
+        "            task_id=task_id, job_queue='gpu-training', quota_share_name='team-a',\n"
+        "            training_job_config=training_request(), scheduling_priority=priority,\n"
+        "        )\n"
+    )
+
+    bag = DagBag(dag_folder=str(path))
+
+    assert bag.import_errors == {}
+    dag = bag.dags["two_tasks"]
+    assert sorted(dag.task_ids) == ["bad", "good"]
+    assert dag.get_task("good").start_from_trigger  # it waits for quota as usual
+    assert not dag.get_task("bad").start_from_trigger
 
 
 def test_a_bad_request_fails_before_waiting_with_every_problem(unique: str) -> None:
@@ -79,10 +148,22 @@ def test_a_bad_request_fails_before_waiting_with_every_problem(unique: str) -> N
     assert 'Unknown parameter in input: "Hyperparameters"' in message
 
 
-def test_a_request_the_quota_cannot_hold_fails_before_waiting(unique: str) -> None:
-    run = task_run(unique, training_job_config=training_request(instance_count=0))
-    with pytest.raises(AirflowFailException, match="InstanceCount: must be a whole number >= 1"):
+@pytest.mark.parametrize(
+    ("count", "says"),
+    [
+        pytest.param(0, "InstanceCount: must be a whole number >= 1", id="zero"),
+        pytest.param(
+            3_000_000_000,
+            "instanceCount: instanceCount is 3000000000: it must be a whole number from 1 to 100000",
+            id="over_the_ledger_int4",
+        ),
+    ],
+)
+def test_a_request_the_quota_cannot_hold_fails_before_waiting(unique: str, count: int, says: str) -> None:
+    run = task_run(unique, training_job_config=training_request(instance_count=count))
+    with pytest.raises(AirflowFailException) as failure:
         run.operator.execute(run.context)
+    assert says in str(failure.value)
 
 
 def test_execute_waits_for_quota_with_the_request(unique: str) -> None:
@@ -143,12 +224,6 @@ def test_a_task_with_an_execution_timeout_waits_from_a_worker_so_its_queue_wait_
 
     assert not timed.start_from_trigger
     assert timed.start_trigger_args is None
-
-
-@pytest.mark.parametrize("knob", ["poll_interval", "settle_seconds", "follow_seconds"])
-def test_a_negative_timing_knob_fails_at_dag_parse_time(knob: str) -> None:
-    with pytest.raises(ValueError, match="must be >= 0 seconds"):
-        operator(**{knob: -1})
 
 
 # --- grant, monitor, finish ---------------------------------------------------------------------------------

@@ -24,8 +24,12 @@ from airflow_quota.engine.config import (
     aws_batch_warnings,
     parse_queue_with_shares,
     parse_quota_config,
+    scheduling_priority_from_text,
     validate_job_request,
+    validate_job_submission,
+    validate_scheduling_priority,
 )
+from airflow_quota.engine.messages import show_value
 from airflow_quota.engine.model import (
     MAX_PRIORITY,
     JobQueue,
@@ -914,6 +918,67 @@ def test_job_request_collects_every_error() -> None:
         validate_job_request(valid_request(schedulingPriority=10000, instanceCount=0, jobName=""))
 
     assert [issue.path for issue in raised.value.issues] == ["jobName", "schedulingPriority", "instanceCount"]
+
+
+def test_job_submission_names_its_job_queue() -> None:
+    assert validate_job_submission({**valid_request(), "jobQueue": "gpu-training"}) == (
+        "gpu-training",
+        JobRequest("llama-ft", "research", P4D, 2),
+    )
+    with pytest.raises(JobRequestError) as raised:
+        validate_job_submission({**valid_request(), "jobQueue": "gpu/training"}, source="task train")
+    assert [str(issue) for issue in raised.value.issues] == [
+        "jobQueue: jobQueue is 'gpu/training': it must be the name of a job queue, 1 to 128 letters, digits, "
+        "'-' or '_', e.g. gpu-training"
+    ]
+
+
+PRIORITY_RULE = "it must be a whole number from 0 to 9999 (higher runs first)"
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [
+        pytest.param(5, 5, id="an_integer"),
+        pytest.param(9999, 9999, id="the_highest"),
+        pytest.param("5", None, id="not_a_string"),
+        pytest.param(True, None, id="not_a_boolean"),
+        pytest.param(5.0, None, id="not_a_float"),
+        pytest.param(10000, None, id="not_above_9999"),
+    ],
+)
+def test_a_new_priority_is_an_integer_from_0_to_9999(value: object, accepted: int | None) -> None:
+    if accepted is not None:
+        assert validate_scheduling_priority(value) == accepted
+        return
+    with pytest.raises(JobRequestError) as raised:
+        validate_scheduling_priority(value)
+    [issue] = raised.value.issues
+    assert (issue.path, issue.message) == (
+        "schedulingPriority",
+        f"schedulingPriority is {show_value(value)}: {PRIORITY_RULE}",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "accepted"),
+    [
+        pytest.param("5", 5, id="digits"),
+        pytest.param("0", 0, id="zero"),
+        pytest.param("true", None, id="not_true"),
+        pytest.param("+5", None, id="no_sign"),
+        pytest.param("5_0", None, id="no_underscore"),
+        pytest.param(" 5", None, id="no_space"),
+        pytest.param("\u0665", None, id="ascii_digits_only"),
+        pytest.param("1" * 5000, None, id="no_thousands_of_digits"),
+    ],
+)
+def test_a_priority_typed_on_a_command_line_is_plain_digits(text: str, accepted: int | None) -> None:
+    if accepted is not None:
+        assert scheduling_priority_from_text(text) == accepted
+        return
+    with pytest.raises(JobRequestError, match=re.escape(PRIORITY_RULE)):
+        scheduling_priority_from_text(text)
 
 
 def test_bounds_fit_the_ledger_columns() -> None:
