@@ -107,8 +107,13 @@ ALLOCATOR_LOCK_ID = int.from_bytes(b"aqalloc1", "big")
 
 #: Task-instance states of a later try that is on its way (its retry may re-attach to the training job).
 _RETRY_ON_ITS_WAY = frozenset({"scheduled", "queued", "running", "deferred"})
-#: Seconds past a local job's grace period before its orphaned process group is taken as gone.
-LOCAL_KILL_MARGIN_SECONDS = 10.0
+#: Seconds past a local job's grace period, counted from the cycle that first saw its task try over,
+#: before its orphaned process group is taken as gone. Its watchdog starts the stop (SIGTERM, SIGKILL
+#: after the grace period) when the task process dies, which can come after that cycle: a task runner
+#: that still lives learns at its next heartbeat (``[workers] min_heartbeat_interval``, 5 s) that its try
+#: ended, then SIGTERMs its task process and SIGKILLs it 5 s later. The rest covers the watchdog's poll and
+#: the SIGKILLed processes' exit.
+LOCAL_KILL_MARGIN_SECONDS = 30.0
 
 
 class StopAnswer(StrEnum):
@@ -607,18 +612,22 @@ class _Cycle:
         (every cycle until it is); the host asks it to stop once this cycle has committed.
         """
         record = self._launched(row)
-        if record is None:
+        if record is None:  # none launched, or its task recorded it ended: nothing runs on the capacity
             return True
-        if row.stop_signalled_at is None:  # first seen: the orphan_timeout counts from now
+        if row.task_ended_seen_at is None:  # a local group's stop counts from now (``_orphan_gone``)
+            row.task_ended_seen_at = self.now
+        if row.stop_signalled_at is None:  # not a victim: the orphan_timeout counts from now
             row.stop_signalled_at = self.now
             row.status_reason = (
                 f"Stopping: {reason}; its training job {record.get('name')} may still run and is being "
                 "stopped before its capacity is released"
             )
-        if self._orphan_gone(row.stop_signalled_at, record):
+        if self._orphan_gone(record, row.task_ended_seen_at, row.stop_signalled_at):
             return True
-        if record.get("backend") != "local":  # asked after the commit; at orphan_timeout a last time
-            self._list_stop(StopRequest(row.job_id, record, victim=False))
+        if record.get("backend") == "local":  # its bound is known: no orphan_timeout
+            self.report.orphans.append(row.job_id)
+            return False
+        self._list_stop(StopRequest(row.job_id, record, victim=False))  # asked after the commit
         if self.now - row.stop_signalled_at < self.settings.orphan_timeout:
             self.report.orphans.append(row.job_id)
             return False
@@ -630,18 +639,22 @@ class _Cycle:
         )
         return True
 
-    def _orphan_gone(self, first_seen: datetime, record: TrainingJobRecord) -> bool:
-        """Whether an orphaned training job, first seen at ``first_seen``, is known to no longer run.
+    def _orphan_gone(self, record: TrainingJobRecord, seen_over: datetime, told_to_stop: datetime) -> bool:
+        """Whether the training job of a job whose try was first seen over at ``seen_over`` (and told to
+        stop at ``told_to_stop``: its preemption decision, or the same moment) is known to no longer run.
 
-        A local process group is stopped by its watchdog when its task dies, SIGTERM then SIGKILL after
-        the grace period; its devices are free once that much time has passed. A SageMaker job is gone
-        once the host, asking it to stop after a cycle since then, found it no longer running.
+        A local process group is stopped by its watchdog once its task process is dead (SIGTERM, SIGKILL
+        after the grace period). That process is dead when its try is seen over, or dies seconds later (a
+        live task runner kills it once told its try ended): the devices are free the grace period plus
+        ``LOCAL_KILL_MARGIN_SECONDS`` after ``seen_over``, never counted from the decision. A SageMaker
+        job is gone once the host, asking it to stop after a cycle since ``told_to_stop``, found it no
+        longer running.
         """
         if record.get("backend") == "local":
-            grace = timedelta(seconds=float(record.get("grace_period", 120.0)) + LOCAL_KILL_MARGIN_SECONDS)
-            return self.now - first_seen >= grace
+            grace = float(record.get("grace_period", 120.0)) + LOCAL_KILL_MARGIN_SECONDS
+            return self.now - seen_over >= timedelta(seconds=grace)
         stopped = self.settings.stopped_training_jobs
-        return stopped is not None and stopped.confirmed_since(record.get("name", ""), first_seen)
+        return stopped is not None and stopped.confirmed_since(record.get("name", ""), told_to_stop)
 
     # --- 3. admission requests -------------------------------------------------------------------------
 

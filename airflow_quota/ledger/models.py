@@ -149,6 +149,10 @@ class JobRow(LedgerBase):
     held_devices: Mapped[list[int] | None] = mapped_column(JSON)
     #: When the allocator last signalled the job to stop (preempted or terminated), while it stops.
     stop_signalled_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    #: When the allocator first saw the job's task try over while its training job may still run (an
+    #: orphan). A local process group's watchdog has begun its stop by then (it starts when the task
+    #: process dies), so its devices are free a grace period plus a margin after this, never earlier.
+    task_ended_seen_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     #: What the task reported it launched for the current attempt: ``{"backend", "name", "state"}``.
     training_job: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # The Airflow task instance the job belongs to.
