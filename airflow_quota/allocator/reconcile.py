@@ -2,9 +2,10 @@
 
 The allocator reads each open job's task instance once per cycle (``TaskView``) and asks
 ``task_outcome`` what it means. A job belongs to one try of one task instance (its job id names the
-try); that try is over when the task instance is terminal, was cleared (its id rotates), or moved on to
-another try. Only then may the ledger finish the job and, when no training job can still run on it,
-release its capacity.
+try); that try is over when the task instance is terminal, archived its try (its id rotates: a failure
+with retries left, a clear, a reset by a restarted scheduler), or moved on to another try. Only then may
+the ledger finish the job and, when no training job can still run on it, release its capacity. The
+reason says what ended the try, from the task instance and the events Airflow logged for that try.
 """
 
 from __future__ import annotations
@@ -24,6 +25,19 @@ _ENDED_STATES = {
 }
 #: Task-instance states in which the try goes on (waiting, resumed, running or deferred).
 _ACTIVE_STATES = frozenset({"deferred", "scheduled", "queued", "running", "up_for_reschedule"})
+
+#: Events Airflow writes to its ``log`` table for one try of a task instance that tell how the try ended:
+#: the scheduler's (no heartbeat; the executor saw the task's process end while it ran) and the final
+#: state the task runner or the scheduler set (``failed``, ``up_for_retry``, ``success``).
+HEARTBEAT_TIMEOUT = "heartbeat timeout"
+STATE_MISMATCH = "state mismatch"
+TRY_EVENTS = (HEARTBEAT_TIMEOUT, STATE_MISMATCH, "failed", "up_for_retry", "success")
+_RUNNER_LOST = {
+    HEARTBEAT_TIMEOUT: (
+        "lost its task runner: no heartbeat within the scheduler's timeout (its worker or task runner died)"
+    ),
+    STATE_MISMATCH: "lost its task runner: its process ended while the task ran (killed, or out of memory)",
+}
 
 
 class TaskOutcome(StrEnum):
@@ -47,6 +61,11 @@ class TaskView:
     #: must not be resumed before it has settled (apache/airflow#71580).
     deferred_at: datetime | None = None
     from_worker: bool = False
+    #: Of the job's own try, once it is over: the ``TRY_EVENTS`` Airflow logged for it ...
+    try_events: frozenset[str] = frozenset()
+    #: ... and whether the scheduler that queued it is gone (a restarted scheduler resets the tries it
+    #: cannot adopt: the task instance moves on without any event of that try).
+    scheduler_gone: bool = False
 
     def settled(self, now: datetime, settle_time: timedelta) -> bool:
         """Whether resuming it now is safe from the stale "defer-exit" executor event."""
@@ -61,20 +80,49 @@ class Outcome:
 
 
 def task_outcome(job_try_number: int, job_ti_id: str | None, view: TaskView | None) -> Outcome:
-    """Whether the try a job belongs to goes on, succeeded, or is over (and why)."""
+    """Whether the try a job belongs to goes on, succeeded, or is over (and why).
+
+    The try is the task instance's current one while its try number and id are the job's. Airflow gives
+    the task instance a new id as soon as a try is archived (a failure with retries left, a clear, a reset
+    by a restarted scheduler), and a new try number when it schedules the next try; what ended the job's
+    try then comes from the events Airflow logged for it (``TaskView.try_events``).
+    """
     if view is None:
         return Outcome(TaskOutcome.ENDED, "Its task instance no longer exists (its DAG run was deleted)")
-    if view.try_number != job_try_number or (job_ti_id is not None and view.ti_id != job_ti_id):
-        return Outcome(
-            TaskOutcome.ENDED,
-            f"Its task try {job_try_number} was cleared; the task instance is now at try {view.try_number}",
-        )
-    if view.state == "success":
+    current = view.try_number == job_try_number and (job_ti_id is None or view.ti_id == job_ti_id)
+    events = view.try_events
+    if (view.state == "success" and current) or (not current and "success" in events):
         return Outcome(TaskOutcome.SUCCEEDED, "Its task succeeded")
-    if view.state in _ACTIVE_STATES:
+    if current and view.state in _ACTIVE_STATES:
         return Outcome(TaskOutcome.ACTIVE)
-    words = _ENDED_STATES.get(str(view.state), "was cleared" if view.state is None else f"is {view.state}")
-    return Outcome(TaskOutcome.ENDED, f"Its task try {job_try_number} {words}")
+    lost = next((words for event, words in _RUNNER_LOST.items() if event in events), None)
+    if current:
+        words = lost or _ENDED_STATES.get(str(view.state), f"is {view.state}")
+        return Outcome(TaskOutcome.ENDED, f"Its task try {job_try_number} {words}")
+    return Outcome(
+        TaskOutcome.ENDED,
+        f"Its task try {job_try_number} {lost or _archived(view)}{_next(job_try_number, view)}",
+    )
+
+
+def _archived(view: TaskView) -> str:
+    """What ended a try the task instance has moved on from, when no runner was lost."""
+    if {"failed", "up_for_retry"} & view.try_events or view.state == "up_for_retry":
+        return "failed"  # reported by its runner, or by the triggerer (no event): never left by a clear
+    if view.state == "restarting":
+        return "was cleared while it ran"
+    if view.scheduler_gone:
+        return "was reset: the scheduler running it stopped and the next one could not adopt it"
+    return "was cleared"
+
+
+def _next(job_try_number: int, view: TaskView) -> str:
+    """Where the task instance is now, after the job's try."""
+    if view.try_number > job_try_number:
+        return f"; the task instance is now at try {view.try_number}"
+    if view.state == "up_for_retry":
+        return "; it is up for retry"
+    return ""
 
 
 def is_monitoring(view: TaskView | None, admission_classpath: str) -> bool:

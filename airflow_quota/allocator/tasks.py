@@ -15,13 +15,16 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from airflow.jobs.job import Job, JobState
 from airflow.models.dagrun import DagRun
+from airflow.models.log import Log
 from airflow.models.task_state_store import TaskStateStoreModel
 from airflow.models.taskinstance import TaskInstance, clear_task_instances
+from airflow.models.taskinstancehistory import TaskInstanceHistory
 from airflow.models.taskinstancekey import TaskInstanceKey
 from airflow.models.trigger import Trigger, handle_event_submit
 from airflow.state import TaskScope, get_state_backend
@@ -31,7 +34,7 @@ from airflow.utils.state import TaskInstanceState
 from sqlalchemy import and_, select, tuple_, update
 from sqlalchemy.orm import Session
 
-from airflow_quota.allocator.reconcile import TaskView
+from airflow_quota.allocator.reconcile import TRY_EVENTS, TaskView
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.ledger.store import FINAL_STATUSES
 from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY, TrainingJobRecord
@@ -202,10 +205,28 @@ def resume(session: Session, ti: TaskInstance, payload: dict[str, Any]) -> None:
 
 
 def task_views(session: Session) -> dict[str, TaskView]:
-    """The task instance of every open (not final) job, by job id; jobs without one are left out."""
+    """The task instance of every open (not final) job, by job id; jobs without one are left out.
+
+    For a job whose try is over (the task instance ended it, or moved on from it), the view also carries
+    what Airflow recorded about that try (``_what_ended``), so its reason can say what happened.
+    """
     ti = TaskInstance
     query = (
-        select(JobRow.job_id, ti.state, ti.try_number, ti.id, ti.pid, Trigger.classpath, Trigger.created_date)
+        select(
+            JobRow.job_id,
+            JobRow.try_number.label("job_try_number"),
+            JobRow.ti_id.label("job_ti_id"),
+            ti.dag_id,
+            ti.run_id,
+            ti.task_id,
+            ti.map_index,
+            ti.state,
+            ti.try_number,
+            ti.id,
+            ti.pid,
+            Trigger.classpath,
+            Trigger.created_date,
+        )
         .join(
             ti,
             and_(
@@ -218,17 +239,77 @@ def task_views(session: Session) -> dict[str, TaskView]:
         .outerjoin(Trigger, ti.trigger_id == Trigger.id)
         .where(JobRow.status.not_in(FINAL_STATUSES))
     )
-    return {
-        job_id: TaskView(
-            state=None if state is None else str(state.value if hasattr(state, "value") else state),
-            try_number=try_number,
-            ti_id=str(ti_id),
-            trigger_classpath=classpath,
-            deferred_at=created,
-            from_worker=pid is not None,
+    views: dict[str, TaskView] = {}
+    over: dict[str, _Try] = {}
+    for row in session.execute(query).all():
+        state = None if row.state is None else str(getattr(row.state, "value", row.state))
+        views[row.job_id] = TaskView(
+            state=state,
+            try_number=row.try_number,
+            ti_id=str(row.id),
+            trigger_classpath=row.classpath,
+            deferred_at=row.created_date,
+            from_worker=row.pid is not None,
         )
-        for job_id, state, try_number, ti_id, pid, classpath, created in session.execute(query).all()
-    }
+        archived = row.try_number != row.job_try_number or (
+            row.job_ti_id is not None and str(row.id) != row.job_ti_id
+        )
+        if archived or state not in _GOING_ON:
+            key = (row.dag_id, row.run_id, row.task_id, row.map_index, row.job_try_number)
+            over[row.job_id] = _Try(key, row.job_ti_id)
+    if over:
+        events, scheduler_gone = _what_ended(session, over)
+        for job_id in over:
+            views[job_id] = replace(
+                views[job_id],
+                try_events=frozenset(events.get(job_id, ())),
+                scheduler_gone=job_id in scheduler_gone,
+            )
+    return views
+
+
+#: Task-instance states of a try that goes on, or succeeded (nothing to look up about how it ended).
+_GOING_ON = frozenset({"deferred", "scheduled", "queued", "running", "up_for_reschedule", "success"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Try:
+    """One try of a task instance: (dag_id, run_id, task_id, map_index, try_number), and its id."""
+
+    key: tuple[str, str, str, int, int]
+    ti_id: str | None
+
+
+def _what_ended(session: Session, over: dict[str, _Try]) -> tuple[dict[str, set[str]], set[str]]:
+    """For jobs whose try is over, by job id: the ``TRY_EVENTS`` Airflow logged for that try, and the jobs
+    whose try was queued by a scheduler that no longer runs (its ``task_instance_history`` row, written
+    when the try was archived, names that scheduler's job)."""
+    keys = {each.key: job_id for job_id, each in over.items()}
+    events: dict[str, set[str]] = {}
+    key_list = list(keys)
+    for start in range(0, len(key_list), _CHUNK):
+        logged = select(Log.dag_id, Log.run_id, Log.task_id, Log.map_index, Log.try_number, Log.event).where(
+            tuple_(Log.dag_id, Log.run_id, Log.task_id, Log.map_index, Log.try_number).in_(
+                key_list[start : start + _CHUNK]
+            ),
+            Log.event.in_(TRY_EVENTS),
+        )
+        for *key, event in session.execute(logged):
+            events.setdefault(keys[tuple(key)], set()).add(event)  # type: ignore[index]  # a key read back
+    by_ti = {uuid.UUID(each.ti_id): job_id for job_id, each in over.items() if each.ti_id is not None}
+    gone: set[str] = set()
+    ti_ids = list(by_ti)
+    for start in range(0, len(ti_ids), _CHUNK):
+        queued_by_stopped_scheduler = (
+            select(TaskInstanceHistory.task_instance_id)
+            .join(Job, Job.id == TaskInstanceHistory.queued_by_job_id)
+            .where(
+                TaskInstanceHistory.task_instance_id.in_(ti_ids[start : start + _CHUNK]),
+                Job.state != JobState.RUNNING,
+            )
+        )
+        gone.update(by_ti[ti_id] for ti_id in session.scalars(queued_by_stopped_scheduler))
+    return events, gone
 
 
 def training_records(session: Session) -> dict[str, TrainingJobRecord]:
