@@ -78,9 +78,18 @@ from airflow_quota.allocator.tasks import (
 )
 from airflow_quota.engine.config import JobRequestError, validate_job_request
 from airflow_quota.engine.devices import assign_devices
-from airflow_quota.engine.model import CyclePlan, Grant, Job, JobRequest, JobStatus, Preemption, QueueState
+from airflow_quota.engine.model import (
+    HOLDING_CAPACITY,
+    CyclePlan,
+    Grant,
+    Job,
+    JobRequest,
+    JobStatus,
+    Preemption,
+    QueueState,
+)
 from airflow_quota.engine.planner import plan_cycle
-from airflow_quota.ledger.models import JOB_ID_LENGTH, NAME_LENGTH, UNIT_LENGTH, JobRow
+from airflow_quota.ledger.models import JOB_ID_LENGTH, NAME_LENGTH, UNIT_LENGTH, JobQueueRow, JobRow
 from airflow_quota.ledger.store import (
     FINAL_STATUSES,
     LedgerError,
@@ -817,20 +826,28 @@ class _Cycle:
         self._resume_grant(waiting, row)
 
     def _devices_for(self, state: QueueState, row: JobRow, grant: Grant) -> list[int]:
+        """The grant's device indices: the lowest that no job holds among the unit's ``0..maxCapacity-1``.
+
+        The host's GPUs are one set of indices: the jobs holding devices of any local unit, in any job
+        queue, are counted (a quota file names one local unit, ``engine.config``; a ledger applied before
+        that rule may hold two, and their jobs must not share a GPU either).
+        """
         held = self.session.scalars(
             select(JobRow.held_devices).where(
-                JobRow.job_queue_name == state.queue.name,
-                JobRow.held_capacity_unit == grant.capacity_unit,
-                JobRow.held_devices.is_not(None),
+                JobRow.job_queue_name.in_(select(JobQueueRow.job_queue_name)),
+                JobRow.status.in_([status.value for status in HOLDING_CAPACITY]),
+                JobRow.held_capacity_unit.is_not(None),
                 JobRow.job_id != row.job_id,
             )
         )
         total = state.queue.capacity.get(grant.capacity_unit, 0)
         devices = assign_devices(total, [list(each) for each in held if each], grant.instance_count)
-        if devices is None:  # the engine never grants beyond the physical capacity
+        if devices is None:  # the engine counted room: some other queue or unit holds the indices
             raise LedgerError(
-                f"no free {grant.capacity_unit} device indices for {grant.job_id} in job queue "
-                f"{state.queue.name}: the ledger's held devices disagree with its capacity"
+                f"no free {grant.capacity_unit} device indices among 0..{total - 1} for {grant.job_id} in "
+                f"job queue {state.queue.name}: jobs of another job queue or local unit hold them. The "
+                "host's GPUs are one set of indices, which a quota file gives to one local unit of one job "
+                "queue: apply one that does (split the GPUs between teams with quota shares)"
             )
         return devices
 
