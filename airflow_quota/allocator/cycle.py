@@ -50,6 +50,7 @@ ORM objects; the waiting ones are read as plain columns, their trigger kwargs de
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -301,9 +302,31 @@ class _Waiting:
         return self.task.kwargs
 
 
+#: When a whole job id would not fit its column, each id part longer than this is cut (see ``job_id_for``).
+JOB_ID_PART_LENGTH = 160
+_JOB_ID_DIGEST_LENGTH = 16
+
+
 def job_id_for(dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int) -> str:
-    """A task instance's job id: one job per try; a requeued job keeps it, a retry or clear is a new job."""
+    """A task instance's job id: one job per try; a requeued job keeps it, a retry or clear is a new job.
+
+    ``<dag_id>/<run_id>/<task_id>/<map_index>/<try_number>``, always within the ledger's ``JOB_ID_LENGTH``:
+    Airflow allows 250 characters for each id, and anyone who triggers a run may choose its run id. When the
+    whole would not fit, each part longer than ``JOB_ID_PART_LENGTH`` keeps its beginning and ends with
+    ``~`` and 16 hex digits of its SHA-256: the id stays readable, unique and the same in every cycle.
+    """
+    job_id = f"{dag_id}/{run_id}/{task_id}/{map_index}/{try_number}"
+    if len(job_id) <= JOB_ID_LENGTH:
+        return job_id
+    dag_id, run_id, task_id = (_bounded_id_part(part) for part in (dag_id, run_id, task_id))
     return f"{dag_id}/{run_id}/{task_id}/{map_index}/{try_number}"
+
+
+def _bounded_id_part(part: str) -> str:
+    if len(part) <= JOB_ID_PART_LENGTH:
+        return part
+    digest = hashlib.sha256(part.encode()).hexdigest()[:_JOB_ID_DIGEST_LENGTH]
+    return f"{part[: JOB_ID_PART_LENGTH - _JOB_ID_DIGEST_LENGTH - 1]}~{digest}"
 
 
 def lease_id_of(row: JobRow) -> str:
