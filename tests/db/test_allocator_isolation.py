@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from airflow.models.dagrun import DagRun
 from airflow.models.taskinstance import TaskInstance
 from airflow.models.trigger import Trigger
 from airflow.sdk.serde import deserialize, serialize
@@ -69,14 +68,12 @@ def db(migrated: Database) -> Iterator[Database]:
     yield migrated
 
 
-def defer(
-    db: Database, task_id: str, queue: str, *, run_id: str = RUN_ID, dag_id: str = DAG_ID, **request: Any
-) -> str:
+def defer(db: Database, task_id: str, queue: str, **request: Any) -> str:
     """A task instance DEFERRED on the admission trigger (one GPU of team ``team``); its job id."""
     kwargs = (
         QuotaAdmissionTrigger(
             job_queue=queue,
-            job_name=task_id[:20],
+            job_name=task_id,
             quota_share_name="team",
             capacity_unit="gpu",
             instance_count=1,
@@ -85,22 +82,13 @@ def defer(
         | request
     )
     with db.session() as session, session.begin():
-        if (
-            session.scalar(sa.select(DagRun.id).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
-            is None
-        ):
-            session.execute(
-                sa.insert(DagRun.__table__).values(
-                    dag_id=dag_id, run_id=run_id, run_type="manual", run_after=START, state="running"
-                )
-            )
         trigger = Trigger(ADMISSION_CLASSPATH, kwargs, created_date=START)
         session.add(trigger)
         session.flush()
         session.execute(
             sa.insert(TaskInstance.__table__).values(
-                dag_id=dag_id,
-                run_id=run_id,
+                dag_id=DAG_ID,
+                run_id=RUN_ID,
                 task_id=task_id,
                 map_index=-1,
                 try_number=1,
@@ -112,7 +100,7 @@ def defer(
                 next_kwargs=serialize({}),
             )
         )
-    return job_id_for(dag_id, run_id, task_id, -1, 1)
+    return job_id_for(DAG_ID, RUN_ID, task_id, -1, 1)
 
 
 def cycle(db: Database, seconds: float) -> CycleReport:
