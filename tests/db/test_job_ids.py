@@ -1,38 +1,107 @@
 """Job ids always fit the ledger: ids as long as Airflow allows are granted, short ids are as they were.
 
-Against a real, migrated Airflow metadata DB (SQLite and PostgreSQL, which enforces the column's length),
-with the task instances and helpers of the fault isolation tests.
+Against a real, migrated Airflow metadata DB (SQLite and PostgreSQL, which enforces the column's length).
 """
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
-from airflow_quota.allocator.cycle import JOB_ID_PART_LENGTH, job_id_for
-from airflow_quota.ledger.models import ID_LENGTH, JOB_ID_LENGTH
+import pytest
+import sqlalchemy as sa
+from airflow.models.taskinstance import TaskInstance
+from airflow.models.trigger import Trigger
+from airflow.sdk.serde import serialize
+from airflow.utils.state import TaskInstanceState
+
+from airflow_quota.allocator.cycle import JOB_ID_PART_LENGTH, CycleReport, job_id_for, run_allocation_cycle
+from airflow_quota.engine.config import parse_quota_config
+from airflow_quota.ledger.models import ID_LENGTH, JOB_ID_LENGTH, JobRow
+from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger
 from tests.db.conftest import Database
-from tests.db.test_allocator_isolation import QUEUE_A, cycle, db, defer, ledger_job_ids
+from tests.db.metadata_rows import reset_for_allocation
 
 pytestmark = pytest.mark.db
 
-__all__ = ["db"]  # the fixture, shared with the fault isolation tests
-
+QUEUE = "gpu-training"
+START = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+#: The longest ids Airflow allows; a run id is anyone's choice who may trigger a run.
 LONGEST_DAG_ID = "d" * ID_LENGTH
-#: A run id anyone who triggers a run may choose, as long as Airflow allows.
 LONGEST_RUN_ID = "manual__" + "r" * (ID_LENGTH - len("manual__"))
+QUOTAS = parse_quota_config(
+    {
+        "jobQueues": [
+            {
+                "jobQueueName": QUEUE,
+                "capacityLimits": [{"capacityUnit": "gpu", "maxCapacity": 2}],
+                "quotaShares": [
+                    {
+                        "quotaShareName": "team",
+                        "capacityLimits": [{"capacityUnit": "gpu", "maxCapacity": 2}],
+                        "resourceSharingConfiguration": {"strategy": "RESERVE"},
+                    }
+                ],
+            }
+        ]
+    },
+    "quotas.yaml",
+)
+
+
+@pytest.fixture
+def db(migrated: Database) -> Iterator[Database]:
+    reset_for_allocation(
+        migrated.engine, dag_id=LONGEST_DAG_ID, run_id=LONGEST_RUN_ID, start=START, quotas=QUOTAS
+    )
+    yield migrated
+
+
+def defer(db: Database, task_id: str) -> str:
+    """A task instance of the longest dag and run ids, DEFERRED for one GPU; its job id."""
+    kwargs = QuotaAdmissionTrigger(
+        job_queue=QUEUE,
+        job_name="job",
+        quota_share_name="team",
+        capacity_unit="gpu",
+        instance_count=1,
+        submitted_at=START.isoformat(),
+    ).serialize()[1]
+    with db.session() as session, session.begin():
+        trigger = Trigger(ADMISSION_CLASSPATH, kwargs, created_date=START)
+        session.add(trigger)
+        session.flush()
+        session.execute(
+            sa.insert(TaskInstance.__table__).values(
+                dag_id=LONGEST_DAG_ID,
+                run_id=LONGEST_RUN_ID,
+                task_id=task_id,
+                map_index=-1,
+                try_number=1,
+                pool="default_pool",
+                pool_slots=1,
+                state=TaskInstanceState.DEFERRED,
+                trigger_id=trigger.id,
+                next_method="on_grant",
+                next_kwargs=serialize({}),
+            )
+        )
+    return job_id_for(LONGEST_DAG_ID, LONGEST_RUN_ID, task_id, -1, 1)
 
 
 def test_tasks_with_the_longest_ids_airflow_allows_are_granted_each_under_its_own_job_id(
     db: Database,
 ) -> None:
-    first = defer(db, "t" * (ID_LENGTH - 1) + "1", QUEUE_A, dag_id=LONGEST_DAG_ID, run_id=LONGEST_RUN_ID)
-    second = defer(db, "t" * (ID_LENGTH - 1) + "2", QUEUE_A, dag_id=LONGEST_DAG_ID, run_id=LONGEST_RUN_ID)
+    first = defer(db, "t" * (ID_LENGTH - 1) + "1")
+    second = defer(db, "t" * (ID_LENGTH - 1) + "2")
 
-    report = cycle(db, 1)
+    with db.session() as session, session.begin():
+        report: CycleReport = run_allocation_cycle(session, START + timedelta(seconds=1))
 
     assert {lease.job_id for lease in report.granted} == {first, second}
-    assert ledger_job_ids(db) == {first, second}
     assert report.rejected == {}
+    with db.session() as session:
+        assert set(session.scalars(sa.select(JobRow.job_id))) == {first, second}
 
 
 @pytest.mark.parametrize(
@@ -63,6 +132,5 @@ def test_a_job_id_too_long_for_its_column_keeps_each_part_s_beginning_and_a_dige
         assert kept == letter * (JOB_ID_PART_LENGTH - len(digest) - 1)
         assert len(digest) == 16 and int(digest, 16) >= 0
     assert job_id == job_id_for("d" * ID_LENGTH, "r" * ID_LENGTH, "t" * ID_LENGTH, -(2**31), 2**31 - 1)
-    assert job_id != job_id_for(
-        "d" * ID_LENGTH, "r" * (ID_LENGTH - 1) + "s", "t" * ID_LENGTH, -(2**31), 2**31 - 1
-    )
+    other_run = "r" * (ID_LENGTH - 1) + "s"
+    assert job_id != job_id_for("d" * ID_LENGTH, other_run, "t" * ID_LENGTH, -(2**31), 2**31 - 1)
