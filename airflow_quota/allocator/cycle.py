@@ -307,6 +307,17 @@ JOB_ID_PART_LENGTH = 160
 _JOB_ID_DIGEST_LENGTH = 16
 
 
+def local_devices_free_at(seen_over: datetime, grace_period: float) -> datetime:
+    """When the devices of a local job whose try was first seen over at ``seen_over``, with a training
+    that may still run, are free: ``grace_period`` + ``LOCAL_KILL_MARGIN_SECONDS`` later.
+
+    Its process group is stopped by its watchdog once the task process is dead (SIGTERM, SIGKILL after
+    the grace period). That process is dead when its try is seen over, or dies seconds later (a live task
+    runner kills it once told its try ended); never counted from a preemption decision.
+    """
+    return seen_over + timedelta(seconds=grace_period + LOCAL_KILL_MARGIN_SECONDS)
+
+
 def job_id_for(dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int) -> str:
     """A task instance's job id: one job per try; a requeued job keeps it, a retry or clear is a new job.
 
@@ -675,16 +686,11 @@ class _Cycle:
         """Whether the training job of a job whose try was first seen over at ``seen_over`` (and told to
         stop at ``told_to_stop``: its preemption decision, or the same moment) is known to no longer run.
 
-        A local process group is stopped by its watchdog once its task process is dead (SIGTERM, SIGKILL
-        after the grace period). That process is dead when its try is seen over, or dies seconds later (a
-        live task runner kills it once told its try ended): the devices are free the grace period plus
-        ``LOCAL_KILL_MARGIN_SECONDS`` after ``seen_over``, never counted from the decision. A SageMaker
-        job is gone once the host, asking it to stop after a cycle since ``told_to_stop``, found it no
-        longer running.
+        A local process group is gone by ``local_devices_free_at``. A SageMaker job is gone once the
+        host, asking it to stop after a cycle since ``told_to_stop``, found it no longer running.
         """
         if record.get("backend") == "local":
-            grace = float(record.get("grace_period", 120.0)) + LOCAL_KILL_MARGIN_SECONDS
-            return self.now - seen_over >= timedelta(seconds=grace)
+            return self.now >= local_devices_free_at(seen_over, float(record.get("grace_period", 120.0)))
         stopped = self.settings.stopped_training_jobs
         return stopped is not None and stopped.confirmed_since(record.get("name", ""), told_to_stop)
 
