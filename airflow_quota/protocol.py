@@ -37,16 +37,16 @@ from __future__ import annotations
 
 from typing import Literal, NotRequired, TypedDict
 
+#: Capacity units whose name starts with this are the worker's own GPUs: their grants name device
+#: indices (``Grant.devices``), and only the local backend trains on them (the rule: ``engine.devices``).
+from airflow_quota.engine.devices import LOCAL_UNIT_PREFIX as LOCAL_UNIT_PREFIX
+
 #: ``task_state_store`` key of the allocator's preemption signal (a JSON ``Preempt`` document).
 PREEMPT_KEY = "quota.preempt"
 #: ``task_state_store`` key of the task's current training job (a JSON ``TrainingJobRecord``).
 TRAINING_JOB_KEY = "quota.training_job"
 
 Backend = Literal["sagemaker", "local"]
-
-#: Capacity units whose name starts with this are the worker's own GPUs: their grants name device
-#: indices (``Grant.devices``), and only the local backend trains on them.
-LOCAL_UNIT_PREFIX = "local-"
 
 
 class Grant(TypedDict):

@@ -28,6 +28,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
+from airflow_quota.engine.devices import is_local_unit
 from airflow_quota.engine.messages import format_loc, join_path, show_value, unknown_key_message
 from airflow_quota.engine.model import (
     MAX_PRIORITY,
@@ -279,6 +280,7 @@ def parse_quota_config(raw: object, source: str) -> QuotaConfig:
                 f"jobQueues[{index}]",
                 f"jobQueues[{index}].quotaShares",
             )
+        issues += _local_units_after_the_first(raw_queues)
     if issues or config is None:
         raise QuotaConfigError(source, issues)
     return config
@@ -369,6 +371,32 @@ def _duplicate_queue_names(raw_queues: Sequence[object]) -> list[ConfigIssue]:
         )
         for index, first, name in _repeats(names)
     ]
+
+
+def _local_units_after_the_first(raw_queues: Sequence[object]) -> list[ConfigIssue]:
+    """Every ``local-*`` unit after the first, in any job queue: each local unit hands out the host's
+    device indices from 0, so two would put two trainings on one GPU (``engine.devices``)."""
+    first: str | None = None
+    issues: list[ConfigIssue] = []
+    for queue_index, raw_queue in enumerate(raw_queues):
+        limits, _ = _well_formed_limits(_get(raw_queue, "capacityLimits"))
+        for unit, (limit_index, _limit) in _first_per_unit(limits).items():
+            if not is_local_unit(unit):
+                continue
+            where = f"{unit} at jobQueues[{queue_index}].capacityLimits[{limit_index}]"
+            if first is None:
+                first = where
+                continue
+            issues.append(
+                ConfigIssue(
+                    f"jobQueues[{queue_index}].capacityLimits[{limit_index}].capacityUnit",
+                    f"{unit} is a second local unit (the first: {first}): the host's GPUs are one set of "
+                    "device indices, which every local unit would hand out from 0. Give them all to one "
+                    "local unit of one job queue, and split the GPUs between teams with quota shares of "
+                    "that job queue",
+                )
+            )
+    return issues
 
 
 def _queue_cross_issues(

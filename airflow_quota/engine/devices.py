@@ -16,6 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+#: Capacity units whose name starts with this are the host's own GPUs: their grants name device indices.
+#: The host's GPUs are one set of indices, so a quota file names one such unit, in one job queue.
+LOCAL_UNIT_PREFIX = "local-"
+
+
+def is_local_unit(unit: str) -> bool:
+    """Whether ``unit`` is the host's own GPUs (its grants name device indices)."""
+    return unit.startswith(LOCAL_UNIT_PREFIX)
+
 
 def assign_devices(total: int, held: Iterable[Sequence[int]], count: int) -> list[int] | None:
     """``count`` indices in ``0 .. total-1`` that no job holds, lowest first, or None when fewer are free.
