@@ -124,6 +124,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         ),
         "without-lender": quota_file(folder / "without-lender.yaml", share("borrower", 1, "LEND_AND_BORROW")),
         "bad": str(bad),
+        # Validated, then crashed apply with a traceback before the bound (beyond the ledger's integers).
+        "too-large": quota_file(
+            folder / "too-large.yaml",
+            share("lender", 2, "LEND"),
+            share("borrower", 2, "LEND_AND_BORROW")
+            | {"resourceSharingConfiguration": {"strategy": "LEND_AND_BORROW", "borrowLimit": 10**20}},
+        ),
     }
 
 
@@ -131,9 +138,19 @@ def test_apply_shows_the_diff_writes_revisions_and_refuses_bad_files(
     migrated: Database, files: dict[str, str]
 ) -> None:
     empty = ledger_rows(migrated)
-    bad, dry = run_all(migrated, ["apply", "-f", files["bad"]], ["apply", "-f", files["first"], "--dry-run"])
+    bad, too_large, dry = run_all(
+        migrated,
+        ["apply", "-f", files["bad"]],
+        ["apply", "-f", files["too-large"]],
+        ["apply", "-f", files["first"], "--dry-run"],
+    )
     assert bad.returncode == 1
     assert f"{files['bad']} is invalid" in bad.stdout
+    assert too_large.returncode == 1
+    assert "borrowLimit is 100000000000000000000: it must be a whole number from 0 to 10000000" in " ".join(
+        too_large.stdout.split()
+    )
+    assert "Traceback" not in too_large.stderr
     assert "added: quota share lender" in ok(dry)
     assert "Dry run" in dry.stdout
     assert ledger_rows(migrated) == empty
