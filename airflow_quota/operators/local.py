@@ -10,6 +10,7 @@ the allocator's preemption signal as its stop condition (docs/operator.md, "The 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import signal
@@ -67,6 +68,8 @@ EARLIER_PROCESS_POLL_SECONDS = 0.2
 DEFAULT_ROOT_SUBDIR = "quota-training"
 
 _UNSAFE_PATH_CHARACTERS = re.compile(r"[/\\\x00]")
+#: A file name's limit on Linux and macOS.
+MAX_PATH_PART_BYTES = 255
 
 
 def local_request_problems(request: Mapping[str, Any]) -> list[str]:
@@ -218,9 +221,15 @@ def processes_of_job(name: str) -> list[int]:
 
 
 def _path_part(value: str) -> str:
-    """One path component from an id: separators escaped, ``.`` and ``..`` never a parent or self."""
+    """One path component from an id: separators escaped, ``.`` and ``..`` never a parent or self, and
+    within a file name's 255 bytes (a longer one keeps its beginning and ends with ``~`` and a digest)."""
     part = _UNSAFE_PATH_CHARACTERS.sub(lambda match: f"%{ord(match.group()):02X}", value)
-    return part.replace(".", "%2E") if part in (".", "..", "") else part
+    part = part.replace(".", "%2E") if part in (".", "..", "") else part
+    if len(part.encode()) <= MAX_PATH_PART_BYTES:
+        return part
+    digest = hashlib.sha256(value.encode()).hexdigest()[:16]
+    kept = part.encode()[: MAX_PATH_PART_BYTES - len(digest) - 1].decode(errors="ignore")
+    return f"{kept}~{digest}"
 
 
 def task_directory(root: Path, identity: TaskIdentity) -> Path:

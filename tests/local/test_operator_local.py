@@ -26,6 +26,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskD
 from airflow_quota.backends.local import LocalTrainingJob, build_environment
 from airflow_quota.backends.local_watchdog import living_group_members
 from airflow_quota.backends.sagemaker import TaskIdentity
+from airflow_quota.operators.local import task_directory
 from airflow_quota.operators.training import QuotaTrainingOperator
 from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY
 from airflow_quota.triggers.admission import QuotaAdmissionTrigger
@@ -242,6 +243,41 @@ def test_execute_waits_for_local_gpus(tmp_path: Path) -> None:
     trigger = deferred.trigger
     assert isinstance(trigger, QuotaAdmissionTrigger)
     assert (trigger.capacity_unit, trigger.instance_count, trigger.attempt) == ("local-gpu", 2, 0)
+
+
+@pytest.mark.parametrize(
+    ("identity", "parts"),
+    [
+        pytest.param(
+            TaskIdentity("team_b", "manual__2026-03-01", "train", -1, 1),
+            ["team_b", "manual__2026-03-01", "train", "-1"],
+            id="ids_as_they_are",
+        ),
+        pytest.param(
+            TaskIdentity("team_b", "../x/y", ".", 3, 1), ["team_b", "..%2Fx%2Fy", "%2E", "3"], id="escaped"
+        ),
+    ],
+)
+def test_a_task_directory_is_its_ids_one_directory_each(identity: TaskIdentity, parts: list[str]) -> None:
+    assert task_directory(Path("/runs"), identity) == Path("/runs", *parts)
+
+
+def test_a_task_directory_of_the_longest_ids_fits_the_file_system(tmp_path: Path) -> None:
+    run_id = "é" * 250  # Airflow allows 250 characters; 500 bytes in UTF-8
+    directory = task_directory(tmp_path, TaskIdentity("d" * 250, run_id, "t/" * 125, -1, 1))
+
+    directory.mkdir(parents=True)  # before: "File name too long" at the grant
+
+    parts = directory.relative_to(tmp_path).parts
+    assert all(len(part.encode()) <= 255 for part in parts)
+    assert parts[0] == "d" * 250
+    assert (
+        parts[1].startswith("é" * 50)
+        and parts[1]
+        != task_directory(tmp_path, TaskIdentity("d" * 250, "é" * 249 + "e", "t/" * 125, -1, 1))
+        .relative_to(tmp_path)
+        .parts[1]
+    )
 
 
 # --- success, failure --------------------------------------------------------------------------------------
