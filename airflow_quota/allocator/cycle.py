@@ -63,7 +63,13 @@ from airflow.models.taskinstance import TaskInstance
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from airflow_quota.allocator.reconcile import TaskOutcome, TaskView, is_monitoring, task_outcome
+from airflow_quota.allocator.reconcile import (
+    TaskOutcome,
+    TaskView,
+    cleared_by_allocator,
+    is_monitoring,
+    task_outcome,
+)
 from airflow_quota.allocator.tasks import (
     WaitingTask,
     claim_deferred,
@@ -516,6 +522,8 @@ class _Cycle:
         job, row = state.jobs[job_id], self._row(job_id)
         view = self.views.get(job_id)
         outcome = task_outcome(row.try_number, row.ti_id, view)
+        if outcome.cleared and self._past_stop_deadline(job, row):  # ``_signal_if_due`` cleared it
+            outcome = cleared_by_allocator(row.try_number, self.settings.stop_deadline)
         if outcome.outcome is TaskOutcome.ACTIVE:
             if not job.status.holds_capacity:
                 return state
@@ -585,7 +593,7 @@ class _Cycle:
         if signalled is None or is_monitoring(view, ADMISSION_CLASSPATH):
             self._signal(job, row, view)
             return
-        if self.now - signalled >= self.settings.stop_deadline and view is not None:
+        if self._past_stop_deadline(job, row) and view is not None:
             log.warning(
                 "Job %s did not stop within %s of being told to; clearing its task",
                 job.job_id,
@@ -593,6 +601,11 @@ class _Cycle:
             )
             if clear_unresponsive(self.session, view.ti_id):
                 self.report.cleared.append(job.job_id)
+
+    def _past_stop_deadline(self, job: Job, row: JobRow) -> bool:
+        """Whether a job being stopped was told to stop ``stop_deadline`` ago or more."""
+        told = row.stop_signalled_at
+        return job.is_stopping and told is not None and self.now - told >= self.settings.stop_deadline
 
     def _victim_found_stopped(self, row: JobRow) -> bool:
         """Whether the training job of a job being stopped (its task still active) was found ``Stopped``

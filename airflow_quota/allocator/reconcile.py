@@ -77,6 +77,19 @@ class Outcome:
     outcome: TaskOutcome
     #: For a job that ends: why, in words the job's statusReason can carry.
     reason: str = ""
+    #: The try was cleared (by a user, the REST API, or the allocator itself: ``cleared_by_allocator``).
+    cleared: bool = False
+
+
+def cleared_by_allocator(job_try_number: int, stop_deadline: timedelta) -> Outcome:
+    """The try of a job the allocator cleared because it had not stopped ``stop_deadline`` after it was
+    told to (the last resort)."""
+    return Outcome(
+        TaskOutcome.ENDED,
+        f"Its task try {job_try_number} was cleared by the quota allocator: it had not stopped within "
+        f"{stop_deadline.total_seconds():g} s of being told to (stop_deadline)",
+        cleared=True,
+    )
 
 
 def task_outcome(job_try_number: int, job_ti_id: str | None, view: TaskView | None) -> Outcome:
@@ -99,21 +112,25 @@ def task_outcome(job_try_number: int, job_ti_id: str | None, view: TaskView | No
     if current:
         words = lost or _ENDED_STATES.get(str(view.state), f"is {view.state}")
         return Outcome(TaskOutcome.ENDED, f"Its task try {job_try_number} {words}")
+    if lost is not None:
+        return Outcome(
+            TaskOutcome.ENDED, f"Its task try {job_try_number} {lost}{_next(job_try_number, view)}"
+        )
+    words, cleared = _archived(view)
     return Outcome(
-        TaskOutcome.ENDED,
-        f"Its task try {job_try_number} {lost or _archived(view)}{_next(job_try_number, view)}",
+        TaskOutcome.ENDED, f"Its task try {job_try_number} {words}{_next(job_try_number, view)}", cleared
     )
 
 
-def _archived(view: TaskView) -> str:
-    """What ended a try the task instance has moved on from, when no runner was lost."""
+def _archived(view: TaskView) -> tuple[str, bool]:
+    """What ended a try the task instance has moved on from, when no runner was lost; whether a clear."""
     if {"failed", "up_for_retry"} & view.try_events or view.state == "up_for_retry":
-        return "failed"  # reported by its runner, or by the triggerer (no event): never left by a clear
+        return "failed", False  # reported by its runner, or by the triggerer (no event): never a clear
     if view.state == "restarting":
-        return "was cleared while it ran"
+        return "was cleared while it ran", True
     if view.scheduler_gone:
-        return "was reset: the scheduler running it stopped and the next one could not adopt it"
-    return "was cleared"
+        return "was reset: the scheduler running it stopped and the next one could not adopt it", False
+    return "was cleared", True
 
 
 def _next(job_try_number: int, view: TaskView) -> str:

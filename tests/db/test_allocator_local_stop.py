@@ -212,3 +212,7 @@ def test_a_victim_cleared_by_the_allocator_counts_from_the_clear_not_the_decisio
     assert granted(cycle(local, seen + GRACE + LOCAL_KILL_MARGIN_SECONDS, stop_deadline=deadline)) == [
         preemptor
     ]
+    assert job(local, victims[0]).status_reason == (
+        "Its task try 1 was cleared by the quota allocator: it had not stopped within 100 s of being told to "
+        "(stop_deadline)"
+    )

@@ -7,9 +7,17 @@ gets a new task instance id at once and keeps its try number until the next try 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
-from airflow_quota.allocator.reconcile import Outcome, TaskOutcome, TaskView, task_outcome
+from airflow_quota.allocator.reconcile import (
+    Outcome,
+    TaskOutcome,
+    TaskView,
+    cleared_by_allocator,
+    task_outcome,
+)
 
 JOB_TI = "0196a2c0-0000-7000-8000-000000000001"
 NEXT_TI = "0196a2c0-0000-7000-8000-000000000002"
@@ -69,17 +77,17 @@ CASES = [
     ),
     pytest.param(
         view("restarting", ti_id=NEXT_TI),
-        Outcome(ENDED, "Its task try 1 was cleared while it ran"),
+        Outcome(ENDED, "Its task try 1 was cleared while it ran", cleared=True),
         id="a running try cleared by a user",
     ),
     pytest.param(
         view(None, ti_id=NEXT_TI),
-        Outcome(ENDED, "Its task try 1 was cleared"),
+        Outcome(ENDED, "Its task try 1 was cleared", cleared=True),
         id="a waiting try cleared by a user",
     ),
     pytest.param(
         view("scheduled", try_number=2, ti_id=NEXT_TI),
-        Outcome(ENDED, "Its task try 1 was cleared; the task instance is now at try 2"),
+        Outcome(ENDED, "Its task try 1 was cleared; the task instance is now at try 2", cleared=True),
         id="a cleared try whose next try is scheduled already",
     ),
     pytest.param(
@@ -111,3 +119,12 @@ CASES = [
 @pytest.mark.parametrize(("task", "expected"), CASES)
 def test_the_outcome_of_a_jobs_try_says_what_ended_it(task: TaskView | None, expected: Outcome) -> None:
     assert task_outcome(1, JOB_TI, task) == expected
+
+
+def test_a_try_the_allocator_cleared_says_so_and_why() -> None:
+    assert cleared_by_allocator(2, timedelta(minutes=10)) == Outcome(
+        ENDED,
+        "Its task try 2 was cleared by the quota allocator: it had not stopped within 600 s of being told to "
+        "(stop_deadline)",
+        cleared=True,
+    )
