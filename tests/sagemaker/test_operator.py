@@ -96,11 +96,14 @@ BAD_ARGUMENTS = [
 
 @pytest.mark.parametrize(("arguments", "says"), BAD_ARGUMENTS)
 def test_a_bad_argument_fails_its_task_when_it_runs_not_the_dag_file(
-    arguments: dict[str, Any], says: str, unique: str
+    arguments: dict[str, Any], says: str, unique: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
     with DAG("team_a_pipeline", schedule=None):
         bad = operator(**arguments)  # no exception: the DAG file still imports
     assert not bad.start_from_trigger  # it starts in a worker, which fails it
+    parse_log = "".join(capfd.readouterr())
+    assert "Task train will fail when it runs: " in parse_log  # the dag-processor's log warns
+    assert says in parse_log
     run = TaskRun(bad, TaskInstanceStandIn(dag_id="team_a_pipeline", run_id=f"run-{unique}"))
 
     with pytest.raises(AirflowFailException) as failure:
