@@ -13,9 +13,11 @@ a crash anywhere leaves the ledger as the last committed cycle wrote it). Steps:
 
    - the try is over: a waiting job ends; a job holding capacity releases it, unless a training job
      may still run on it (its record says ``launched``): that orphan keeps its capacity until its
-     training job is known to be stopped (or for ``orphan_timeout``). A local process group is stopped by
-     its own watchdog; a SageMaker job is listed in ``CycleReport.stop_requests`` every cycle until the
-     host, asking it to stop after the commit, finds it no longer running (``StoppedTrainingJobs``);
+     training job is known to be stopped. A local process group is stopped by its own watchdog, its
+     devices free at ``local_devices_free_at`` (counted from the cycle that first saw the try over, never
+     from a preemption decision); a SageMaker job is listed in ``CycleReport.stop_requests`` every cycle
+     until the host, asking it to stop after the commit, finds it no longer running
+     (``StoppedTrainingJobs``), or for ``orphan_timeout``;
    - the task goes on: a granted job moves SCHEDULED -> STARTING -> RUNNING as its task starts and
      launches; a job being stopped is signalled (``task_state_store`` signal, and a preempt event when
      it is deferred on its monitoring trigger); one that does not stop within ``stop_deadline`` is
