@@ -8,6 +8,8 @@ triggerer and api-server, LocalExecutor, on SQLite.
   gave back; the borrower is granted again later and succeeds, without using an Airflow retry.
 - A user marks a waiting task failed (the REST API, as the UI does): its job fails, and the allocator
   goes on granting the others.
+- A bad request fails its own task: one the allocator cannot grant (an unknown share), and one found
+  when the DAG file is parsed (a priority out of range), which leaves the file and its other tasks alone.
 """
 
 from __future__ import annotations
@@ -137,7 +139,9 @@ def test_team_a_reclaims_its_gpu_from_a_borrower_running_in_a_worker(airflow: Ai
     assert tuple(row[0]) == ("SUCCEEDED", 2, 1)
 
 
-def test_a_request_for_an_unknown_share_fails_its_own_task_with_the_reason(airflow: AirflowProcesses) -> None:
+def test_a_request_for_an_unknown_share_or_a_bad_priority_fails_its_own_task(
+    airflow: AirflowProcesses,
+) -> None:
     airflow.wait_for_dag("quota_bad_request")
     airflow.trigger("quota_bad_request", "bad-1")
 
@@ -148,10 +152,14 @@ def test_a_request_for_an_unknown_share_fails_its_own_task_with_the_reason(airfl
     assert airflow.task_states("quota_bad_request", "bad-1") == {
         "unknown_share": ("failed", 1),
         "fine": ("success", 1),
+        "priority_out_of_range": ("failed", 1),  # and the file's other tasks ran
     }
     [rejected] = events(airflow, "unknown_share", "rejected")
     assert "team-z" in rejected["reason"]
     assert "team-a" in rejected["reason"]  # and which shares exist
+    task_logs = airflow.home / "logs" / "dag_id=quota_bad_request" / "run_id=bad-1"
+    log = "".join(path.read_text() for path in task_logs.glob("task_id=priority_out_of_range/*"))
+    assert "schedulingPriority is 10000: it must be a whole number from 0 to 9999" in log
 
 
 def test_a_waiting_task_marked_failed_ends_its_job_and_the_others_are_still_granted(

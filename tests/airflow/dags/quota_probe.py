@@ -19,6 +19,7 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_quota.operators.training import QuotaTrainingOperator
 from airflow_quota.protocol import PREEMPT_KEY
 from airflow_quota.triggers.admission import QuotaAdmissionTrigger
 
@@ -101,6 +102,20 @@ with DAG("quota_bad_request", schedule=None, catchup=False) as bad_request:
     # A request the allocator can never grant fails its own task only, with the reason.
     ProbeOperator(task_id="unknown_share", share="team-z")
     ProbeOperator(task_id="fine", share="team-a", train_seconds=1)
+    # A request error found when this file is parsed fails its own task when it runs, not this file.
+    QuotaTrainingOperator(
+        task_id="priority_out_of_range",
+        job_queue=QUEUE,
+        quota_share_name="team-a",
+        scheduling_priority=10000,
+        training_job_config={
+            "AlgorithmSpecification": {"TrainingImage": "train:1", "TrainingInputMode": "File"},
+            "RoleArn": "arn:aws:iam::123456789012:role/training",
+            "OutputDataConfig": {"S3OutputPath": "s3://models/probe"},
+            "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10},
+            "StoppingCondition": {"MaxRuntimeInSeconds": 60},
+        },
+    )
 
 with DAG("quota_marked_failed", schedule=None, catchup=False, max_active_tasks=16) as marked_failed:
     # team-b holds both GPUs; two more of its jobs wait; a user marks one of them failed while it waits.
