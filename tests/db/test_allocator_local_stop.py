@@ -74,6 +74,7 @@ class Step:
 
 STEPS = {
     "decided, its task not yet signalled": Step(DECIDED + 0.5),
+    "signalled: its task read the signal, not yet stopping": Step(DECIDED + 1.5),
     "signalled, its task stopping the training (grace period running)": Step(20.0),
     "the training stopped, not yet recorded by its task": Step(40.0),
     "the training stopped and recorded ended, the stop not yet reported": Step(40.0, recorded_ended=True),
