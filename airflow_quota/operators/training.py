@@ -656,16 +656,18 @@ class QuotaTrainingOperator(BaseOperator):
         return self._training_backend
 
     def _prepare(self, context: Context) -> PreparedRequest:
-        """The validated request; a bad request or argument fails the task at once, with no retry."""
+        """The validated request; a bad request or argument fails the task at once, with no retry and
+        every problem listed."""
         problems = self._argument_problems()
-        if problems:
-            raise AirflowFailException(_problem_list(f"task {self.task_id}", problems))
-        try:
-            prepared = self._backend().prepare(context)
-        except TrainingRequestError as error:
-            raise AirflowFailException(str(error)) from error
-        problems = self._quota_problems(prepared.capacity_unit, prepared.instance_count)
-        if problems:
+        prepared = None
+        if not problems:
+            try:
+                prepared = self._backend().prepare(context)
+            except TrainingRequestError as error:
+                problems += error.problems
+        capacity = (prepared.capacity_unit, prepared.instance_count) if prepared else ("placeholder", 1)
+        problems += self._quota_problems(*capacity)
+        if problems or prepared is None:
             raise AirflowFailException(_problem_list(f"task {self.task_id}", problems))
         return prepared
 

@@ -141,14 +141,16 @@ def test_a_dag_file_with_a_bad_task_keeps_its_other_tasks(tmp_path: Path) -> Non
 def test_a_bad_request_fails_before_waiting_with_every_problem(unique: str) -> None:
     request = training_request(Hyperparameters={"lr": "1"})
     del request["ResourceConfig"]
-    run = task_run(unique, training_job_config=request)
+    run = task_run(unique, training_job_config=request, scheduling_priority=10000)
 
     with pytest.raises(AirflowFailException) as failure:
         run.operator.execute(run.context)
 
     message = str(failure.value)
+    assert message.startswith("task train: 3 errors\n")
     assert "ResourceConfig: missing" in message
     assert 'Unknown parameter in input: "Hyperparameters"' in message
+    assert "schedulingPriority is 10000" in message
 
 
 @pytest.mark.parametrize(
