@@ -27,6 +27,8 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
+from airflow_quota.engine.messages import show_value
+
 log = logging.getLogger(__name__)
 
 #: SageMaker's TrainingJobName rule (botocore and moto do not check it: we do).
@@ -138,12 +140,18 @@ def capacity_problems(request: Mapping[str, Any]) -> list[str]:
         )
     if not isinstance(resource.get("InstanceType"), str) or not resource.get("InstanceType"):
         problems.append("ResourceConfig.InstanceType: missing; give an instance type such as ml.p4d.24xlarge")
-    count = resource.get("InstanceCount")
-    if isinstance(count, str) and count.strip().isdigit():
-        count = int(count)
+    count = _rendered_integer(resource.get("InstanceCount"))
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        problems.append(f"ResourceConfig.InstanceCount: must be a whole number >= 1, got {count!r}")
+        shown = show_value(count) if isinstance(count, str) else repr(count)
+        problems.append(f"ResourceConfig.InstanceCount: must be a whole number >= 1, got {shown}")
     return problems
+
+
+def _rendered_integer(value: Any) -> Any:
+    """An integer Jinja rendered as text (plain ASCII digits, at most 100) as an int; else ``value``."""
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value) <= 100:
+        return int(value)
+    return value
 
 
 def normalized_request(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -157,8 +165,8 @@ def normalized_request(raw: Mapping[str, Any]) -> dict[str, Any]:
         ("StoppingCondition", "MaxPendingTimeInSeconds"),
     ):
         value = (request.get(section) or {}).get(field)
-        if isinstance(value, str) and value.strip().isdigit():
-            request[section][field] = int(value)
+        if isinstance(value, str):
+            request[section][field] = _rendered_integer(value)
     return request
 
 

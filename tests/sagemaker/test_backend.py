@@ -110,6 +110,26 @@ def test_the_capacity_is_the_resource_config_and_bad_requests_list_every_problem
     assert "ResourceConfig.InstanceCount: must be a whole number >= 1, got 0" in request_problems(zero)
 
 
+@pytest.mark.parametrize(
+    ("rendered", "problem"),
+    [
+        pytest.param(" 4 ", None, id="digits_are_a_count"),
+        pytest.param("²", "got '²'", id="a_superscript_digit_is_not"),
+        pytest.param("1_000", "got '1_000'", id="an_underscore_is_not"),
+        pytest.param("9" * 5000, f"got '{'9' * 40}...' (5000 characters)", id="huge"),
+    ],
+)
+def test_a_rendered_instance_count_is_plain_digits(rendered: str, problem: str | None) -> None:
+    request = normalized_request(training_request(instance_count=rendered))  # type: ignore[arg-type]  # Jinja
+
+    problems = request_problems(request)  # before: ValueError from int() for the last two
+
+    expected = (
+        [] if problem is None else [f"ResourceConfig.InstanceCount: must be a whole number >= 1, {problem}"]
+    )
+    assert [p for p in problems if p.startswith("ResourceConfig.InstanceCount")] == expected
+
+
 # --- against the server ------------------------------------------------------------------------------------
 
 
