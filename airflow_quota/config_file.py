@@ -76,15 +76,18 @@ def _size_problem(document: object) -> str | None:
     return None
 
 
-def _too_deep() -> str:
-    return f"the document nests more than {MAX_DEPTH} levels deep: a quota file needs 6; fix its brackets"
+def _too_deep(where: str = "") -> str:
+    return (
+        f"the document nests more than {MAX_DEPTH} levels deep{where}: quota and scenario files need 6 at "
+        "most; fix its brackets"
+    )
 
 
 def _parse_yaml(text: str, source: str) -> object:
     try:
         return yaml.load(text, Loader=_StrictSafeLoader)
     except _TooDeepError as error:
-        raise _file_error(source, f"{_too_deep()} (at line {error.line})") from error
+        raise _file_error(source, _too_deep(f" (at line {error.line})")) from error
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -139,8 +139,8 @@ def test_validate_json_reports_shares_warnings_and_errors(tmp_path: Path) -> Non
             "jobQueues: " + "[" * 100_000 + "]" * 100_000,
             {
                 "path": "",
-                "message": "the document nests more than 100 levels deep: a quota file needs 6; fix "
-                "its brackets (at line 1)",
+                "message": "the document nests more than 100 levels deep (at line 1): quota and scenario "
+                "files need 6 at most; fix its brackets",
             },
             id="nested_100000_deep",
         ),

@@ -1070,7 +1070,7 @@ def test_reads_yaml_json_and_anything_else_as_yaml(tmp_path: Path, name: str) ->
         pytest.param(
             "quotas.yaml",
             "jobQueues: " + "[" * 100_000 + "]" * 100_000 + "\n",
-            "the document nests more than 100 levels deep: a quota file needs 6; fix its brackets (at line 1)",  # noqa: E501
+            "the document nests more than 100 levels deep (at line 1): quota and scenario files need 6",
             id="yaml_nested_100000_deep_refused",
         ),
         pytest.param(
