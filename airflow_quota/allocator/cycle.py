@@ -52,6 +52,7 @@ ORM objects; the waiting ones are read as plain columns, their trigger kwargs de
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 from collections import defaultdict
@@ -59,6 +60,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from functools import partial
 from typing import Any
 
 from airflow.models.taskinstance import TaskInstance
@@ -283,6 +285,11 @@ class CycleReport:
     #: Job queues whose part of the cycle failed, and why: rolled back alone (nothing of it was written,
     #: its tasks keep waiting), the other queues' parts kept; the next cycle tries it again.
     failed_queues: dict[str, str] = field(default_factory=dict)
+
+    def undo_to(self, earlier: CycleReport) -> None:
+        """Make this report again what ``earlier`` (a copy of it taken before) says."""
+        for each in fields(self):
+            setattr(self, each.name, getattr(earlier, each.name))
 
     def add(self, part: CycleReport) -> None:
         """Add one job queue's part of the cycle: its lists and mappings, its preemption counts summed."""
@@ -739,8 +746,8 @@ class _Cycle:
         """Record the requests the ledger has not seen (all at once); return the waiting it knows now.
 
         An invalid request is rejected and left out, and so is one the ledger cannot record
-        (``_record_new``); a retry's request may take over what its previous try still holds
-        (``_submit_retry``).
+        (``_record_new``, ``_record_alone``); a retry's request may take over what its previous try still
+        holds (``_submit_retry``).
         """
         unknown_ids = [each.job_id for each in waiting if each.job_id not in self.rows]
         finished = (
@@ -752,6 +759,7 @@ class _Cycle:
         batch: list[tuple[_Waiting, Submission]] = []
         admitted: list[_Waiting] = []
         submitted: list[str] = []
+        refused: set[str] = set()
         for each in waiting:
             if each.job_id in self.rows or each.job_id in finished:
                 admitted.append(each)
@@ -764,11 +772,18 @@ class _Cycle:
             task = each.task
             previous = holding.get((task.dag_id, task.run_id, task.task_id, task.map_index))
             if previous is not None and self._row(previous.job_id).try_number < task.try_number:
-                state = self._submit_retry(state, each, request, previous)
+                retried = self._record_alone(
+                    each, partial(self._submit_retry, state, each, request, previous)
+                )
+                if retried is None:
+                    refused.add(each.job_id)
+                else:
+                    state = retried
             else:
                 submitted_at = _submitted_at(each)
                 batch.append((each, Submission(each.job_id, request, _task_ref(task), submitted_at)))
-        state, refused = self._record_new(state, batch)
+        state, refused_new = self._record_new(state, batch)
+        refused |= refused_new
         self.report.submitted += [job_id for job_id in submitted if job_id not in refused]
         return state, [each for each in admitted if each.job_id not in refused]
 
@@ -786,16 +801,31 @@ class _Cycle:
             log.debug("Recording %d new requests at once failed; recording them one by one", len(batch))
         refused: set[str] = set()
         for each, submission in batch:
-            try:
-                with self.session.begin_nested():
-                    state = record_submissions(self.session, state, [submission], self.now)
-            except Exception as error:
-                log.warning(
-                    "Job %s: its request could not be recorded; rejecting it", each.job_id, exc_info=True
-                )
-                self._reject(each, _unrecordable(error))
+            recorded = self._record_alone(
+                each, partial(record_submissions, self.session, state, [submission], self.now)
+            )
+            if recorded is None:
                 refused.add(each.job_id)
+            else:
+                state = recorded
         return state, refused
+
+    def _record_alone(self, waiting: _Waiting, record: Callable[[], QueueState]) -> QueueState | None:
+        """``record()`` (what a request changes in the ledger) in a savepoint: the new state, or None when
+        the ledger refused it; then the savepoint and what it added to the report are undone, and the
+        request is rejected on its own task."""
+        report, listed = copy.deepcopy(self.report), set(self.listed)  # as they were, to undo
+        try:
+            with self.session.begin_nested():  # flushed before it ends: a refusal shows here
+                return record()
+        except Exception as error:
+            log.warning(
+                "Job %s: its request could not be recorded; rejecting it", waiting.job_id, exc_info=True
+            )
+            self.report.undo_to(report)
+            self.listed = listed
+            self._reject(waiting, _unrecordable(error))
+            return None
 
     def _holding_by_task(self, state: QueueState) -> dict[tuple[str, str, str, int], Job]:
         """Jobs holding capacity they could hand over to a retry, by task instance."""

@@ -3,7 +3,7 @@
 Against a real, migrated Airflow metadata DB (SQLite and PostgreSQL): two job queues, each with a team,
 and task instances deferred for admission in both. A request the ledger cannot record (a value beyond
 its columns) is rejected on its own task, and every other request, in its queue and the other one, is
-granted in the same cycle. A queue whose part of the cycle fails is rolled back alone (nothing of it is
+granted in the same cycle; a retry's request likewise, its previous try's job left as it was. A queue whose part of the cycle fails is rolled back alone (nothing of it is
 written, its tasks keep waiting) and reported; the other queues are granted.
 
 Two faults are injected because they cannot be caused for real, and are named so: a validation that lets
@@ -14,6 +14,8 @@ catch every such value today, and the cycle must not depend on that), and a plan
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -24,6 +26,7 @@ import sqlalchemy as sa
 from airflow.models.taskinstance import TaskInstance
 from airflow.models.trigger import Trigger
 from airflow.sdk.serde import deserialize, serialize
+from airflow.state import TaskScope, get_state_backend
 from airflow.utils.state import TaskInstanceState
 
 from airflow_quota.allocator import cycle as cycle_module
@@ -31,6 +34,7 @@ from airflow_quota.allocator.cycle import CycleReport, job_id_for, run_allocatio
 from airflow_quota.engine.config import parse_quota_config
 from airflow_quota.engine.model import CyclePlan, JobRequest, QueueState
 from airflow_quota.ledger.models import JobRow
+from airflow_quota.protocol import TRAINING_JOB_KEY
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger
 from tests.db.conftest import Database
 from tests.db.metadata_rows import reset_for_allocation
@@ -182,6 +186,74 @@ def test_a_request_the_ledger_cannot_record_is_rejected_alone_and_the_others_are
     assert bad not in ledger_job_ids(db)
     assert report.failed_queues == {}
     assert cycle(db, 2).rejected == {}  # rejected once: its task is no longer waiting
+
+
+def test_a_retry_whose_request_the_ledger_cannot_record_is_rejected_alone_and_its_previous_try_kept(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cycle_module, "validate_job_request", validation_that_misses_a_bound)
+    first_try = defer(db, "train", QUEUE_A)
+    cycle(db, 1)
+    with db.session() as session, session.begin():  # its training job runs; its worker dies: up for retry
+        record = {
+            "backend": "sagemaker",
+            "name": "train-a1",
+            "lease_id": f"{first_try}#1",
+            "state": "launched",
+        }
+        get_state_backend().set(
+            TaskScope(DAG_ID, RUN_ID, "train"), TRAINING_JOB_KEY, json.dumps(record), session=session
+        )
+    set_task(db, "train", state=TaskInstanceState.UP_FOR_RETRY)
+    cycle(db, 2)  # its capacity is held for the retry
+    retry = redefer_as_retry(db, "train", instance_count=2**63)
+    other = defer(db, "other", QUEUE_A)
+
+    report = cycle(db, 3)
+
+    assert list(report.rejected) == [retry]
+    assert "could not be recorded" in report.rejected[retry]
+    assert event_of(db, "train") == {"rejected": True, "job_id": retry, "reason": report.rejected[retry]}
+    assert [lease.job_id for lease in report.granted] == [other]
+    assert (report.failed_queues, report.finished, report.handed_over) == ({}, [], {})
+    with db.session() as session:  # the previous try's job is as it was: its training job still runs
+        previous = session.get(JobRow, first_try)
+        assert previous is not None
+        assert (previous.status, previous.held_instance_count) == ("SCHEDULED", 1)
+    assert retry not in ledger_job_ids(db)
+
+
+def set_task(db: Database, task_id: str, **values: Any) -> None:
+    with db.engine.begin() as connection:
+        connection.execute(
+            sa.update(TaskInstance.__table__)
+            .where(TaskInstance.__table__.c.task_id == task_id)
+            .values(**values)
+        )
+
+
+def redefer_as_retry(db: Database, task_id: str, **request: Any) -> str:
+    """The task's next try (a new task instance id, try 2) defers for admission; its job id."""
+    kwargs = (
+        QuotaAdmissionTrigger(
+            job_queue=QUEUE_A,
+            job_name=task_id,
+            quota_share_name="team",
+            capacity_unit="gpu",
+            instance_count=1,
+            submitted_at=START.isoformat(),
+        ).serialize()[1]
+        | request
+    )
+    with db.session() as session, session.begin():
+        trigger = Trigger(ADMISSION_CLASSPATH, kwargs, created_date=START)
+        session.add(trigger)
+        session.flush()
+        trigger_id = trigger.id
+    set_task(
+        db, task_id, id=uuid.uuid4(), try_number=2, state=TaskInstanceState.DEFERRED, trigger_id=trigger_id
+    )
+    return job_id_for(DAG_ID, RUN_ID, task_id, -1, 2)
 
 
 def a_planner_that_fails_for(queue_name: str) -> Any:
