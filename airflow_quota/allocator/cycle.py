@@ -423,7 +423,7 @@ def _first_line(error: BaseException) -> str:
 
 @dataclass(slots=True)
 class _Cycle:
-    """One cycle's inputs and report, and the steps it runs per job queue."""
+    """One job queue's part of a cycle: the cycle's inputs, the steps it runs and the report of that part."""
 
     session: Session
     now: datetime
