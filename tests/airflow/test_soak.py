@@ -1,0 +1,86 @@
+"""The soak's short run (benchmarks/soak.py) on SQLite and PostgreSQL: SIGKILLs of the scheduler, task
+processes and trainings, clears and quota changes for 75 s, and never two trainings on one device.
+
+It asserts what a user would notice: no device held twice in the ledger, no two live trainings on one
+device, no training on a device the ledger gave to another job; and that the soak did something (kills,
+finished jobs) and every run ended after it, so the test cannot pass by doing nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+pytestmark = pytest.mark.airflow
+
+ROOT = Path(__file__).resolve().parents[2]
+POSTGRES_SERVER = os.environ.get("QUOTA_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
+CHAOS_SECONDS = 75
+
+
+def postgres_reachable_or_skip() -> None:
+    engine = sa.create_engine(
+        sa.make_url(POSTGRES_SERVER).set(drivername="postgresql+psycopg2", database="postgres"),
+        connect_args={"connect_timeout": 5},
+        poolclass=sa.NullPool,
+    )
+    try:
+        with engine.connect():
+            pass
+    except sa.exc.OperationalError as error:
+        reason = f"PostgreSQL is not reachable at {POSTGRES_SERVER} (set QUOTA_TEST_POSTGRES): {error}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_short_soak_kills_and_finishes_jobs_and_never_puts_two_trainings_on_one_device(
+    backend: str, tmp_path: Path
+) -> None:
+    if backend == "postgresql":
+        postgres_reachable_or_skip()
+    summary_path = tmp_path / "summary.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "soak.py"),
+            "--backend",
+            backend,
+            "--duration",
+            str(CHAOS_SECONDS),
+            "--drain",
+            "180",
+            "--seed",
+            "18",
+            "--summary",
+            str(summary_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    output = result.stdout[-8000:] + result.stderr[-4000:]
+    assert summary_path.exists(), output
+    summary = json.loads(summary_path.read_text())
+
+    assert summary["violations"] == [], output
+    assert (summary["ledger_violations"], summary["process_violations"]) == (0, 0), output
+    assert result.returncode == 0, output
+    # It did what a soak is for: trainings, task processes and the scheduler were killed, jobs finished,
+    # and every run ended once the chaos stopped.
+    assert sum(summary["kills"].values()) > 0, output
+    assert summary["kills"].get("scheduler", 0) > 0, output
+    assert summary["jobs_succeeded"] > 0, output
+    assert summary["runs_open_after_drain"] == 0, output
+    assert summary["samples"] > CHAOS_SECONDS, output  # about two a second
