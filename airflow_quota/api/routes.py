@@ -23,10 +23,12 @@ from airflow.api_fastapi.auth.managers.models.resource_details import PoolDetail
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep
 from fastapi import APIRouter, Depends, HTTPException, Query, status
-from sqlalchemy import select
+from pydantic import AfterValidator
+from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from airflow_quota.api import schemas
+from airflow_quota.api.schemas import JobId, Name
 from airflow_quota.engine.config import QuotaConfigError, parse_quota_config
 from airflow_quota.engine.model import JobStatus, QueueState
 from airflow_quota.ledger.models import JobQueueRow, JobRow
@@ -35,30 +37,43 @@ from airflow_quota.ledger.store import (
     ConfigApplyError,
     applied_config,
     apply_quota_config,
-    audit_rows,
     job_queue_names,
-    job_rows,
     load_queue_state,
     record_priority_change,
     record_termination,
 )
 from airflow_quota.ledger.views import (
+    DEFAULT_EVENTS,
+    DEFAULT_JOBS,
+    MAX_OFFSET,
+    MAX_PAGE,
     PreemptionNote,
     ShareUnitUsage,
     UnitUsage,
+    audit_page,
+    job_page,
     latest_preemptions,
-    positions_of_rows,
     queue_usage,
+    runnable_positions,
     share_positions,
+    utc_time,
 )
 from airflow_quota.protocol import TRAINING_JOB_KEY
 
 #: How many RUNNABLE jobs the snapshot lists, in the queue and per share (AWS lists 100 in the queue).
 FRONT_OF_QUEUE = 100
 FRONT_OF_SHARE = 10
-DEFAULT_EVENTS = 50
-MAX_EVENTS = 1000
 STATUSES = [status.value for status in JobStatus]
+
+#: Query parameters shared by the reading endpoints.
+QueueFilter = Annotated[Name | None, Query(description="Only this job queue")]
+ShareFilter = Annotated[Name | None, Query(description="Only this quota share")]
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET, description="Skip the newest N first (the next page)")]
+Since = Annotated[
+    datetime | None,
+    Query(description="Only events at or after this ISO-8601 time (UTC when no zone)"),
+    AfterValidator(lambda at: at if at is None else utc_time(at)),
+]
 
 Method = Literal["GET", "PUT"]
 
@@ -120,9 +135,7 @@ def list_job_queues(session: SessionDep, _: Reader) -> schemas.JobQueueList:
     description="Per capacity unit: own, borrowed (from whom), lent (to whom) and idle units; job counts.",
 )
 def list_quota_shares(
-    session: SessionDep,
-    _: Reader,
-    jobQueueName: Annotated[str | None, Query(description="Only this job queue")] = None,
+    session: SessionDep, _: Reader, jobQueueName: QueueFilter = None
 ) -> schemas.QuotaShareList:
     shares = [share for state in _states(session, jobQueueName) for share in _share_reports(session, state)]
     return schemas.QuotaShareList(quotaShares=shares)
@@ -137,40 +150,60 @@ def list_quota_shares(
 def get_quota_share(
     session: SessionDep,
     _: Reader,
-    jobQueueName: str,
-    quotaShareName: str,
+    jobQueueName: Name,
+    quotaShareName: Name,
 ) -> schemas.QuotaShare:
     return _share_report(session, jobQueueName, quotaShareName)
 
 
-@router.get("/jobs", tags=["read"], summary="Jobs, in submission order")
+@router.get(
+    "/jobs",
+    tags=["read"],
+    summary="Jobs, a page at a time, in submission order",
+    description=(
+        f"The newest `limit` jobs that match (default {DEFAULT_JOBS}, at most {MAX_PAGE}) after skipping the "
+        "`offset` newest, in submission order; `total` counts every match. Filtered, ordered and cut by the "
+        "database, on indexes."
+    ),
+)
 def list_jobs(
     session: SessionDep,
     _: Reader,
-    jobQueueName: Annotated[str | None, Query(description="Only this job queue")] = None,
-    quotaShareName: Annotated[str | None, Query(description="Only this quota share")] = None,
+    jobQueueName: QueueFilter = None,
+    quotaShareName: ShareFilter = None,
     status_: Annotated[
-        str | None, Query(alias="status", description=f"Only this status: {', '.join(STATUSES)}")
+        str | None,
+        Query(alias="status", max_length=20, description=f"Only this status: {', '.join(STATUSES)}"),
     ] = None,
     finished: Annotated[
         bool | None, Query(description="true: only SUCCEEDED and FAILED jobs; false: only the others")
     ] = None,
-    limit: Annotated[int | None, Query(ge=1, description="Only the newest N (by submission)")] = None,
+    limit: Annotated[
+        int, Query(ge=1, le=MAX_PAGE, description="The newest N (by submission)")
+    ] = DEFAULT_JOBS,
+    offset: Offset = 0,
 ) -> schemas.JobList:
-    wanted = None
+    statuses = set(STATUSES)
     if status_ is not None:
-        wanted = status_.upper()
-        if wanted not in STATUSES:
+        if status_.upper() not in STATUSES:
             raise HTTPException(
                 status.HTTP_422_UNPROCESSABLE_ENTITY,
                 f"status {status_!r} is not a job status (one of {', '.join(STATUSES)})",
             )
-    rows = job_rows(session, job_queue_name=jobQueueName, quota_share_name=quotaShareName, status=wanted)
+        statuses = {status_.upper()}
     if finished is not None:
-        rows = [row for row in rows if (row.status in FINAL_STATUSES) == finished]
-    if limit is not None:
-        rows = sorted(rows, key=lambda row: (row.submitted_at, row.submit_seq))[-limit:]
-    return schemas.JobList(jobs=_job_reports(session, rows))
+        statuses = {wanted for wanted in statuses if (wanted in FINAL_STATUSES) == finished}
+    page = job_page(
+        session,
+        job_queue_name=jobQueueName,
+        quota_share_name=quotaShareName,
+        statuses=None if statuses == set(STATUSES) else statuses,
+        limit=limit,
+        offset=offset,
+    )
+    return schemas.JobList(
+        jobs=_job_reports(session, page.rows), total=page.total, limit=limit, offset=offset
+    )
 
 
 @router.get(
@@ -180,21 +213,36 @@ def list_jobs(
     description="The job id is dag_id/run_id/task_id/map_index/try_number (its slashes need no escaping).",
     responses={404: {"model": schemas.ErrorDetail}},
 )
-def get_job(session: SessionDep, _: Reader, jobId: str) -> schemas.Job:
+def get_job(session: SessionDep, _: Reader, jobId: JobId) -> schemas.Job:
     return _job_reports(session, [_job_row(session, jobId)])[0]
 
 
-@router.get("/events", tags=["read"], summary="The audit log, oldest first")
+@router.get(
+    "/events",
+    tags=["read"],
+    summary="The audit log, a page at a time, oldest first",
+    description=(
+        f"The newest `limit` events that match (default {DEFAULT_EVENTS}, at most {MAX_PAGE}) after skipping "
+        "the `offset` newest, oldest first."
+    ),
+)
 def list_events(
     session: SessionDep,
     _: Reader,
-    jobQueueName: Annotated[str | None, Query(description="Only this job queue")] = None,
-    since: Annotated[datetime | None, Query(description="Only events at or after this ISO-8601 time")] = None,
-    limit: Annotated[int, Query(ge=1, le=MAX_EVENTS, description="The newest N")] = DEFAULT_EVENTS,
+    jobQueueName: QueueFilter = None,
+    quotaShareName: ShareFilter = None,
+    since: Since = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="The newest N")] = DEFAULT_EVENTS,
+    offset: Offset = 0,
 ) -> schemas.AuditEventList:
-    if since is not None and since.tzinfo is None:
-        since = since.replace(tzinfo=UTC)
-    rows = audit_rows(session, job_queue_name=jobQueueName, since=since, limit=limit)
+    rows = audit_page(
+        session,
+        job_queue_name=jobQueueName,
+        quota_share_name=quotaShareName,
+        since=since,
+        limit=limit,
+        offset=offset,
+    )
     return schemas.AuditEventList(
         events=[
             schemas.AuditEvent(
@@ -221,7 +269,7 @@ def list_events(
     description="The front of the queue and of each share, usage per share and unit, and each unit by owner.",
     responses={404: {"model": schemas.ErrorDetail}},
 )
-def job_queue_snapshot(session: SessionDep, _: Reader, jobQueueName: str) -> schemas.JobQueueSnapshot:
+def job_queue_snapshot(session: SessionDep, _: Reader, jobQueueName: Name) -> schemas.JobQueueSnapshot:
     state = _states(session, jobQueueName)[0]
     now = datetime.now(UTC)
     positions = share_positions(state)
@@ -297,8 +345,8 @@ def job_queue_snapshot(session: SessionDep, _: Reader, jobQueueName: str) -> sch
 def update_quota_share(
     session: SessionDep,
     user: Writer,
-    jobQueueName: str,
-    quotaShareName: str,
+    jobQueueName: Name,
+    quotaShareName: Name,
     update: schemas.QuotaShareUpdate,
 ) -> schemas.QuotaShareUpdateResult:
     documents = [applied_config(session, name) for name in job_queue_names(session)]
@@ -507,12 +555,8 @@ def _unfinished_job(session: Session, job_id: str, action: str) -> JobRow:
 
 
 def _job_reports(session: Session, rows: list[JobRow]) -> list[schemas.Job]:
-    unfinished_queues = {row.job_queue_name for row in rows if row.status == JobStatus.RUNNABLE.value}
-    positions = positions_of_rows(
-        row
-        for queue in unfinished_queues
-        for row in job_rows(session, job_queue_name=queue, status=JobStatus.RUNNABLE.value)
-    )
+    waiting_queues = {row.job_queue_name for row in rows if row.status == JobStatus.RUNNABLE.value}
+    positions = runnable_positions(session, waiting_queues)
     preemptions = latest_preemptions(
         session, [row.job_id for row in rows if row.preempted_attempt_count or row.preempted_by is not None]
     )
@@ -617,17 +661,16 @@ def _task_records(session: Session, rows: list[JobRow]) -> dict[str, dict[str, A
     if not rows:
         return {}
     by_task = {(row.dag_id, row.run_id, row.task_id, row.map_index): row.job_id for row in rows}
+    task = (
+        TaskStateStoreModel.dag_id,
+        TaskStateStoreModel.run_id,
+        TaskStateStoreModel.task_id,
+        TaskStateStoreModel.map_index,
+    )
     found: dict[str, dict[str, Any]] = {}
     for dag_id, run_id, task_id, map_index, value in session.execute(
-        select(
-            TaskStateStoreModel.dag_id,
-            TaskStateStoreModel.run_id,
-            TaskStateStoreModel.task_id,
-            TaskStateStoreModel.map_index,
-            TaskStateStoreModel.value,
-        ).where(
-            TaskStateStoreModel.key == TRAINING_JOB_KEY,
-            TaskStateStoreModel.dag_id.in_({row.dag_id for row in rows}),
+        select(*task, TaskStateStoreModel.value).where(
+            TaskStateStoreModel.key == TRAINING_JOB_KEY, tuple_(*task).in_(list(by_task))
         )
     ):
         job_id = by_task.get((dag_id, run_id, task_id, map_index))

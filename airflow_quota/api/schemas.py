@@ -3,11 +3,35 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
+from airflow_quota.engine.config import JobRequestError, validate_scheduling_priority
 from airflow_quota.engine.model import MAX_PRIORITY, MIN_PRIORITY
+from airflow_quota.ledger.models import JOB_ID_LENGTH, NAME_LENGTH
+from airflow_quota.ledger.store import TERMINATION_REASON_LENGTH
+
+
+def without_nul(text: str) -> str:
+    """Refuse a NUL character: no database column can hold one (PostgreSQL refuses the whole statement)."""
+    if "\x00" in text:
+        raise ValueError("must not contain a NUL character (\\x00): remove it")
+    return text
+
+
+def scheduling_priority(value: object) -> int:
+    """A new schedulingPriority: a JSON integer (not "5" or true) in range, with a job request's message."""
+    try:
+        return validate_scheduling_priority(value, "REST API")
+    except JobRequestError as error:
+        raise ValueError("; ".join(issue.message for issue in error.issues)) from None
+
+
+#: A job queue or quota share name, as the ledger's columns hold it.
+Name = Annotated[str, StringConstraints(max_length=NAME_LENGTH), AfterValidator(without_nul)]
+#: A job id (dag_id/run_id/task_id/map_index/try_number), as the ledger's column holds it.
+JobId = Annotated[str, StringConstraints(max_length=JOB_ID_LENGTH), AfterValidator(without_nul)]
 
 
 class _Body(BaseModel):
@@ -163,7 +187,12 @@ class Job(_Body):
 
 
 class JobList(_Body):
-    jobs: list[Job]
+    jobs: list[Job] = Field(description="In submission order: the newest `limit` after the `offset` newest")
+    total: int | None = Field(
+        description="Jobs that match the filters, in all pages; null when more than 10,000 match"
+    )
+    limit: int
+    offset: int
 
 
 class AuditEvent(_Body):
@@ -274,15 +303,20 @@ class QuotaShareUpdateResult(_Body):
 
 
 class PriorityUpdate(_Body):
-    jobId: str
-    schedulingPriority: int = Field(
-        ge=MIN_PRIORITY, le=MAX_PRIORITY, description=f"{MIN_PRIORITY}..{MAX_PRIORITY}, higher goes first"
+    jobId: JobId
+    schedulingPriority: Annotated[int, BeforeValidator(scheduling_priority)] = Field(
+        description=f"An integer {MIN_PRIORITY}..{MAX_PRIORITY}, higher goes first"
     )
 
 
 class Termination(_Body):
-    jobId: str
-    reason: str = Field(min_length=1, description="Why the job is terminated (kept in the audit log)")
+    jobId: JobId
+    reason: Annotated[str, AfterValidator(without_nul)] = Field(
+        min_length=1,
+        max_length=TERMINATION_REASON_LENGTH,
+        description=f"Why the job is terminated (kept in the audit log), at most {TERMINATION_REASON_LENGTH} "
+        "characters",
+    )
 
 
 class ErrorDetail(BaseModel):

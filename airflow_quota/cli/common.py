@@ -53,13 +53,26 @@ def iso(at: datetime | None) -> str | None:
     return None if at is None else at.astimezone(UTC).isoformat()
 
 
-def parse_time(text: str) -> datetime:
-    """An ISO-8601 time; without a zone it is UTC."""
+def parse_time(text: str, flag: str = "--since") -> datetime:
+    """An ISO-8601 time, in UTC; without a zone it is UTC."""
+    from airflow_quota.ledger.views import utc_time
+
     try:
         at = datetime.fromisoformat(text)
     except ValueError:
-        fail(f"--since {text!r} is not an ISO-8601 time (for example 2026-03-01T12:00:00Z)")
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+        fail(f"{flag} {text!r} is not an ISO-8601 time (for example 2026-03-01T12:00:00Z)")
+    try:
+        return utc_time(at)
+    except ValueError as error:
+        fail(f"{flag} {error}")
+
+
+def parse_whole_number(text: str, flag: str, low: int, high: int) -> int:
+    """A whole number from ``low`` to ``high``, written in digits only (no sign, space, '_' or fraction)."""
+    digits = text.isascii() and text.isdigit() and len(text) <= 100  # int() refuses over 4,300 digits
+    if not digits or not low <= int(text) <= high:
+        fail(f"{flag} must be a whole number from {low} to {high}, not {text[:20]!r}")
+    return int(text)
 
 
 def plural(count: int, noun: str) -> str:

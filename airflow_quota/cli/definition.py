@@ -49,7 +49,8 @@ ARG_JOB_NAME = _arg("name", metavar="NAME", help="The job id (or its job name, w
 ARG_PRIORITY = _arg("priority", metavar="PRIORITY", help="The new schedulingPriority (0-9999)")
 ARG_REASON = _arg("--reason", metavar="TEXT", required=True, help="Why: becomes the job's statusReason")
 ARG_SINCE = _arg("--since", metavar="ISO-TIME", help="Only events at or after this time (UTC when no zone)")
-ARG_LIMIT = _arg("--limit", metavar="N", help="At most the newest N events (default 50)")
+ARG_LIMIT = _arg("--limit", metavar="N", help="At most the newest N events (default 50, at most 1000)")
+ARG_JOBS_LIMIT = _arg("--limit", metavar="N", help="At most the newest N jobs (default 100, at most 1000)")
 ARG_ONCE = _arg("--once", action="store_true", help="Run one allocation cycle, print what it did, and exit")
 ARG_INTERVAL = _arg(
     "--interval",
@@ -87,7 +88,7 @@ JOBS_COMMANDS = [
         name="list",
         help="List jobs with their status, priority, capacity and position in their share",
         func=lazy_load_command("airflow_quota.cli.jobs.jobs_list"),
-        args=(ARG_LEDGER_QUEUE, ARG_SHARE, ARG_STATUS, ARG_OUTPUT),
+        args=(ARG_LEDGER_QUEUE, ARG_SHARE, ARG_STATUS, ARG_JOBS_LIMIT, ARG_OUTPUT),
     ),
     ActionCommand(
         name="describe",

@@ -1,4 +1,5 @@
-"""``airflow quota events [--queue Q] [--since ISO-TIME] [--limit N]``: the audit log, newest last."""
+"""``airflow quota events [--queue Q] [--since ISO-TIME] [--limit N]``: the audit log, newest last (the
+newest 50 by default, at most 1,000)."""
 
 from __future__ import annotations
 
@@ -7,22 +8,23 @@ import argparse
 from rich.markup import escape
 from rich.table import Table
 
-from airflow_quota.cli.common import console, fail, iso, metadata_session, parse_time, print_json, wants_json
-from airflow_quota.ledger.store import audit_rows
-
-DEFAULT_LIMIT = 50
+from airflow_quota.cli.common import (
+    console,
+    iso,
+    metadata_session,
+    parse_time,
+    parse_whole_number,
+    print_json,
+    wants_json,
+)
+from airflow_quota.ledger.views import DEFAULT_EVENTS, MAX_PAGE, audit_page
 
 
 def events(args: argparse.Namespace) -> None:
-    try:
-        limit = DEFAULT_LIMIT if args.limit is None else int(args.limit)
-    except ValueError:
-        limit = 0
-    if limit < 1:
-        fail(f"--limit must be a whole number of at least 1, not {args.limit!r}")
+    limit = DEFAULT_EVENTS if args.limit is None else parse_whole_number(args.limit, "--limit", 1, MAX_PAGE)
     since = None if args.since is None else parse_time(args.since)
     with metadata_session() as session:
-        rows = audit_rows(session, job_queue_name=args.queue, since=since, limit=limit)
+        rows = audit_page(session, job_queue_name=args.queue, since=since, limit=limit)
         documents = [
             {
                 "id": row.id,

@@ -1,6 +1,9 @@
 """``airflow quota jobs list|describe|update-priority|terminate``: the ledger's jobs, and the two changes an
 administrator makes to one (both audited, through the store's ``record_*`` helpers).
 
+``list`` shows the newest ``--limit`` jobs (default 100, at most 1,000), read a page at a time like the REST
+API's (``ledger.views.job_page``), however long the history.
+
 A RUNNABLE job's position is its place in its share's order: schedulingPriority descending, then
 submission order (1 is next). The allocator applies a change to a running task (it is being built).
 """
@@ -8,40 +11,64 @@ submission order (1 is next). The allocator applies a change to a running task (
 from __future__ import annotations
 
 import argparse
-from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from airflow_quota.cli.common import console, fail, iso, metadata_session, print_json, wants_json
-from airflow_quota.engine.model import MAX_PRIORITY, MIN_PRIORITY, JobStatus
+from airflow_quota.cli.common import (
+    console,
+    fail,
+    iso,
+    metadata_session,
+    parse_whole_number,
+    print_json,
+    wants_json,
+)
+from airflow_quota.engine.config import JobRequestError, scheduling_priority_from_text
+from airflow_quota.engine.model import JobStatus
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.ledger.store import (
     FINAL_STATUSES,
-    job_rows,
+    TERMINATION_REASON_LENGTH,
     load_queue_state,
     record_priority_change,
     record_termination,
 )
+from airflow_quota.ledger.views import DEFAULT_JOBS, MAX_PAGE, job_page, runnable_positions
 
 STATUSES = [status.value for status in JobStatus]
+#: How many jobs an error names when a job name is not unique.
+_NAMED = 5
 
 
 def jobs_list(args: argparse.Namespace) -> None:
     status = args.status.upper() if args.status else None
     if status is not None and status not in STATUSES:
         fail(f"--status {args.status} is not a job status (one of {', '.join(STATUSES)})")
+    limit = DEFAULT_JOBS if args.limit is None else parse_whole_number(args.limit, "--limit", 1, MAX_PAGE)
     with metadata_session() as session:
-        rows = job_rows(session, job_queue_name=args.queue, quota_share_name=args.share, status=status)
-        positions = runnable_positions(session)
-        reports = [job_report(row, positions, detailed=False) for row in rows]
+        page = job_page(
+            session,
+            job_queue_name=args.queue,
+            quota_share_name=args.share,
+            statuses=None if status is None else [status],
+            limit=limit,
+        )
+        positions = runnable_positions(session, {row.job_queue_name for row in page.rows})
+        reports = [job_report(row, positions, detailed=False) for row in page.rows]
     if wants_json(args):
-        print_json({"jobs": reports})
+        print_json({"jobs": reports, "total": page.total})
         return
-    table = Table(title="Jobs", caption="Position: a RUNNABLE job's place in its share's order (1 is next).")
+    total = "over 10,000" if page.total is None else page.total
+    shown = "" if page.total == len(reports) else f"The newest {len(reports)} of {total} (--limit for more). "
+    table = Table(
+        title="Jobs",
+        caption=f"{shown}Position: a RUNNABLE job's place in its share's order (1 is next).",
+    )
     for header in ("Job", "Job queue", "Quota share", "Status", "Priority", "Capacity", "Position"):
         table.add_column(header, no_wrap=header != "Job")
     table.add_column("Preempted", justify="right")
@@ -70,7 +97,7 @@ def jobs_list(args: argparse.Namespace) -> None:
 def jobs_describe(args: argparse.Namespace) -> None:
     with metadata_session() as session:
         row = find_job(session, args.name)
-        report = job_report(row, runnable_positions(session), detailed=True)
+        report = job_report(row, runnable_positions(session, [row.job_queue_name]), detailed=True)
     if wants_json(args):
         print_json(report)
         return
@@ -122,14 +149,9 @@ def jobs_describe(args: argparse.Namespace) -> None:
 
 def jobs_update_priority(args: argparse.Namespace) -> None:
     try:
-        priority = int(args.priority)
-    except ValueError:
-        priority = None
-    if priority is None or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
-        fail(
-            f"schedulingPriority must be a whole number from {MIN_PRIORITY} to {MAX_PRIORITY} "
-            f"(higher goes first), not {args.priority!r}"
-        )
+        priority = scheduling_priority_from_text(args.priority)
+    except JobRequestError as error:
+        fail("; ".join(issue.message for issue in error.issues))
     with metadata_session() as session:
         row = unfinished_job(session, args.name, "change its priority")
         job_id, old = row.job_id, row.scheduling_priority
@@ -146,6 +168,8 @@ def jobs_terminate(args: argparse.Namespace) -> None:
     reason = args.reason.strip()
     if not reason:
         fail("--reason must say why the job is terminated")
+    if len(reason) > TERMINATION_REASON_LENGTH:
+        fail(f"--reason is {len(reason)} characters: say why in at most {TERMINATION_REASON_LENGTH}")
     with metadata_session() as session:
         row = unfinished_job(session, args.name, "terminate it")
         job_id = row.job_id
@@ -165,12 +189,13 @@ def find_job(session: Session, name: str) -> JobRow:
     row = session.get(JobRow, name)
     if row is not None:
         return row
-    named = [row for row in job_rows(session) if row.job_name == name]
+    named = list(session.scalars(select(JobRow).where(JobRow.job_name == name).limit(_NAMED + 1)))
     if len(named) == 1:
         return named[0]
     if named:
-        ids = ", ".join(row.job_id for row in named)
-        fail(f"several jobs are named {name} ({ids}): give the job id")
+        ids = ", ".join(row.job_id for row in named[:_NAMED])
+        more = ", ..." if len(named) > _NAMED else ""
+        fail(f"several jobs are named {name} ({ids}{more}): give the job id")
     fail(f"no job {name} is in the quota ledger")
 
 
@@ -179,18 +204,6 @@ def unfinished_job(session: Session, name: str, action: str) -> JobRow:
     if row.status in FINAL_STATUSES:
         fail(f"job {row.job_id} has already finished ({row.status}): cannot {action}")
     return row
-
-
-def runnable_positions(session: Session) -> dict[str, int]:
-    """Each RUNNABLE job's position in its share (1 is next): priority descending, then submission order."""
-    by_share: dict[tuple[str, str], list[JobRow]] = defaultdict(list)
-    for row in job_rows(session, status=JobStatus.RUNNABLE.value):
-        by_share[(row.job_queue_name, row.quota_share_name)].append(row)
-    positions: dict[str, int] = {}
-    for rows in by_share.values():
-        rows.sort(key=lambda row: (-row.scheduling_priority, row.submitted_at, row.submit_seq, row.job_id))
-        positions.update({row.job_id: index for index, row in enumerate(rows, start=1)})
-    return positions
 
 
 def job_report(row: JobRow, positions: dict[str, int], *, detailed: bool) -> dict[str, Any]:

@@ -107,6 +107,9 @@ class JobRow(LedgerBase):
         Index("quota_job_queue_status_idx", "job_queue_name", "status"),
         Index("quota_job_share_status_idx", "job_queue_name", "quota_share_name", "status"),
         Index("quota_job_task_instance_idx", "dag_id", "run_id", "task_id", "map_index"),
+        # Pages of jobs, newest first (REST API and CLI), filtered or not by status.
+        Index("quota_job_submitted_idx", "submitted_at", "submit_seq"),
+        Index("quota_job_status_submitted_idx", "status", "submitted_at", "submit_seq"),
     )
 
     job_id: Mapped[str] = mapped_column(String(JOB_ID_LENGTH), primary_key=True)
@@ -173,6 +176,9 @@ class AuditRow(LedgerBase):
     __table_args__ = (
         Index("quota_audit_log_queue_idx", "job_queue_name", "id"),
         Index("quota_audit_log_job_idx", "job_id", "id"),
+        # Pages of events since a time, and of one share's events.
+        Index("quota_audit_log_at_idx", "at"),
+        Index("quota_audit_log_share_idx", "job_queue_name", "quota_share_name", "id"),
     )
 
     id: Mapped[int] = mapped_column(

@@ -55,6 +55,8 @@ from airflow_quota.ledger.models import (
 )
 
 FINAL_STATUSES = (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value)
+#: The longest reason a termination keeps: the REST API and the CLI refuse a longer one, this store cuts it.
+TERMINATION_REASON_LENGTH = 1000
 #: How many job ids an error message names before it says "and N more".
 _JOBS_NAMED = 5
 
@@ -415,42 +417,6 @@ def job_queue_names(session: Session) -> list[str]:
     return list(session.scalars(select(JobQueueRow.job_queue_name).order_by(JobQueueRow.job_queue_name)))
 
 
-def job_rows(
-    session: Session,
-    *,
-    job_queue_name: str | None = None,
-    quota_share_name: str | None = None,
-    status: str | None = None,
-) -> list[JobRow]:
-    """Jobs (final ones included), optionally of one queue, share or status, in submission order."""
-    query = select(JobRow).order_by(JobRow.job_queue_name, JobRow.submitted_at, JobRow.submit_seq)
-    if job_queue_name is not None:
-        query = query.where(JobRow.job_queue_name == job_queue_name)
-    if quota_share_name is not None:
-        query = query.where(JobRow.quota_share_name == quota_share_name)
-    if status is not None:
-        query = query.where(JobRow.status == status)
-    return list(session.scalars(query))
-
-
-def audit_rows(
-    session: Session,
-    *,
-    job_queue_name: str | None = None,
-    since: datetime | None = None,
-    limit: int | None = None,
-) -> list[AuditRow]:
-    """Audit rows, oldest first: the newest ``limit`` of those at or after ``since``."""
-    query = select(AuditRow).order_by(AuditRow.id.desc())
-    if job_queue_name is not None:
-        query = query.where(AuditRow.job_queue_name == job_queue_name)
-    if since is not None:
-        query = query.where(AuditRow.at >= since)
-    if limit is not None:
-        query = query.limit(limit)
-    return list(reversed(list(session.scalars(query))))
-
-
 # --- recording jobs and decisions --------------------------------------------------------------------------
 
 
@@ -712,7 +678,12 @@ def record_termination(
     now: datetime,
     reason: str = DEFAULT_TERMINATION_REASON,
 ) -> QueueState:
-    """Terminate a job: a waiting one FAILS now, a granted one is stopped first (FAILED when it stops)."""
+    """Terminate a job: a waiting one FAILS now, a granted one is stopped first (FAILED when it stops).
+
+    A reason over ``TERMINATION_REASON_LENGTH`` characters is cut to that length, ending in "…".
+    """
+    if len(reason) > TERMINATION_REASON_LENGTH:
+        reason = reason[: TERMINATION_REASON_LENGTH - 1] + "…"
     after = terminate_job(state, job_id, reason)
     if after is state:  # already final
         return without_final_jobs(after)

@@ -13,11 +13,11 @@ after a limit was lowered).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from airflow_quota.engine.model import JobStatus, QueueState
@@ -25,6 +25,15 @@ from airflow_quota.engine.planner import share_order_key
 from airflow_quota.engine.usage import usage_of
 from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
 from airflow_quota.ledger.store import job_from_row
+
+#: Pages of jobs and events (REST API and CLI alike): how many by default, and at most.
+DEFAULT_JOBS = 100
+DEFAULT_EVENTS = 50
+MAX_PAGE = 1000
+#: The most rows a page may skip (``offset``): the databases' 32-bit integer.
+MAX_OFFSET = 2**31 - 1
+#: A page of jobs counts the matches up to this many (a count stays cheap); beyond, its total is None.
+MAX_TOTAL = 10_000
 
 
 @dataclass(slots=True)
@@ -202,3 +211,96 @@ def latest_preemptions(session: Session, job_ids: Iterable[str]) -> dict[str, Pr
         if row.job_id is not None:
             notes[row.job_id] = PreemptionNote(row.related_job_id, row.at, row.rule, row.message)
     return notes
+
+
+# --- pages of jobs and events, filtered, ordered and limited in SQL ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of jobs, oldest first, and how many jobs match the filters in all (None: over MAX_TOTAL)."""
+
+    rows: list[JobRow]
+    total: int | None
+
+
+def job_page(
+    session: Session,
+    *,
+    job_queue_name: str | None = None,
+    quota_share_name: str | None = None,
+    statuses: Collection[str] | None = None,
+    limit: int = DEFAULT_JOBS,
+    offset: int = 0,
+) -> JobPage:
+    """The newest ``limit`` jobs that match, after the ``offset`` newest, in submission order.
+
+    The database filters, orders (by submission, newest first, on the ``quota_job_submitted_idx`` and
+    ``quota_job_status_submitted_idx`` indexes), cuts the page and counts at most ``MAX_TOTAL + 1`` matches,
+    so a page costs about the same with a hundred jobs in the ledger or a million.
+    """
+    conditions = []
+    if job_queue_name is not None:
+        conditions.append(JobRow.job_queue_name == job_queue_name)
+    if quota_share_name is not None:
+        conditions.append(JobRow.quota_share_name == quota_share_name)
+    if statuses is not None:
+        conditions.append(JobRow.status.in_(sorted(statuses)))
+    newest_first = (
+        select(JobRow)
+        .where(*conditions)
+        .order_by(JobRow.submitted_at.desc(), JobRow.submit_seq.desc(), JobRow.job_id.desc())
+        .limit(limit)
+        .offset(offset)
+    )
+    rows = list(session.scalars(newest_first))
+    matches = select(JobRow.job_id).where(*conditions).limit(MAX_TOTAL + 1).subquery()
+    counted = session.scalar(select(func.count()).select_from(matches)) or 0
+    return JobPage(rows[::-1], counted if counted <= MAX_TOTAL else None)
+
+
+def runnable_positions(session: Session, job_queue_names: Collection[str] | None = None) -> dict[str, int]:
+    """``share_positions`` of the RUNNABLE jobs of these job queues (all when None): the queues' waiting
+    jobs only, as many as their queues hold, never their history.
+    """
+    query = select(JobRow).where(JobRow.status == JobStatus.RUNNABLE.value)
+    if job_queue_names is not None:
+        if not job_queue_names:
+            return {}
+        query = query.where(JobRow.job_queue_name.in_(sorted(job_queue_names)))
+    return positions_of_rows(session.scalars(query))
+
+
+def audit_page(
+    session: Session,
+    *,
+    job_queue_name: str | None = None,
+    quota_share_name: str | None = None,
+    since: datetime | None = None,
+    limit: int = DEFAULT_EVENTS,
+    offset: int = 0,
+) -> list[AuditRow]:
+    """The newest ``limit`` audit rows at or after ``since``, after the ``offset`` newest, oldest first."""
+    query = select(AuditRow).order_by(AuditRow.id.desc()).limit(limit).offset(offset)
+    if job_queue_name is not None:
+        query = query.where(AuditRow.job_queue_name == job_queue_name)
+    if quota_share_name is not None:
+        query = query.where(AuditRow.quota_share_name == quota_share_name)
+    if since is not None:
+        query = query.where(AuditRow.at >= since)
+    return list(session.scalars(query))[::-1]
+
+
+def utc_time(at: datetime) -> datetime:
+    """``at`` in UTC (a time without a zone is UTC already); ValueError, saying what to give instead, when
+    it has no UTC equivalent (``0001-01-01T00:00:00+14:00`` is in year 0 in UTC).
+    """
+    if at.tzinfo is None:
+        return at.replace(tzinfo=UTC)
+    try:
+        return at.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(
+            f"{at.isoformat()} is outside the years 1 to 9999 once in UTC: "
+            "give a time from 0001-01-02 to 9999-12-30"
+        ) from None

@@ -21,7 +21,7 @@ import yaml
 
 from airflow_quota.engine.model import JobRequest, JobStatus
 from airflow_quota.engine.planner import plan_cycle
-from airflow_quota.ledger.models import AuditRow, JobQueueRow, ledger_metadata
+from airflow_quota.ledger.models import AuditRow, JobQueueRow, JobRow, ledger_metadata
 from airflow_quota.ledger.store import (
     TaskInstanceRef,
     load_queue_state,
@@ -272,3 +272,64 @@ def test_jobs_shares_snapshot_and_events_read_the_ledger(migrated: Database, fil
     assert sorted(event["kind"] for event in latest) == ["FAILED", "PRIORITY_CHANGED", "TERMINATED"]
     priority = next(event for event in latest if event["kind"] == "PRIORITY_CHANGED")
     assert priority["details"] == {"old": 0, "new": 9000}
+
+
+#: Case name -> (command, the start of its one-line error).
+BAD_INPUTS = {
+    "a time before year 1 in UTC": (
+        ["events", "--since", "0001-01-01T00:00:00+14:00"],
+        "error: --since 0001-01-01T00:00:00+14:00 is outside the years 1 to 9999 once in UTC: give a time "
+        "from 0001-01-02 to 9999-12-30",
+    ),
+    "a time after year 9999 in UTC": (["events", "--since", "9999-12-31T23:59:59-14:00"], "error: --since"),
+    "an events page past 64 bits": (
+        ["events", "--limit", "1" + "0" * 30],
+        "error: --limit must be a whole number from 1 to 1000",
+    ),
+    "an empty jobs page": (
+        ["jobs", "list", "--limit", "0"],
+        "error: --limit must be a whole number from 1 to 1000",
+    ),
+    "a jobs page too big": (["jobs", "list", "--limit", "1001"], "error: --limit must be a whole number"),
+    **{
+        f"a priority written {written!r}": (
+            ["jobs", "update-priority", "big-2", written],
+            "error: schedulingPriority is ",
+        )
+        for written in ('"5"', "true", "+5", " 5", "5_0", "5.0", "\u0665", "10000", "9" * 5000)
+    },
+    "a 5,000-character reason": (
+        ["jobs", "terminate", "big-2", "--reason", "x" * 5000],
+        "error: --reason is 5000 characters: say why in at most 1000",
+    ),
+}
+
+
+def test_bad_input_is_a_one_line_error_naming_the_flag_and_changes_nothing(migrated: Database) -> None:
+    before = ledger_rows(migrated)
+    results = run_all(migrated, *(command for command, _ in BAD_INPUTS.values()))
+    wrong = [
+        f"{case}: exit {result.returncode}: {result.stderr[-500:]}"
+        for (case, (_, error)), result in zip(BAD_INPUTS.items(), results, strict=True)
+        if result.returncode != 1 or not result.stderr.startswith(error) or result.stderr.count("\n") != 1
+    ]
+    priorities = [result.stderr for result in results if "schedulingPriority" in result.stderr]
+    assert len(priorities) == 9
+    assert all(
+        error.endswith(": it must be a whole number from 0 to 9999 (higher runs first)\n")
+        for error in priorities
+    )
+    assert wrong == []
+    assert ledger_rows(migrated) == before
+
+
+def test_jobs_list_shows_the_newest_page(migrated: Database) -> None:
+    with migrated.session() as session:
+        submitted = list(session.scalars(sa.select(JobRow.job_id).order_by(JobRow.submitted_at)))
+    assert len(submitted) > 2
+    as_json, as_table = run_all(
+        migrated, ["jobs", "list", "--limit", "2", "--output", "json"], ["jobs", "list", "--limit", "2"]
+    )
+    page = json.loads(ok(as_json))
+    assert ([job["jobId"] for job in page["jobs"]], page["total"]) == (submitted[-2:], len(submitted))
+    assert f"The newest 2 of {len(submitted)} (--limit for more)." in ok(as_table)

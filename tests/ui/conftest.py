@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -89,6 +90,11 @@ class ApiServer:
     def send(self, method: str, path: str, body: Any, user: str | None = "admin") -> requests.Response:
         return requests.request(method, f"{self.url}{path}", json=body, headers=self._auth(user), timeout=30)
 
+    def send_raw(self, method: str, path: str, body: bytes, user: str = "admin") -> requests.Response:
+        """Send ``body`` as it is, declared JSON (for bodies no JSON encoder would write)."""
+        headers = {**self._auth(user), "Content-Type": "application/json"}
+        return requests.request(method, f"{self.url}{path}", data=body, headers=headers, timeout=30)
+
     def _auth(self, user: str | None) -> dict[str, str]:
         return {} if user is None else {"Authorization": f"Bearer {self.token(user)}"}
 
@@ -96,10 +102,28 @@ class ApiServer:
 @pytest.fixture(scope="session")
 def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     home = tmp_path_factory.mktemp("airflow-home-ui")
+    yield from _serve(home, f"sqlite:///{home / 'airflow.db'}")
+
+
+@pytest.fixture(scope="session")
+def postgres_api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    """The same api-server on a fresh PostgreSQL database (skipped, saying why, when none is reachable)."""
+    from tests.db.conftest import _postgres_admin, _postgres_server_or_skip
+
+    server = _postgres_server_or_skip()
+    name = f"quota_ui_test_{uuid.uuid4().hex[:12]}"
+    _postgres_admin(server, f'CREATE DATABASE "{name}"')
+    try:
+        database = server.set(database=name).render_as_string(hide_password=False)
+        yield from _serve(tmp_path_factory.mktemp("airflow-home-ui-postgres"), database)
+    finally:
+        _postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _serve(home: Path, database: str) -> Iterator[ApiServer]:
     port = _free_port()
     passwords = home / "simple_auth_manager_passwords.json"
     passwords.write_text(json.dumps(PASSWORDS))
-    database = f"sqlite:///{home / 'airflow.db'}"
     env = {
         **os.environ,
         "AIRFLOW_HOME": str(home),
@@ -145,7 +169,7 @@ def _wait_until_serving(url: str, server: subprocess.Popen[bytes], log: Path) ->
         try:
             if requests.get(f"{url}/api/v2/monitor/health", timeout=2).status_code == 200:
                 return
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):  # not serving yet, or busy starting
             pass
         time.sleep(0.5)
     pytest.fail(f"airflow api-server did not answer within 180 s:\n{log.read_text()[-5000:]}")
@@ -248,8 +272,8 @@ class Ledger:
     ) -> None:
         """What the task reports it launched: its record under protocol.TRAINING_JOB_KEY in its
         task_state_store (with ``region``; none when it is None) and, copied by the allocator, the job row's
-        ``training_job`` (``in_ledger``). This engine, unlike Airflow's, leaves SQLite's foreign keys off:
-        no dag_run row is needed.
+        ``training_job`` (``in_ledger``). The record belongs to dag run 1, made here when missing (PostgreSQL
+        checks the foreign key; this engine, unlike Airflow's, leaves SQLite's off).
         """
         dag_id, run_id, task_id, map_index, _ = job_id.split("/")
         record = {"backend": "sagemaker", "name": name, "attempt": 1, "lease_id": lease or f"{job_id}#1"}
@@ -262,6 +286,14 @@ class Ledger:
                 )
             if region is None:
                 return
+            if connection.execute(sa.text("SELECT count(*) FROM dag_run WHERE id = 1")).scalar() == 0:
+                connection.execute(
+                    sa.text(
+                        "INSERT INTO dag_run (id, dag_id, run_id, run_type, run_after) "
+                        "VALUES (1, 'train', 'run-1', 'manual', :now)"
+                    ),
+                    {"now": self.now},
+                )
             connection.execute(
                 sa.text(
                     "INSERT INTO task_state_store (dag_run_id, task_id, map_index, key, dag_id, run_id, "

@@ -507,8 +507,12 @@ def test_updating_a_job_priority_moves_it_and_is_audited(api_server: ApiServer, 
 
     before = seeded.rows()
     for body, status, words in (
-        ({"jobId": seeded.vision_c, "schedulingPriority": 10000}, 422, "less than or equal to 9999"),
-        ({"jobId": seeded.vision_c, "schedulingPriority": "high"}, 422, "valid integer"),
+        (
+            {"jobId": seeded.vision_c, "schedulingPriority": 10000},
+            422,
+            "must be a whole number from 0 to 9999",
+        ),
+        ({"jobId": seeded.vision_c, "schedulingPriority": "high"}, 422, "schedulingPriority is 'high'"),
         ({"jobId": seeded.vision_c}, 422, "schedulingPriority"),
         ({"jobId": "train/run-1/nobody/-1/1", "schedulingPriority": 1}, 404, "nobody"),
     ):

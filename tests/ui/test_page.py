@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
+import sqlalchemy as sa
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
@@ -20,7 +21,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.wait import WebDriverWait
 
+from airflow_quota.ledger.models import JobRow
 from tests.ui.conftest import ARTIFACTS, PASSWORDS, QUEUE, UNIT, ApiServer, Ledger
+from tests.ui.test_api_limits import finished_jobs
 
 T = TypeVar("T")
 CHROMIUM = shutil.which("chromium")
@@ -241,3 +244,20 @@ def test_the_page_is_in_airflow_navigation_and_a_viewer_can_read_it(
     assert browser.find_element(By.ID, "status").text.endswith("· viewer")
     browser.switch_to.default_content()
     browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-in-airflow.png"))
+
+
+def test_the_page_shows_a_page_of_jobs_with_a_long_history(api_server: ApiServer, browser: WebDriver) -> None:
+    """20,000 jobs, 1,001 of them waiting: it lists the newest 1000 waiting, says so, and 10 finished."""
+    ledger = Ledger(api_server.engine)
+    ledger.empty()
+    ledger.apply()
+    rows = list(finished_jobs(20_000))
+    for row in rows[-1001:]:
+        row |= {"status": "RUNNABLE", "status_reason": "Waiting for capacity"}
+    with api_server.engine.begin() as connection:
+        connection.execute(sa.insert(JobRow), rows)
+    log_in(browser, api_server, "/quota/", "viewer")
+    state = showing(browser, "the jobs", lambda state: len(state["jobOrder"]) > 1000)
+    assert len(state["jobOrder"]) == 1000 + 10
+    assert state["jobOrder"][0] == rows[-1000]["job_id"] and state["jobOrder"][999] == rows[-1]["job_id"]
+    assert "The newest 1000 of 1001 unfinished jobs" in browser.find_element(By.ID, "jobs-cut").text

@@ -8,6 +8,8 @@
   const focusQueue = body.jobQueue || null;
   const focusShare = body.quotaShare || null;
   const refreshMs = 1000 * Number(body.refreshSeconds || 5);
+  // Unfinished jobs shown (the API's largest page); finished ones are paged, the page shows the last 10.
+  const OPEN_JOBS = 1000;
   const COLORS = ["#0969da", "#bf3989", "#1a7f37", "#bc4c00", "#8250df", "#0a7b83", "#9a6700", "#cf222e"];
   const NEVER = {
     "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE":
@@ -289,9 +291,9 @@
     const [snapshots, shareLists, unfinished, finished, events] = await Promise.all([
       Promise.all(queues.map((q) => get(`/jobQueues/${encodeURIComponent(q.jobQueueName)}/snapshot`))),
       Promise.all(queues.map((q) => get("/quotaShares" + query({ jobQueueName: q.jobQueueName })))),
-      get("/jobs" + query({ ...shareFilter, finished: "false" })),
+      get("/jobs" + query({ ...shareFilter, finished: "false", limit: OPEN_JOBS })),
       get("/jobs" + query({ ...shareFilter, finished: "true", limit: 10 })),
-      get("/events" + query({ jobQueueName: focusQueue, limit: focusShare ? 200 : 30 })),
+      get("/events" + query({ ...shareFilter, limit: 30 })),
     ]);
     const content = [];
     if (focusShare) {
@@ -314,12 +316,15 @@
         sharesTable(shares, colorOf)));
     });
     content.push(el("h2", {}, focusShare ? `Jobs of ${focusShare}` : "Jobs"), jobsTable(unfinished.jobs));
+    if (unfinished.total !== unfinished.jobs.length) {
+      const total = unfinished.total === null ? "more than 10,000" : unfinished.total;
+      content.push(el("p", { class: "muted", id: "jobs-cut" },
+        `The newest ${unfinished.jobs.length} of ${total} unfinished jobs; the REST API pages through all of them.`));
+    }
     if (finished.jobs.length) {
       content.push(el("h3", {}, "Recently finished"), jobsTable(finished.jobs.slice().reverse()));
     }
-    let recent = events.events.slice().reverse();
-    if (focusShare) recent = recent.filter((event) => event.quotaShareName === focusShare).slice(0, 30);
-    content.push(el("h2", {}, "Recent decisions"), eventsTable(recent));
+    content.push(el("h2", {}, "Recent decisions"), eventsTable(events.events.slice().reverse()));
     document.getElementById("content").replaceChildren(...content);
   }
 

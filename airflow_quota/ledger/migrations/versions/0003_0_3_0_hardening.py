@@ -18,11 +18,24 @@ depends_on = None
 airflow_quota_version = "0.3.0"
 
 
+PAGE_INDEXES = [
+    ("quota_job_submitted_idx", "quota_job", ["submitted_at", "submit_seq"]),
+    ("quota_job_status_submitted_idx", "quota_job", ["status", "submitted_at", "submit_seq"]),
+    ("quota_audit_log_at_idx", "quota_audit_log", ["at"]),
+    ("quota_audit_log_share_idx", "quota_audit_log", ["job_queue_name", "quota_share_name", "id"]),
+]
+
+
 def upgrade() -> None:
     with op.batch_alter_table("quota_job") as batch_op:
         batch_op.add_column(sa.Column("task_ended_seen_at", sa.TIMESTAMP(timezone=True), nullable=True))
+    # The REST API's and the CLI's pages of jobs and events.
+    for name, table, columns in PAGE_INDEXES:
+        op.create_index(name, table, columns)
 
 
 def downgrade() -> None:
+    for name, table, _ in PAGE_INDEXES:
+        op.drop_index(name, table_name=table)
     with op.batch_alter_table("quota_job") as batch_op:
         batch_op.drop_column("task_ended_seen_at")
