@@ -1,6 +1,58 @@
-"""Provider metadata Airflow reads through the ``apache_airflow_provider`` entry point."""
+"""Provider metadata Airflow reads through the ``apache_airflow_provider`` entry point.
+
+``config`` declares the ``[quota]`` settings the allocator reads (Airflow's provider-config format): Airflow
+takes their defaults from here, so ``airflow config list --section quota`` and ``airflow config get-value
+quota <key>`` show them, and the code reads them with no fallback of its own. docs/allocator.md's settings
+table is checked against it (tests/unit/test_provider_info.py). Free of Airflow imports.
+"""
 
 from typing import Any
+
+#: The ``[quota]`` section: every setting, its default (a string, as in airflow.cfg) and what it means.
+QUOTA_CONFIG: dict[str, Any] = {
+    "description": "The GPU quota allocator (airflow-quota): how often it runs and how long it waits.",
+    "options": {
+        "allocation_interval": {
+            "description": (
+                "Seconds between allocation cycle starts. A host starts a cycle at most once per interval, "
+                "and after a cycle that took longer than the interval waits as long as it took.\n"
+            ),
+            "version_added": "0.1.0",
+            "type": "float",
+            "example": "1",
+            "default": "0.25",
+        },
+        "settle_time": {
+            "description": (
+                "Seconds a task that deferred from a worker run waits before the allocator resumes it "
+                "(Airflow 3.3 can fail a task resumed sooner: apache/airflow#71580).\n"
+            ),
+            "version_added": "0.1.0",
+            "type": "float",
+            "example": "20",
+            "default": "10",
+        },
+        "stop_deadline": {
+            "description": (
+                "Seconds a job told to stop has to report it stopped before its task instance is cleared.\n"
+            ),
+            "version_added": "0.1.0",
+            "type": "float",
+            "example": "1200",
+            "default": "600",
+        },
+        "orphan_timeout": {
+            "description": (
+                "Seconds after which the capacity of a SageMaker training job left running by a task that "
+                "ended is released, even if the job is not confirmed stopped.\n"
+            ),
+            "version_added": "0.1.0",
+            "type": "float",
+            "example": "1800",
+            "default": "900",
+        },
+    },
+}
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -18,4 +70,5 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_quota.operators.links.QuotaShareLink",
         ],
         "plugins": [{"name": "airflow_quota", "plugin-class": "airflow_quota.api.plugin.QuotaPlugin"}],
+        "config": {"quota": QUOTA_CONFIG},
     }

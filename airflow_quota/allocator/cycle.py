@@ -67,6 +67,7 @@ from airflow.models.taskinstance import TaskInstance
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
+from airflow_quota.allocator import default_setting
 from airflow_quota.allocator.reconcile import (
     TaskOutcome,
     TaskView,
@@ -193,15 +194,16 @@ class StoppedTrainingJobs:
 
 @dataclass(frozen=True, slots=True)
 class CycleSettings:
-    """The allocator's tunables (``[quota]`` in airflow.cfg; see the hosts)."""
+    """The allocator's tunables (``[quota]`` in airflow.cfg, read by ``host.cycle_settings``); each
+    defaults to the setting's default in the provider info."""
 
     #: A task that deferred from a worker run less than this ago is not resumed yet: a stale
     #: "defer-exit" executor event can fail a task resumed sooner (apache/airflow#71580, #72716).
-    settle_time: timedelta = timedelta(seconds=10)
+    settle_time: timedelta = timedelta(seconds=default_setting("settle_time"))
     #: A job signalled to stop that has not reported stopped after this is cleared (the last resort).
-    stop_deadline: timedelta = timedelta(minutes=10)
+    stop_deadline: timedelta = timedelta(seconds=default_setting("stop_deadline"))
     #: An orphaned training job not confirmed stopped after this has its capacity released anyway.
-    orphan_timeout: timedelta = timedelta(minutes=15)
+    orphan_timeout: timedelta = timedelta(seconds=default_setting("orphan_timeout"))
     #: How ``request_stops`` asks training jobs to stop once a cycle has committed (victims and
     #: orphans); by default through their backend (``stop_through_backend``).
     job_stopper: JobStopper | None = None

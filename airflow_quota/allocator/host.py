@@ -14,8 +14,9 @@ job was found stopped the host runs that next cycle at once (``run_cycles``). A 
 rolled back asks nothing.
 
 Settings (``[quota]`` in airflow.cfg or ``AIRFLOW__QUOTA__*``): ``allocation_interval`` (seconds
-between cycle starts, default 0.25; ``next_cycle_start``), ``settle_time`` (10), ``stop_deadline``
-(600), ``orphan_timeout`` (900).
+between cycle starts; ``next_cycle_start``), ``settle_time``, ``stop_deadline``, ``orphan_timeout``.
+Their defaults and meanings are declared once, in the provider info (``get_provider_info.QUOTA_CONFIG``),
+where Airflow's configuration takes them from.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from airflow.observability.metrics import stats_utils
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from airflow_quota.allocator import DEFAULT_ALLOCATION_INTERVAL
 from airflow_quota.allocator.cycle import (
     CycleReport,
     CycleSettings,
@@ -57,7 +57,7 @@ STOPPED_TRAINING_JOBS = StoppedTrainingJobs()
 
 
 def allocation_interval() -> float:
-    return conf.getfloat(SECTION, "allocation_interval", fallback=DEFAULT_ALLOCATION_INTERVAL)
+    return conf.getfloat(SECTION, "allocation_interval")
 
 
 def next_cycle_start(started: float, ended: float, interval: float) -> float:
@@ -69,14 +69,10 @@ def next_cycle_start(started: float, ended: float, interval: float) -> float:
 
 def cycle_settings() -> CycleSettings:
     """The cycle's tunables from Airflow's configuration, with this process's ``STOPPED_TRAINING_JOBS``."""
-
-    def seconds(key: str, default: float) -> timedelta:
-        return timedelta(seconds=conf.getfloat(SECTION, key, fallback=default))
-
     return CycleSettings(
-        settle_time=seconds("settle_time", 10),
-        stop_deadline=seconds("stop_deadline", 600),
-        orphan_timeout=seconds("orphan_timeout", 900),
+        settle_time=timedelta(seconds=conf.getfloat(SECTION, "settle_time")),
+        stop_deadline=timedelta(seconds=conf.getfloat(SECTION, "stop_deadline")),
+        orphan_timeout=timedelta(seconds=conf.getfloat(SECTION, "orphan_timeout")),
         stopped_training_jobs=STOPPED_TRAINING_JOBS,
     )
 

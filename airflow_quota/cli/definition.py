@@ -10,6 +10,8 @@ from typing import Any
 
 from airflow.cli.cli_config import ActionCommand, Arg, GroupCommand, lazy_load_command
 
+from airflow_quota.allocator import DEFAULT_ALLOCATION_INTERVAL
+
 
 def _arg(*flags: str, **options: Any) -> Arg:
     """Airflow's ``Arg`` (argparse's ``add_argument`` arguments), which carries no type annotations."""
@@ -55,7 +57,8 @@ ARG_ONCE = _arg("--once", action="store_true", help="Run one allocation cycle, p
 ARG_INTERVAL = _arg(
     "--interval",
     metavar="SECONDS",
-    help="Seconds between cycle starts (default: [quota] allocation_interval, 0.25)",
+    help="Seconds between cycle starts "
+    f"(default: [quota] allocation_interval, {DEFAULT_ALLOCATION_INTERVAL:g})",
 )
 
 ALLOCATOR_NOTE = (
