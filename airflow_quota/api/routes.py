@@ -162,8 +162,8 @@ def get_quota_share(
     summary="Jobs, a page at a time, in submission order",
     description=(
         f"The newest `limit` jobs that match (default {DEFAULT_JOBS}, at most {MAX_PAGE}) after skipping the "
-        "`offset` newest, in submission order; `total` counts every match. Filtered, ordered and cut by the "
-        "database, on indexes."
+        "`offset` newest, in submission order; `total` counts every match (null when over 10,000). "
+        "Filtered, ordered and cut by the database, on indexes."
     ),
 )
 def list_jobs(

@@ -25,14 +25,21 @@ from airflow_quota.allocator.host import (
 )
 from airflow_quota.cli.common import console, fail, print_json, wants_json
 
+#: The longest interval between two cycle starts (a longer one, or inf, overflows the wait's clock).
+MAX_INTERVAL = 3600.0
+
 
 def allocator(args: argparse.Namespace) -> None:
     try:
         interval = allocation_interval() if args.interval is None else float(args.interval)
     except ValueError:
         interval = -1.0
-    if interval <= 0:
-        fail(f"--interval must be a positive number of seconds, not {args.interval!r}")
+    if not 0 < interval <= MAX_INTERVAL:  # NaN too
+        given = "[quota] allocation_interval" if args.interval is None else "--interval"
+        fail(
+            f"{given} must be a positive number of seconds, not {args.interval or interval!r} "
+            f"(at most {MAX_INTERVAL:g})"
+        )
     initialize_metrics()
     if args.once:
         report = run_cycle()

@@ -298,6 +298,13 @@ BAD_INPUTS = {
         )
         for written in ('"5"', "true", "+5", " 5", "5_0", "5.0", "\u0665", "10000", "9" * 5000)
     },
+    **{
+        f"an allocation interval of {written}": (
+            ["allocator", "--once", "--interval", written],
+            f"error: --interval must be a positive number of seconds, not '{written}' (at most 3600)",
+        )
+        for written in ("nan", "inf", "1e300", "0")
+    },
     "a 5,000-character reason": (
         ["jobs", "terminate", "big-2", "--reason", "x" * 5000],
         "error: --reason is 5000 characters: say why in at most 1000",
