@@ -26,13 +26,8 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from airflow import settings as airflow_settings
-
-# Airflow core's metrics module: the one its scheduler, executors and api-server initialize and emit through
-# (``airflow.sdk.observability.stats`` is the task SDK's own copy, not set up in the scheduler).
-from airflow._shared.observability.metrics import stats as Stats
 from airflow.configuration import conf
 from airflow.models.taskinstancekey import TaskInstanceKey
-from airflow.observability.metrics import stats_utils
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
@@ -44,6 +39,7 @@ from airflow_quota.allocator.cycle import (
     run_allocation_cycle,
 )
 from airflow_quota.allocator.tasks import scheduled_task_keys
+from airflow_quota.compat import Stats, get_stats_factory
 from airflow_quota.engine.model import HOLDING_CAPACITY, JobStatus
 from airflow_quota.engine.usage import lent_capacity, usage_of
 
@@ -80,7 +76,7 @@ def cycle_settings() -> CycleSettings:
 def initialize_metrics() -> None:
     """Set up Airflow's metrics backend (``[metrics]``) in a process Airflow did not (the CLI daemon)."""
     Stats.initialize(
-        factory=stats_utils.get_stats_factory(),
+        factory=get_stats_factory(),
         export_legacy_names=conf.getboolean("metrics", "legacy_names_on"),
     )
 

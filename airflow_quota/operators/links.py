@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from airflow.providers.common.compat.sdk import XCom
 from airflow.sdk import BaseOperatorLink, conf
-from airflow.sdk.execution_time.xcom import XCom
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator

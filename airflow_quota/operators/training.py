@@ -32,9 +32,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol, cast
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import (  # type: ignore[attr-defined]  # NEVER_EXPIRE: in __all__, not in the SDK's .pyi
+    NEVER_EXPIRE,
+    BaseOperator,
+)
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
-from airflow.sdk.execution_time.context import NEVER_EXPIRE
 from airflow.triggers.base import StartTriggerArgs
 
 from airflow_quota.backends.local import DEFAULT_GRACE_PERIOD
