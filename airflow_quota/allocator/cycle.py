@@ -104,6 +104,7 @@ from airflow_quota.engine.planner import plan_cycle
 from airflow_quota.ledger.models import JOB_ID_LENGTH, NAME_LENGTH, UNIT_LENGTH, JobQueueRow, JobRow
 from airflow_quota.ledger.store import (
     FINAL_STATUSES,
+    AppliedConfigError,
     LedgerError,
     Submission,
     TaskInstanceRef,
@@ -445,7 +446,9 @@ class _Cycle:
     def allocate_queue(self, queue_name: str, waiting: list[_Waiting]) -> None:
         try:
             state, self.rows = load_queue(self.session, queue_name)
-        except LedgerError as error:
+        except AppliedConfigError:
+            raise  # the queue's part fails (logged, counted); its jobs wait for a valid quota file
+        except LedgerError as error:  # not applied: no job of it can ever be granted
             self._claim(waiting)
             for each in waiting:
                 self._reject(each, str(error))

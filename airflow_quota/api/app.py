@@ -6,11 +6,13 @@ Airflow mounts it at ``/quota`` on the api-server (``plugin.py``); its OpenAPI d
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request, status
+from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from airflow_quota.api.page import STATIC_DIR, page_router
 from airflow_quota.api.routes import router
+from airflow_quota.ledger.store import AppliedConfigError
 
 
 def create_quota_app() -> FastAPI:
@@ -28,4 +30,10 @@ def create_quota_app() -> FastAPI:
     app.include_router(router, prefix="/api")
     app.include_router(page_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="quota-static")
+    app.add_exception_handler(AppliedConfigError, _applied_config_conflict)
     return app
+
+
+async def _applied_config_conflict(request: Request, error: Exception) -> JSONResponse:
+    """A job queue whose applied configuration no longer validates: 409 saying how to fix it, not 500."""
+    return JSONResponse(status_code=status.HTTP_409_CONFLICT, content={"detail": str(error)})

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.util import identity_key
@@ -63,6 +64,11 @@ _JOBS_NAMED = 5
 
 class LedgerError(ValueError):
     """The ledger cannot do what was asked; nothing was written."""
+
+
+class AppliedConfigError(LedgerError):
+    """A job queue's applied configuration no longer validates (applied by an older release whose rules
+    were looser): the queue is not allocated, and its jobs wait, until a valid quota file is applied."""
 
 
 class ConfigApplyError(LedgerError):
@@ -372,7 +378,17 @@ def load_queue(session: Session, job_queue_name: str) -> tuple[QueueState, dict[
         raise LedgerError(
             f"job queue {job_queue_name} is not in the quota ledger: apply a quota file that defines it"
         )
-    queue = JobQueueWithShares.model_validate(document).to_job_queue()
+    try:
+        queue = JobQueueWithShares.model_validate(document).to_job_queue()
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in each['loc'])}: {each['msg']}" for each in error.errors()[:3]
+        )
+        raise AppliedConfigError(
+            f"the quota configuration applied to job queue {job_queue_name} no longer validates "
+            f"({problems}): apply a valid quota file for it (airflow quota apply -f FILE); its jobs wait "
+            "meanwhile"
+        ) from None
     rows = {
         row.job_id: row
         for row in session.scalars(

@@ -33,7 +33,7 @@ from airflow_quota.allocator import cycle as cycle_module
 from airflow_quota.allocator.cycle import CycleReport, job_id_for, run_allocation_cycle
 from airflow_quota.engine.config import parse_quota_config
 from airflow_quota.engine.model import CyclePlan, JobRequest, QueueState
-from airflow_quota.ledger.models import JobRow
+from airflow_quota.ledger.models import JobQueueRow, JobRow
 from airflow_quota.protocol import TRAINING_JOB_KEY
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger
 from tests.db.conftest import Database
@@ -292,3 +292,35 @@ def test_a_queue_whose_part_of_the_cycle_fails_is_rolled_back_alone_and_reported
     recovered = cycle(db, 3)
     assert recovered.failed_queues == {}
     assert [lease.job_id for lease in recovered.granted] == [waiting_a]
+
+
+def test_a_queue_applied_under_looser_rules_waits_for_a_valid_quota_file_and_the_others_go_on(
+    db: Database,
+) -> None:
+    """A ledger applied by an older release may hold what today's rules refuse (here a maxCapacity over
+    100,000): that queue's part fails with the fix in its message, its jobs keep waiting (not rejected),
+    the other queue is granted; the REST API answers 409 for it (tests/ui)."""
+    waiting_a = defer(db, "waiting-a", QUEUE_A)
+    waiting_b = defer(db, "waiting-b", QUEUE_B)
+    with db.session() as session, session.begin():
+        session.execute(
+            sa.update(JobQueueRow)
+            .where(JobQueueRow.job_queue_name == QUEUE_A)
+            .values(capacity_limits=[{"capacityUnit": "gpu", "maxCapacity": 200_000}])
+        )
+
+    report = cycle(db, 1)
+
+    assert [lease.job_id for lease in report.granted] == [waiting_b]
+    assert "no longer validates" in report.failed_queues[QUEUE_A]
+    assert "airflow quota apply" in report.failed_queues[QUEUE_A]
+    assert event_of(db, "waiting-a") is None  # still waiting, not rejected
+    assert waiting_a not in ledger_job_ids(db)
+
+    with db.session() as session, session.begin():  # a valid file applied again: the queue goes on
+        session.execute(
+            sa.update(JobQueueRow)
+            .where(JobQueueRow.job_queue_name == QUEUE_A)
+            .values(capacity_limits=[{"capacityUnit": "gpu", "maxCapacity": 2}])
+        )
+    assert [lease.job_id for lease in cycle(db, 2).granted] == [waiting_a]

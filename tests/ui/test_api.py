@@ -561,3 +561,22 @@ def test_terminating_jobs_waiting_and_running(api_server: ApiServer, seeded: See
     )
     assert priority.status_code == 409
     assert seeded.rows() == before
+
+
+def test_a_queue_applied_under_looser_rules_answers_409_with_the_fix(
+    api_server: ApiServer, seeded: Seeded
+) -> None:
+    """A ledger applied by an older release may hold what today's rules refuse: reading that queue's
+    snapshot says so and how to fix it (409), never a 500."""
+    from airflow_quota.ledger.models import JobQueueRow
+
+    with seeded.ledger.engine.begin() as connection:
+        connection.execute(
+            sa.update(JobQueueRow)
+            .where(JobQueueRow.job_queue_name == QUEUE)
+            .values(capacity_limits=[{"capacityUnit": UNIT, "maxCapacity": 200_000}])
+        )
+    answer = api_server.get(f"{API}/jobQueues/{QUEUE}/snapshot")
+    assert answer.status_code == 409, answer.text
+    assert "no longer validates" in answer.json()["detail"]
+    assert "airflow quota apply" in answer.json()["detail"]
