@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import importlib.util
 import logging
 import re
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -168,6 +170,36 @@ def normalized_request(raw: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(value, str):
             request[section][field] = _rendered_integer(value)
     return request
+
+
+#: What a worker needs to compile a SageMaker SDK ``ModelTrainer`` (the SDK is an optional extra).
+SAGEMAKER_EXTRA_INSTALL: Final = "pip install 'airflow-quota[sagemaker]'"
+
+
+def is_model_trainer(value: Any) -> bool:
+    """Whether ``value`` is a SageMaker SDK ``ModelTrainer``, or a subclass's instance. Imports nothing
+    when the SDK is not loaded (no ModelTrainer can exist then)."""
+    if "sagemaker" not in sys.modules:
+        return False
+    from sagemaker.train import ModelTrainer
+
+    return isinstance(value, ModelTrainer)
+
+
+def compile_model_trainer(trainer: Any, input_data_config: Any) -> dict[str, Any]:
+    """The CreateTrainingJob request ``trainer`` would send (the SDK's own builder, which uploads its
+    ``source_code`` to S3 now)."""
+    request: dict[str, Any] = trainer._create_training_job_args(
+        input_data_config=input_data_config, boto3=True
+    )
+    return request
+
+
+def sagemaker_sdk_missing() -> str | None:
+    """The problem to report when the SageMaker SDK is not installed here; None when it is."""
+    if importlib.util.find_spec("sagemaker") is not None:
+        return None
+    return f"a ModelTrainer needs the SageMaker SDK, not installed on this worker: {SAGEMAKER_EXTRA_INSTALL}"
 
 
 def request_problems(request: Mapping[str, Any]) -> list[str]:

@@ -48,9 +48,12 @@ from airflow_quota.backends.sagemaker import (
     build_request,
     capacity_of,
     checkpoint_s3_uri,
+    compile_model_trainer,
+    is_model_trainer,
     normalized_request,
     quota_tags,
     request_problems,
+    sagemaker_sdk_missing,
     training_job_name,
 )
 from airflow_quota.engine.config import JobRequestError, validate_job_submission
@@ -68,6 +71,10 @@ if TYPE_CHECKING:
 RecordState = Literal["launched", "ended"]
 #: ``training_job_config`` given as a request dict, a ``ModelTrainer``, or a callable returning either.
 TrainingJobConfig = Mapping[str, Any] | Any | Callable[..., Any]
+#: ``task_state_store`` key of the request a ``ModelTrainer`` or a factory gave this try: made at the try's
+#: first run and read back by its later runs (grants, preemptions), so a ModelTrainer is compiled (and its
+#: ``source_code`` uploaded) once per try, whatever its attempts. The task's own: the allocator ignores it.
+REQUEST_KEY = "quota.request"
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,20 +188,38 @@ class SageMakerBackend:
         return PreparedRequest(capacity_unit, instance_count, document)
 
     def _request_document(self, context: Context) -> Mapping[str, Any]:
-        config = self.operator.training_job_config
-        if config is None:
-            config = self.operator.model_trainer
-        if callable(config) and not _is_model_trainer(config):
-            config = call_factory(config, context)
-        if isinstance(config, Mapping):
-            return config
-        if _is_model_trainer(config):
-            request: dict[str, Any] = config._create_training_job_args(
-                input_data_config=self.operator.input_data_config, boto3=True
-            )
-            return request
+        """A request dict as rendered; from a ModelTrainer or a factory, this try's (``REQUEST_KEY``)."""
+        if self.operator.training_job_config is not None:
+            return self._document_of(self.operator.training_job_config, context)
+        store, try_number = context["task_state_store"], int(context["ti"].try_number)
+        kept = _read_json(store.get(REQUEST_KEY))
+        if kept and kept.get("try_number") == try_number and isinstance(kept.get("request"), Mapping):
+            return dict(kept["request"])
+        document = self._document_of(self.operator.model_trainer, context)
+        store.set(REQUEST_KEY, {"try_number": try_number, "request": dict(document)})
+        return document
+
+    def _document_of(self, config: Any, context: Context) -> Mapping[str, Any]:
+        """What ``config`` asks: a dict as is, a ModelTrainer compiled, a factory's result either way."""
+        try:
+            if callable(config) and not is_model_trainer(config):
+                config = call_factory(config, context)
+            if isinstance(config, Mapping):
+                return config
+            if is_model_trainer(config):
+                return compile_model_trainer(config, self.operator.input_data_config)
+        except ImportError as error:  # a factory importing the SageMaker SDK on a worker without it
+            missing = sagemaker_sdk_missing() if (error.name or "").partition(".")[0] == "sagemaker" else None
+            if missing is None:
+                raise
+            raise TrainingRequestError([f"training_job_config: {missing}"]) from error
+        expected = "expected a CreateTrainingJob request dict or a ModelTrainer"
+        missing = sagemaker_sdk_missing()
         raise TrainingRequestError(
-            [f"expected a CreateTrainingJob request dict or a ModelTrainer, got {type(config).__name__}"]
+            [
+                f"training_job_config: {expected}, got {type(config).__name__}"
+                + (f" ({missing})" if missing else "")
+            ]
         )
 
     def job_name(self, identity: TaskIdentity, attempt: int) -> str:
@@ -914,10 +939,6 @@ def _state(name: str, description: Mapping[str, Any] | None) -> JobState:
         arn=description.get("TrainingJobArn"),
         model_artifacts=(description.get("ModelArtifacts") or {}).get("S3ModelArtifacts"),
     )
-
-
-def _is_model_trainer(value: Any) -> bool:
-    return type(value).__name__ == "ModelTrainer" and hasattr(value, "_create_training_job_args")
 
 
 def call_factory(factory: Callable[..., Any], context: Context) -> Any:
