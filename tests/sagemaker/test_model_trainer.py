@@ -7,6 +7,8 @@ SDK's telemetry: nothing leaves the machine.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -173,8 +175,6 @@ def test_without_the_sagemaker_extra_a_model_trainer_fails_its_task_naming_the_e
     unique: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The fault: a worker without the SageMaker SDK (hidden from the import system; the dev install has it).
-    import sys
-
     for name in [name for name in sys.modules if name.partition(".")[0] == "sagemaker"]:
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setitem(sys.modules, "sagemaker", None)
@@ -186,3 +186,19 @@ def test_without_the_sagemaker_extra_a_model_trainer_fails_its_task_naming_the_e
         run.execute()
     assert "training_job_config: a ModelTrainer needs the SageMaker SDK" in str(failure.value)
     assert "pip install 'airflow-quota[sagemaker]'" in str(failure.value)
+
+
+def test_the_package_imports_none_of_the_sdk_until_a_model_trainer_is_used() -> None:
+    # What lets the base install leave the SDK out: every module of the package loads without it.
+    script = (
+        "import importlib, pkgutil, sys, airflow_quota\n"
+        "for module in pkgutil.walk_packages(airflow_quota.__path__, 'airflow_quota.'):\n"
+        "    if '.migrations.' not in module.name and not module.name.endswith('__main__'):\n"
+        "        importlib.import_module(module.name)\n"
+        "print(sorted(name for name in sys.modules if name.partition('.')[0] == 'sagemaker'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
