@@ -38,7 +38,9 @@ A process counts only when it was seen in two /proc scans, one before and one af
 it was alive across the whole sample: a process that ended meanwhile is never a false violation.
 
 It prints the figures (kills by kind, jobs submitted, finished and preempted, samples, violations) and
-every violation seen (which jobs, which devices, first and last seen); exit code 1 when there was any.
+every violation seen (which jobs, which devices, first and last seen, the jobs' audit rows) and each
+failed allocation cycle's exception; exit code 1 when there was a violation. The kept ``AIRFLOW_HOME``
+holds the logs, ``ledger-held.jsonl`` (held devices at each change) and the ledger's job and audit rows.
 The driver's choices follow ``--seed`` (timings do not: processes run at their own pace).
 
 Usage::
@@ -66,6 +68,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +101,8 @@ DECK = (
     + ("clear", "quota")
     + ("kill training", "kill runner", "kill supervisor", "kill scheduler")
 )
-CYCLE_FAILED = "Quota allocation cycle failed"
+#: What the scheduler logs when a cycle, or one job queue's part of it, failed and was rolled back.
+CYCLE_FAILED = ("Quota allocation cycle failed", "its part of the allocation cycle failed")
 FINAL_RUN_STATES = ("success", "failed")
 
 
@@ -178,9 +182,13 @@ class Training:
 
     @property
     def task_key(self) -> str:
-        """The training job name's task part (``<task key>-t<try>-a<attempt>``): the same for every try."""
-        match = re.fullmatch(r"(.*)-t\d+-a\d+", self.job)
-        return match.group(1) if match else self.job
+        return task_key_of(self.job)
+
+
+def task_key_of(training_job_name: str) -> str:
+    """A training job name's task part (``<task key>-t<try>-a<attempt>``): the same for every try."""
+    match = re.fullmatch(r"(.*)-t\d+-a\d+", training_job_name)
+    return match.group(1) if match else training_job_name
 
 
 def _stat(pid: int) -> tuple[str, int, int, int] | None:
@@ -240,7 +248,10 @@ class Violation:
     devices: tuple[int, ...]
     first_seen_s: float
     last_seen_s: float
+    first_seen_utc: str
     samples: int = 1
+    #: The audit rows of the jobs involved, filled in at the end.
+    audit: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -282,6 +293,7 @@ class Sampler:
     skipped: int = 0
     violations: dict[tuple[str, tuple[str, ...], tuple[int, ...]], Violation] = field(default_factory=dict)
     most_trainings: int = 0
+    last_held: list[list[Any]] = field(default_factory=list)
     stop_event: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -313,9 +325,25 @@ class Sampler:
         self.samples += 1
         self.most_trainings = max(self.most_trainings, len({training.job for training in live}))
         now = time.monotonic() - self.started
+        self._journal(held, now)
         self._check_ledger(held, now)
         self._check_processes(live, now)
         self._check_processes_against_ledger(live, held, now)
+
+    def _journal(self, held: list[HeldDevices], now: float) -> None:
+        """Append the ledger's held devices to ``<home>/ledger-held.jsonl`` whenever they change: what a
+        failed cycle or a violation found, to read afterwards."""
+        snapshot = sorted([job.job_id, job.status, list(job.devices)] for job in held)
+        if snapshot == self.last_held:
+            return
+        self.last_held = snapshot
+        line = {
+            "utc": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "t": round(now, 1),
+            "held": snapshot,
+        }
+        with (self.home / "ledger-held.jsonl").open("a") as journal:
+            journal.write(json.dumps(line) + "\n")
 
     def _check_ledger(self, held: list[HeldDevices], now: float) -> None:
         holders: dict[tuple[str, int], list[str]] = {}
@@ -354,7 +382,8 @@ class Sampler:
         key = (kind, jobs, devices)
         seen = self.violations.get(key)
         if seen is None:
-            self.violations[key] = Violation(kind, jobs, devices, now, now)
+            utc = datetime.now(UTC).isoformat(timespec="milliseconds")
+            self.violations[key] = Violation(kind, jobs, devices, now, now, utc)
             print(
                 f"  [{now:7.1f} s] VIOLATION {kind}: {', '.join(jobs)} on device(s) {list(devices)}",
                 flush=True,
@@ -627,6 +656,8 @@ class Result:
     jobs_failed: int
     preemptions: int
     failed_cycles: int
+    #: ``{exception line: count}`` of the failed cycles, from their tracebacks.
+    cycle_errors: dict[str, int]
     samples: int
     samples_skipped: int
     most_trainings_at_once: int
@@ -762,8 +793,20 @@ def _result(
                 sa.text("SELECT count(*) FROM quota_audit_log WHERE kind = 'PREEMPTED'")
             ).scalar_one()
         )
+        for violation in sampler.violations.values():
+            violation.audit = audit_trail(connection, violation.jobs)
+        for table in ("quota_job", "quota_audit_log"):  # kept with the logs (PostgreSQL's is dropped)
+            rows = connection.execute(sa.text(f"SELECT * FROM {table}")).mappings()
+            with (airflow.home / f"{table}.jsonl").open("w") as dump:
+                dump.writelines(json.dumps(dict(row), default=str) + "\n" for row in rows)
     log = airflow.home / "logs" / "scheduler.log"
-    failed_cycles = log.read_text(errors="replace").count(CYCLE_FAILED) if log.exists() else 0
+    text = log.read_text(errors="replace") if log.exists() else ""
+    failed_cycles = sum(text.count(marker) for marker in CYCLE_FAILED)
+    # Each failure's exception line: the first "<name>Error: ..." line after the failure's message.
+    exception_after_failure = (
+        "(?:" + "|".join(CYCLE_FAILED) + r")[\s\S]*?\n(\w[\w.]*(?:Error|Exception): [^\n]*)"
+    )
+    cycle_errors = Counter(match.group(1)[:300] for match in re.finditer(exception_after_failure, text))
     kinds = Counter(violation.kind.split(":")[0] for violation in sampler.violations.values())
     figures = driver.figures
     return Result(
@@ -787,6 +830,7 @@ def _result(
         jobs_failed=job_states["FAILED"],
         preemptions=preemptions,
         failed_cycles=failed_cycles,
+        cycle_errors=dict(cycle_errors),
         samples=sampler.samples,
         samples_skipped=sampler.skipped,
         most_trainings_at_once=sampler.most_trainings,
@@ -797,6 +841,32 @@ def _result(
         errors=figures.errors,
         home=str(airflow.home),
     )
+
+
+def audit_trail(connection: sa.Connection, names: tuple[str, ...]) -> list[str]:
+    """The audit rows, in order, of the jobs a violation names (ledger job ids or training job names)."""
+    keys = {task_key_of(name) for name in names}
+    jobs = connection.execute(
+        sa.text("SELECT job_id, dag_id, run_id, task_id, map_index, try_number FROM quota_job")
+    ).all()
+    job_ids = [
+        job_id
+        for job_id, *task in jobs
+        if job_id in names or TaskIdentity(*task).task_key in keys  # every try of a named training's task
+    ]
+    if not job_ids:
+        return []
+    rows = connection.execute(
+        sa.text(
+            "SELECT at, kind, job_id, related_job_id, message FROM quota_audit_log WHERE job_id IN :ids"
+            " ORDER BY id"
+        ).bindparams(sa.bindparam("ids", expanding=True)),
+        {"ids": job_ids},
+    )
+    return [
+        f"{at} {kind} {job_id}" + (f" (by {related})" if related else "") + f": {message}"
+        for at, kind, job_id, related, message in rows
+    ]
 
 
 def print_result(result: Result, console: Console) -> None:
@@ -836,9 +906,13 @@ def print_result(result: Result, console: Console) -> None:
             f"VIOLATION {violation['kind']}: {', '.join(violation['jobs'])} "
             f"on device(s) {violation['devices']}, "
             f"seen {violation['first_seen_s']:.1f} .. {violation['last_seen_s']:.1f} s "
-            f"({violation['samples']} samples)",
+            f"({violation['samples']} samples), first at {violation['first_seen_utc']}",
             markup=False,
         )
+        for line in violation["audit"]:
+            console.print(f"    {line}", markup=False)
+    for error, count in result.cycle_errors.items():
+        console.print(f"FAILED CYCLES ({count}): {error}", markup=False)
     for refused in result.quota_refused:
         console.print(f"quota change refused: {refused}", markup=False)
     for error in result.errors:
