@@ -100,6 +100,9 @@ class TrainingJobRecord(TypedDict):
     attempt: int
     lease_id: str
     state: Literal["launched", "ended"]
+    #: An ended job that did not complete: how it ended, one line ("Failed: The training entry point was
+    #: killed by SIGKILL after 3.2 s."), for the ledger's reason when its try ends.
+    ended_as: NotRequired[str]
     #: Local: SIGTERM -> SIGKILL seconds; an orphaned process group may live this long after its task.
     grace_period: NotRequired[float]
     #: SageMaker: the connection to stop an orphaned training job with.

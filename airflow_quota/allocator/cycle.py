@@ -564,15 +564,18 @@ class _Cycle:
             return state
         if not self._orphan_stopped(row, outcome.reason):
             return state
-        self._note_training_job(row)  # a job that ended in its launching run was never seen RUNNING
+        record = self._note_training_job(row)  # a job that ended in its launching run was never seen RUNNING
         self.report.finished.append(job_id)
+        reason = outcome.reason
+        if record is not None and record.get("ended_as"):  # what the task saw its training job do
+            reason += f"; its training job {record.get('name')} ended {record.get('ended_as')}"
         return record_finish(
             self.session,
             state,
             job_id,
             self.now,
             succeeded=outcome.outcome is TaskOutcome.SUCCEEDED,
-            reason=outcome.reason,
+            reason=reason,
         )
 
     def _note_training_job(self, row: JobRow) -> TrainingJobRecord | None:

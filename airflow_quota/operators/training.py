@@ -158,6 +158,15 @@ class TrainingBackend(Protocol):
         """What a completed job's task returns beside its name, attempts and preemptions."""
 
 
+def _ended_as(job: JobState) -> str | None:
+    """How a job that did not complete ended, in one line of at most 300 characters (None: completed)."""
+    if job.status == "Completed":
+        return None
+    detail = job.failure_reason or job.secondary_status
+    line = f"{job.status}: {detail.strip().splitlines()[0]}" if detail and detail.strip() else job.status
+    return line if len(line) <= 300 else line[:299] + "…"
+
+
 def training_job_record(
     backend: Backend, name: str, attempt: int, lease_id: str, state: RecordState
 ) -> TrainingJobRecord:
@@ -795,8 +804,11 @@ class QuotaTrainingOperator(BaseOperator):
         attempt: int,
         lease_id: str,
         state: RecordState,
+        ended_as: str | None = None,
     ) -> None:
         record = backend.record(name, attempt, lease_id, state)
+        if ended_as is not None:
+            record["ended_as"] = ended_as
         value: Any = dict(record)
         context["task_state_store"].set(TRAINING_JOB_KEY, value, retention=NEVER_EXPIRE)
 
@@ -851,7 +863,7 @@ class QuotaTrainingOperator(BaseOperator):
         store = context["task_state_store"]
         record = _read_json(store.get(TRAINING_JOB_KEY)) or {}
         attempts = int(record.get("attempt", 0))
-        self._write_record(context, backend, job.name, attempts, lease_id, "ended")
+        self._write_record(context, backend, job.name, attempts, lease_id, "ended", _ended_as(job))
         if _preempt_signal(store, lease_id) is not None:  # the job ended before the preemption reached it
             store.delete(PREEMPT_KEY)
         self._current_job = None

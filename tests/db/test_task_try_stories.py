@@ -18,6 +18,7 @@ from airflow.models.log import Log
 from airflow.models.taskinstance import TaskInstance
 from airflow.models.taskinstancehistory import TaskInstanceHistory
 
+from airflow_quota.allocator.cycle import job_id_for
 from tests.db.airflow_transitions import (
     a_scheduler_job,
     cleared_by_user,
@@ -26,8 +27,8 @@ from tests.db.airflow_transitions import (
     scheduler_restarted,
 )
 from tests.db.conftest import Database
-from tests.db.test_allocator_cycle import db, defer, job
-from tests.db.test_allocator_lifecycle import cycle, defer_on_monitor, teams
+from tests.db.test_allocator_cycle import DAG_ID, RUN_ID, db, defer, job
+from tests.db.test_allocator_lifecycle import cycle, defer_on_monitor, record_training_job, teams
 
 pytestmark = pytest.mark.db
 __all__ = ["db", "teams"]  # the fixtures this module borrows
@@ -57,6 +58,14 @@ def failed(db: Database, scheduler: int) -> None:
         assert ti is not None
         ti.handle_failure(error="Training job train-a1 failed: killed by SIGKILL", session=session)
         session.commit()
+
+
+def training_killed(db: Database, scheduler: int) -> None:
+    """The task saw its local training killed (SIGKILL from outside), recorded how it ended, and failed."""
+    job_id = job_id_for(DAG_ID, RUN_ID, TASK, -1, 1)
+    ended_as = "Failed: The training entry point was killed by SIGKILL after 3.2 s."
+    record_training_job(db, job_id, "ended", backend="local", ended_as=ended_as)
+    failed(db, scheduler)
 
 
 def failed_with_a_retry(db: Database, scheduler: int) -> None:
@@ -97,6 +106,12 @@ def cleared_while_deferred(db: Database, scheduler: int) -> None:
 
 STORIES = [
     pytest.param(failed, "Its task try 1 failed", id="a try that failed for good"),
+    pytest.param(
+        training_killed,
+        "Its task try 1 failed; its training job train-a1 ended Failed: The training entry point was killed "
+        "by SIGKILL after 3.2 s.",
+        id="a try whose training was killed says so",
+    ),
     pytest.param(
         failed_with_a_retry,
         "Its task try 1 failed; it is up for retry",

@@ -337,6 +337,8 @@ def test_a_failing_entry_point_fails_the_task_with_the_tail_of_its_output(tmp_pa
     assert "exited with code 2" in message
     assert "bad hyperparameter: invalid literal for int() with base 10: 'many'" in message
     assert run.record()["state"] == "ended"
+    # One line of how it ended, which the allocator adds to the job's reason when the try ends.
+    assert run.record()["ended_as"].startswith("Failed: The training entry point exited with code 2 after ")
 
 
 def test_a_job_past_its_runtime_limit_is_stopped_and_fails(tmp_path: Path) -> None:
@@ -523,3 +525,4 @@ def test_on_kill_kills_the_whole_process_group(tmp_path: Path, local_log: Path) 
     assert isinstance(failure, AirflowException)
     assert "killed by SIGKILL" in str(failure)
     assert "SIGTERM received and ignored" in str(failure)
+    assert "killed by SIGKILL" in run.record()["ended_as"]
