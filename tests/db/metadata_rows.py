@@ -3,18 +3,24 @@ run, and a quota file applied. Imports Airflow: import it once ``AIRFLOW_HOME`` 
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from airflow.models.dagrun import DagRun
 from airflow.models.task_state_store import TaskStateStoreModel
 from airflow.models.taskinstance import TaskInstance
 from airflow.models.trigger import Trigger
+from airflow.sdk.serde import serialize
+from airflow.utils.state import TaskInstanceState
 from sqlalchemy.orm import Session
 
+from airflow_quota.allocator.cycle import job_id_for
 from airflow_quota.engine.config import QuotaConfig
 from airflow_quota.ledger.models import ledger_metadata
 from airflow_quota.ledger.store import apply_quota_config
+from airflow_quota.triggers.admission import ADMISSION_CLASSPATH
 
 
 def reset_for_allocation(
@@ -40,3 +46,42 @@ def reset_for_allocation(
         )
     with Session(engine) as session, session.begin():
         apply_quota_config(session, quotas, applied_by=applied_by, source=source, now=start)
+
+
+def insert_deferred_task(
+    session: Session,
+    kwargs: dict[str, Any],
+    *,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    deferred_at: datetime,
+    pid: int | None = None,
+    next_kwargs: dict[str, Any] | None = None,
+    plain_json: bool = False,
+) -> str:
+    """Write a task instance (try 1) DEFERRED on the admission trigger with ``kwargs``, as Airflow leaves
+    one; return its job id. ``plain_json``: a worker's deferral (the Execution API stores the kwargs as
+    json.dumps, unencrypted); ``pid``: deferred from a worker run."""
+    trigger = Trigger(ADMISSION_CLASSPATH, kwargs, created_date=deferred_at)
+    if plain_json:
+        trigger.encrypted_kwargs = json.dumps(serialize(kwargs))
+    session.add(trigger)
+    session.flush()
+    session.execute(
+        sa.insert(TaskInstance.__table__).values(
+            dag_id=dag_id,
+            run_id=run_id,
+            task_id=task_id,
+            map_index=-1,
+            try_number=1,
+            pool="default_pool",
+            pool_slots=1,
+            state=TaskInstanceState.DEFERRED,
+            trigger_id=trigger.id,
+            next_method="on_grant",
+            next_kwargs=serialize(next_kwargs or {}),
+            pid=pid,
+        )
+    )
+    return job_id_for(dag_id, run_id, task_id, -1, 1)

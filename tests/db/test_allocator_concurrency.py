@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 
     from tests.db.conftest import Database
 
-from tests.db.metadata_rows import reset_for_allocation
+from tests.db.metadata_rows import insert_deferred_task, reset_for_allocation
 
 pytestmark = pytest.mark.db
 POSTGRESQL_ONLY = pytest.mark.parametrize("database", ["postgresql"], indirect=True)
@@ -677,26 +677,9 @@ def defer_for_admission(db: Database, task_id: str, priority: int, at: datetime,
         **request,
     ).serialize()[1]
     with db.session() as session, session.begin():
-        trigger = Trigger(ADMISSION_CLASSPATH, kwargs, created_date=at)
-        session.add(trigger)
-        session.flush()
-        session.execute(
-            sa.insert(TaskInstance.__table__).values(
-                dag_id=DAG_ID,
-                run_id=RUN_ID,
-                task_id=task_id,
-                map_index=-1,
-                try_number=1,
-                pool="default_pool",
-                pool_slots=1,
-                state=TaskInstanceState.DEFERRED,
-                trigger_id=trigger.id,
-                next_method="on_grant",
-                next_kwargs=serialize({}),
-                pid=pid,
-            )
+        return insert_deferred_task(
+            session, kwargs, dag_id=DAG_ID, run_id=RUN_ID, task_id=task_id, deferred_at=at, pid=pid
         )
-    return job_id_for(DAG_ID, RUN_ID, task_id, -1, 1)
 
 
 @POSTGRESQL_ONLY  # the same on SQLite; one backend keeps the suite short

@@ -9,7 +9,6 @@ Airflow and the ledger hold.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,8 +16,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from airflow.models.taskinstance import TaskInstance
-from airflow.models.trigger import Trigger
-from airflow.sdk.serde import deserialize, serialize
+from airflow.sdk.serde import deserialize
 from airflow.utils.state import TaskInstanceState
 
 from airflow_quota.allocator.cycle import (
@@ -32,7 +30,7 @@ from airflow_quota.engine.config import parse_quota_config
 from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger
 from tests.db.conftest import Database
-from tests.db.metadata_rows import reset_for_allocation
+from tests.db.metadata_rows import insert_deferred_task, reset_for_allocation
 
 pytestmark = pytest.mark.db
 
@@ -97,28 +95,17 @@ def defer(
         | request
     )
     with db.session() as session, session.begin():
-        trigger = Trigger(ADMISSION_CLASSPATH, kwargs, created_date=deferred_at)
-        if plain_json:  # a worker's deferral: the Execution API stores json.dumps(kwargs), unencrypted
-            trigger.encrypted_kwargs = json.dumps(serialize(kwargs))
-        session.add(trigger)
-        session.flush()
-        session.execute(
-            sa.insert(TaskInstance.__table__).values(
-                dag_id=DAG_ID,
-                run_id=RUN_ID,
-                task_id=task_id,
-                map_index=-1,
-                try_number=1,
-                pool="default_pool",
-                pool_slots=1,
-                state=TaskInstanceState.DEFERRED,
-                trigger_id=trigger.id,
-                next_method="on_grant",
-                next_kwargs=serialize({"round": 1}),
-                pid=pid,
-            )
+        return insert_deferred_task(
+            session,
+            kwargs,
+            dag_id=DAG_ID,
+            run_id=RUN_ID,
+            task_id=task_id,
+            deferred_at=deferred_at,
+            pid=pid,
+            next_kwargs={"round": 1},
+            plain_json=plain_json,
         )
-    return job_id_for(DAG_ID, RUN_ID, task_id, -1, 1)
 
 
 def cycle(db: Database, now: datetime) -> CycleReport:

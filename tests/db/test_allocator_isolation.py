@@ -3,8 +3,9 @@
 Against a real, migrated Airflow metadata DB (SQLite and PostgreSQL): two job queues, each with a team,
 and task instances deferred for admission in both. A request the ledger cannot record (a value beyond
 its columns) is rejected on its own task, and every other request, in its queue and the other one, is
-granted in the same cycle; a retry's request likewise, its previous try's job left as it was. A queue whose part of the cycle fails is rolled back alone (nothing of it is
-written, its tasks keep waiting) and reported; the other queues are granted.
+granted in the same cycle; a retry's request likewise, its previous try's job left as it was. A queue
+whose part of the cycle fails is rolled back alone (nothing of it is written, its tasks keep waiting)
+and reported; the other queues are granted.
 
 Two faults are injected because they cannot be caused for real, and are named so: a validation that lets
 a value through which the ledger cannot store (``validation_that_misses_a_bound``: the request bounds
@@ -25,7 +26,7 @@ import pytest
 import sqlalchemy as sa
 from airflow.models.taskinstance import TaskInstance
 from airflow.models.trigger import Trigger
-from airflow.sdk.serde import deserialize, serialize
+from airflow.sdk.serde import deserialize
 from airflow.state import TaskScope, get_state_backend
 from airflow.utils.state import TaskInstanceState
 
@@ -37,7 +38,7 @@ from airflow_quota.ledger.models import JobQueueRow, JobRow
 from airflow_quota.protocol import TRAINING_JOB_KEY
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger
 from tests.db.conftest import Database
-from tests.db.metadata_rows import reset_for_allocation
+from tests.db.metadata_rows import insert_deferred_task, reset_for_allocation
 
 pytestmark = pytest.mark.db
 
@@ -86,25 +87,9 @@ def defer(db: Database, task_id: str, queue: str, **request: Any) -> str:
         | request
     )
     with db.session() as session, session.begin():
-        trigger = Trigger(ADMISSION_CLASSPATH, kwargs, created_date=START)
-        session.add(trigger)
-        session.flush()
-        session.execute(
-            sa.insert(TaskInstance.__table__).values(
-                dag_id=DAG_ID,
-                run_id=RUN_ID,
-                task_id=task_id,
-                map_index=-1,
-                try_number=1,
-                pool="default_pool",
-                pool_slots=1,
-                state=TaskInstanceState.DEFERRED,
-                trigger_id=trigger.id,
-                next_method="on_grant",
-                next_kwargs=serialize({}),
-            )
+        return insert_deferred_task(
+            session, kwargs, dag_id=DAG_ID, run_id=RUN_ID, task_id=task_id, deferred_at=START
         )
-    return job_id_for(DAG_ID, RUN_ID, task_id, -1, 1)
 
 
 def cycle(db: Database, seconds: float) -> CycleReport:

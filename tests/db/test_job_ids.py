@@ -10,17 +10,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
-from airflow.models.taskinstance import TaskInstance
-from airflow.models.trigger import Trigger
-from airflow.sdk.serde import serialize
-from airflow.utils.state import TaskInstanceState
 
 from airflow_quota.allocator.cycle import JOB_ID_PART_LENGTH, CycleReport, job_id_for, run_allocation_cycle
 from airflow_quota.engine.config import parse_quota_config
 from airflow_quota.ledger.models import ID_LENGTH, JOB_ID_LENGTH, JobRow
-from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger
+from airflow_quota.triggers.admission import QuotaAdmissionTrigger
 from tests.db.conftest import Database
-from tests.db.metadata_rows import reset_for_allocation
+from tests.db.metadata_rows import insert_deferred_task, reset_for_allocation
 
 pytestmark = pytest.mark.db
 
@@ -68,25 +64,9 @@ def defer(db: Database, task_id: str) -> str:
         submitted_at=START.isoformat(),
     ).serialize()[1]
     with db.session() as session, session.begin():
-        trigger = Trigger(ADMISSION_CLASSPATH, kwargs, created_date=START)
-        session.add(trigger)
-        session.flush()
-        session.execute(
-            sa.insert(TaskInstance.__table__).values(
-                dag_id=LONGEST_DAG_ID,
-                run_id=LONGEST_RUN_ID,
-                task_id=task_id,
-                map_index=-1,
-                try_number=1,
-                pool="default_pool",
-                pool_slots=1,
-                state=TaskInstanceState.DEFERRED,
-                trigger_id=trigger.id,
-                next_method="on_grant",
-                next_kwargs=serialize({}),
-            )
+        return insert_deferred_task(
+            session, kwargs, dag_id=LONGEST_DAG_ID, run_id=LONGEST_RUN_ID, task_id=task_id, deferred_at=START
         )
-    return job_id_for(LONGEST_DAG_ID, LONGEST_RUN_ID, task_id, -1, 1)
 
 
 def test_tasks_with_the_longest_ids_airflow_allows_are_granted_each_under_its_own_job_id(
