@@ -32,6 +32,7 @@ from airflow_quota.engine.model import (
 )
 from airflow_quota.engine.reasons import (
     awaiting_victims_reason,
+    capacity_lowered_reason,
     never_fits_reason,
     waiting_reason,
 )
@@ -88,8 +89,10 @@ class _Cycle:
     # -- the three steps -----------------------------------------------------------------------------
 
     def grant_ready_reservations(self) -> None:
+        """Step 1: a preemptor whose victims have all stopped gets what it reserved, once the queue
+        physically has it: its capacity may have been lowered since the preemption."""
         for job in sorted(self.reserved, key=lambda job: (job.submitted, job.job_id)):
-            if not self._stopping_victims(job):
+            if not self._stopping_victims(job) and not self._overdrawn(job.unit):
                 self._grant(job)
 
     def admit_within_own_limits(self) -> dict[str, list[Job]]:
@@ -130,8 +133,12 @@ class _Cycle:
             job = self.jobs[job_id]
             if job.status is not JobStatus.RUNNABLE:
                 continue
-            if job.awaiting_victims:
+            if job.awaiting_victims and self._stopping_victims(job):
                 reason = awaiting_victims_reason(self._stopping_victims(job))
+            elif job.awaiting_victims:
+                reason = capacity_lowered_reason(
+                    job, self.usage.capacity(job.unit), self.usage.occupancy.get(job.unit, 0)
+                )
             else:
                 key = (job.share_name, job.unit, job.count)
                 if key not in reasons:
@@ -182,6 +189,10 @@ class _Cycle:
             failures.append((count, priority))
         else:
             self._preempt(job, choice)
+
+    def _overdrawn(self, unit: str) -> bool:
+        """Whether more of ``unit`` is held and reserved than the queue has (its capacity was lowered)."""
+        return self.usage.occupancy.get(unit, 0) > self.usage.capacity(unit)
 
     def _stopping_victims(self, preemptor: Job) -> list[str]:
         return [

@@ -74,6 +74,15 @@ def waiting_reason(usage: Usage, share: QuotaShare, job: Job) -> str:
     )
 
 
+def capacity_lowered_reason(job: Job, capacity: int, held: int) -> str:
+    """A preemptor whose victims stopped, waiting because the queue's capacity was lowered since."""
+    return (
+        f"Waiting for its {job.count} {job.unit}: its preempted jobs have stopped, but the job queue now "
+        f"has {capacity} {job.unit} and {held} are held or promised (its capacity was lowered since); it "
+        "starts as others release theirs"
+    )
+
+
 def awaiting_victims_reason(stopping: list[str]) -> str:
     names = ", ".join(sorted(stopping))
     return f"Waiting for {len(stopping)} preempted job(s) to stop: {names}"

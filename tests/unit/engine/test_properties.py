@@ -32,7 +32,8 @@ waiting preemptor counts from its decision on.
 (f) determinism: planning the same state twice, or the same jobs inserted in another order, gives the
     same decisions and the same state; planning does not change its input.
 (g) a preemption always pays off: once its victims' stops complete, the next cycle grants the preemptor
-    first (with the other ready reservations, before any other decision).
+    first (with the other ready reservations, before any other decision), unless the queue's capacity
+    was lowered since and its unit is held and reserved beyond it: then it waits until enough is released.
 (h) turns: the decisions are made in the documented order (ready reservations; share by share the jobs
     that fit within their own limit; then the rest merged by submission), and a waiting job that fits at
     its turn, given the decisions before it, is not left waiting.
@@ -437,8 +438,17 @@ def check_bookkeeping(jobs: Mapping[str, Job], where: str) -> None:
                     )
 
 
-def ready_reservations(jobs: Mapping[str, Job]) -> list[str]:
-    ready = [job for job in jobs.values() if job.holds_reservation and not stopping_for(jobs, job)]
+def ready_reservations(queue: JobQueue, jobs: Mapping[str, Job]) -> list[str]:
+    """Preemptors whose victims have stopped, on units the queue physically has what is held and
+    reserved (a capacity lowered since their preemption makes them wait until enough is released)."""
+    held = physical_held(jobs)
+    ready = [
+        job
+        for job in jobs.values()
+        if job.holds_reservation
+        and not stopping_for(jobs, job)
+        and held[job.unit] <= queue.capacity.get(job.unit, 0)
+    ]
     return [job.job_id for job in sorted(ready, key=lambda job: (job.submitted, job.job_id))]
 
 
@@ -489,7 +499,7 @@ def check_turns(before: QueueState, plan: CyclePlan, where: str) -> None:
             f"{plan.state.jobs[job.job_id].status_reason!r}"
         )
 
-    for job_id in ready_reservations(jobs):
+    for job_id in ready_reservations(queue, jobs):
         take_turn(jobs[job_id])
     waiting = [
         job
@@ -523,7 +533,7 @@ def check_decisions(before: QueueState, plan: CyclePlan, where: str) -> None:
     jobs = dict(before.jobs)
     snapshot = Snapshot.of(queue, jobs)
     shares = {share.name: share for share in queue.shares}
-    ready = ready_reservations(jobs)
+    ready = ready_reservations(queue, jobs)
     leading = [d.job_id for d in plan.decisions[: len(ready)] if isinstance(d, Grant)]
     assert leading == ready, (
         f"(g) {where}: reservations whose victims have stopped {ready} must be granted first; "
@@ -796,7 +806,7 @@ class Run:
         assert self.snapshot is not None
         check_amounts(state.queue, self.snapshot, Snapshot.of(state.queue, state.jobs), where)
         following = plan_cycle(state, self.now + 0.5)
-        ready = ready_reservations(state.jobs)
+        ready = ready_reservations(state.queue, state.jobs)
         assert decision.preemptor_id in ready, f"(g) {where}: the preemptor is not ready"
         check_decisions(state, following, f"cycle {where}")
         check_turns(state, following, f"cycle {where}")

@@ -419,6 +419,26 @@ CASES = [
         granted=("p",),
     ),
     Case(
+        "a_reservation_made_before_the_capacity_was_lowered_waits_until_the_queue_physically_has_it",
+        queue(3, share("a", 3, RESERVE, preempt=True)),
+        (
+            running("r1", "a", 1),
+            running("r2", "a", 1),
+            waiting("p", "a", 2, prio=5, at=1, awaiting=frozenset({"gone"})),
+        ),
+        granted=(),
+        reasons={
+            "p": "Waiting for its 2 gpu: its preempted jobs have stopped, but the job queue now has 3 gpu "
+            "and 4 are held or promised (its capacity was lowered since); it starts as others release theirs"
+        },
+    ),
+    Case(
+        "a_reservation_made_before_the_capacity_was_lowered_is_granted_once_enough_is_released",
+        queue(3, share("a", 3, RESERVE, preempt=True)),
+        (running("r1", "a", 1), waiting("p", "a", 2, prio=5, at=1, awaiting=frozenset({"gone"}))),
+        granted=("p",),
+    ),
+    Case(
         "preemptor_with_a_reservation_counts_in_its_share",
         queue(4, share("a", 2, RESERVE, preempt=True), share("l", 2, LEND)),
         (
