@@ -101,7 +101,7 @@ from airflow_quota.engine.model import (
     QueueState,
 )
 from airflow_quota.engine.planner import plan_cycle
-from airflow_quota.ledger.models import JOB_ID_LENGTH, NAME_LENGTH, UNIT_LENGTH, JobQueueRow, JobRow
+from airflow_quota.ledger.models import JOB_ID_LENGTH, NAME_LENGTH, UNIT_LENGTH, JobRow
 from airflow_quota.ledger.store import (
     FINAL_STATUSES,
     AppliedConfigError,
@@ -916,7 +916,6 @@ class _Cycle:
         """
         held = self.session.scalars(
             select(JobRow.held_devices).where(
-                JobRow.job_queue_name.in_(select(JobQueueRow.job_queue_name)),
                 JobRow.status.in_([status.value for status in HOLDING_CAPACITY]),
                 JobRow.held_capacity_unit.is_not(None),
                 JobRow.job_id != row.job_id,

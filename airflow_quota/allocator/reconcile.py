@@ -25,6 +25,8 @@ _ENDED_STATES = {
 }
 #: Task-instance states in which the try goes on (waiting, resumed, running or deferred).
 _ACTIVE_STATES = frozenset({"deferred", "scheduled", "queued", "running", "up_for_reschedule"})
+#: ... and those of a try whose end needs no explanation (it goes on, or succeeded).
+UNEXPLAINED_STATES = _ACTIVE_STATES | {"success"}
 
 #: Events Airflow writes to its ``log`` table for one try of a task instance that tell how the try ended:
 #: the scheduler's (no heartbeat; the executor saw the task's process end while it ran) and the final
@@ -102,7 +104,7 @@ def task_outcome(job_try_number: int, job_ti_id: str | None, view: TaskView | No
     """
     if view is None:
         return Outcome(TaskOutcome.ENDED, "Its task instance no longer exists (its DAG run was deleted)")
-    current = view.try_number == job_try_number and (job_ti_id is None or view.ti_id == job_ti_id)
+    current = is_current_try(job_try_number, job_ti_id, view.try_number, view.ti_id)
     events = view.try_events
     if (view.state == "success" and current) or (not current and "success" in events):
         return Outcome(TaskOutcome.SUCCEEDED, "Its task succeeded")
@@ -120,6 +122,11 @@ def task_outcome(job_try_number: int, job_ti_id: str | None, view: TaskView | No
     return Outcome(
         TaskOutcome.ENDED, f"Its task try {job_try_number} {words}{_next(job_try_number, view)}", cleared
     )
+
+
+def is_current_try(job_try_number: int, job_ti_id: str | None, try_number: int, ti_id: str) -> bool:
+    """Whether the task instance (at ``try_number``, id ``ti_id``) is still on the job's own try."""
+    return try_number == job_try_number and (job_ti_id is None or ti_id == job_ti_id)
 
 
 def _archived(view: TaskView) -> tuple[str, bool]:

@@ -34,7 +34,7 @@ from airflow.utils.state import TaskInstanceState
 from sqlalchemy import and_, select, tuple_, update
 from sqlalchemy.orm import Session
 
-from airflow_quota.allocator.reconcile import TRY_EVENTS, TaskView
+from airflow_quota.allocator.reconcile import TRY_EVENTS, UNEXPLAINED_STATES, TaskView, is_current_try
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.ledger.store import FINAL_STATUSES
 from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY, TrainingJobRecord
@@ -251,10 +251,8 @@ def task_views(session: Session) -> dict[str, TaskView]:
             deferred_at=row.created_date,
             from_worker=row.pid is not None,
         )
-        archived = row.try_number != row.job_try_number or (
-            row.job_ti_id is not None and str(row.id) != row.job_ti_id
-        )
-        if archived or state not in _GOING_ON:
+        current = is_current_try(row.job_try_number, row.job_ti_id, row.try_number, str(row.id))
+        if not current or state not in UNEXPLAINED_STATES:
             key = (row.dag_id, row.run_id, row.task_id, row.map_index, row.job_try_number)
             over[row.job_id] = _Try(key, row.job_ti_id)
     if over:
@@ -266,10 +264,6 @@ def task_views(session: Session) -> dict[str, TaskView]:
                 scheduler_gone=job_id in scheduler_gone,
             )
     return views
-
-
-#: Task-instance states of a try that goes on, or succeeded (nothing to look up about how it ended).
-_GOING_ON = frozenset({"deferred", "scheduled", "queued", "running", "up_for_reschedule", "success"})
 
 
 @dataclass(frozen=True, slots=True)

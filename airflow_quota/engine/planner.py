@@ -133,8 +133,9 @@ class _Cycle:
             job = self.jobs[job_id]
             if job.status is not JobStatus.RUNNABLE:
                 continue
-            if job.awaiting_victims and self._stopping_victims(job):
-                reason = awaiting_victims_reason(self._stopping_victims(job))
+            stopping = self._stopping_victims(job) if job.awaiting_victims else []
+            if stopping:
+                reason = awaiting_victims_reason(stopping)
             elif job.awaiting_victims:
                 reason = capacity_lowered_reason(
                     job, self.usage.capacity(job.unit), self.usage.occupancy.get(job.unit, 0)

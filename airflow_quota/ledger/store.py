@@ -35,6 +35,7 @@ from airflow_quota.engine.lifecycle import (
     update_priority,
     without_final_jobs,
 )
+from airflow_quota.engine.messages import format_loc
 from airflow_quota.engine.model import (
     CyclePlan,
     Grant,
@@ -381,9 +382,7 @@ def load_queue(session: Session, job_queue_name: str) -> tuple[QueueState, dict[
     try:
         queue = JobQueueWithShares.model_validate(document).to_job_queue()
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in each['loc'])}: {each['msg']}" for each in error.errors()[:3]
-        )
+        problems = "; ".join(f"{format_loc(each['loc'])}: {each['msg']}" for each in error.errors()[:3])
         raise AppliedConfigError(
             f"the quota configuration applied to job queue {job_queue_name} no longer validates "
             f"({problems}): apply a valid quota file for it (airflow quota apply -f FILE); its jobs wait "
