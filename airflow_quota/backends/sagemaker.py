@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
-from airflow_quota.engine.messages import show_value
+from airflow_quota.engine.messages import MAX_PLAIN_DIGITS, plain_whole_number, show_value
 
 log = logging.getLogger(__name__)
 
@@ -151,9 +151,10 @@ def capacity_problems(request: Mapping[str, Any]) -> list[str]:
 
 def _rendered_integer(value: Any) -> Any:
     """An integer Jinja rendered as text (plain ASCII digits, at most 100) as an int; else ``value``."""
-    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value) <= 100:
-        return int(value)
-    return value
+    if not isinstance(value, str) or len(value) > MAX_PLAIN_DIGITS:
+        return value
+    number = plain_whole_number(value.strip())
+    return value if number is None else number
 
 
 def normalized_request(raw: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.orm import Session
 
+from airflow_quota.engine.messages import plain_whole_number
+
 
 def console() -> Console:
     """Rich's console, at least 160 columns wide when the output goes to a file or a pipe, not a terminal."""
@@ -69,10 +71,10 @@ def parse_time(text: str, flag: str = "--since") -> datetime:
 
 def parse_whole_number(text: str, flag: str, low: int, high: int) -> int:
     """A whole number from ``low`` to ``high``, written in digits only (no sign, space, '_' or fraction)."""
-    digits = text.isascii() and text.isdigit() and len(text) <= 100  # int() refuses over 4,300 digits
-    if not digits or not low <= int(text) <= high:
+    number = plain_whole_number(text)
+    if number is None or not low <= number <= high:
         fail(f"{flag} must be a whole number from {low} to {high}, not {text[:20]!r}")
-    return int(text)
+    return number
 
 
 def plural(count: int, noun: str) -> str:

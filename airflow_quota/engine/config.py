@@ -29,7 +29,13 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from airflow_quota.engine.devices import is_local_unit
-from airflow_quota.engine.messages import format_loc, join_path, show_value, unknown_key_message
+from airflow_quota.engine.messages import (
+    format_loc,
+    join_path,
+    plain_whole_number,
+    show_value,
+    unknown_key_message,
+)
 from airflow_quota.engine.model import (
     MAX_PRIORITY,
     MIN_PRIORITY,
@@ -331,8 +337,8 @@ def validate_scheduling_priority(value: object, source: str = "request") -> int:
 
 def scheduling_priority_from_text(text: str, source: str = "command line") -> int:
     """A schedulingPriority typed on a command line: plain digits only (not ``+5``, ``5_0`` or ``true``)."""
-    value: object = int(text) if text.isascii() and text.isdigit() and len(text) <= 5 else text
-    return validate_scheduling_priority(value, source)
+    number = plain_whole_number(text, max_digits=5)
+    return validate_scheduling_priority(text if number is None else number, source)
 
 
 def aws_batch_warnings(config: QuotaConfig) -> list[ConfigIssue]:

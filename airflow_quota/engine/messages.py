@@ -60,6 +60,19 @@ def _show_string(value: str) -> str:
     return f"'{shown}'{length}"
 
 
+#: The most digits a whole number typed or rendered as text is read with (``plain_whole_number``).
+MAX_PLAIN_DIGITS = 100
+
+
+def plain_whole_number(text: str, max_digits: int = MAX_PLAIN_DIGITS) -> int | None:
+    """``text`` as a whole number when it is plain ASCII digits, at most ``max_digits`` of them (no sign,
+    space, ``_``, fraction or other script's digits); None otherwise. Python's ``int()`` would take
+    ``+5``, `` 5``, ``5_0`` and Arabic-Indic digits, and refuse more than 4,300 digits with an error."""
+    if text.isascii() and text.isdigit() and len(text) <= max_digits:
+        return int(text)
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class TooManyDigits:
     """What a file reader puts in place of a number too long to be any value: validation then names its path.
