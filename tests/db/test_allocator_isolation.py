@@ -73,19 +73,22 @@ def db(migrated: Database) -> Iterator[Database]:
     yield migrated
 
 
+def request_kwargs(queue: str, task_id: str, **request: Any) -> dict[str, Any]:
+    """The admission trigger's kwargs: one GPU of team ``team`` in ``queue``, ``request`` over them."""
+    kwargs: dict[str, Any] = QuotaAdmissionTrigger(
+        job_queue=queue,
+        job_name=task_id,
+        quota_share_name="team",
+        capacity_unit="gpu",
+        instance_count=1,
+        submitted_at=START.isoformat(),
+    ).serialize()[1]
+    return kwargs | request
+
+
 def defer(db: Database, task_id: str, queue: str, **request: Any) -> str:
     """A task instance DEFERRED on the admission trigger (one GPU of team ``team``); its job id."""
-    kwargs = (
-        QuotaAdmissionTrigger(
-            job_queue=queue,
-            job_name=task_id,
-            quota_share_name="team",
-            capacity_unit="gpu",
-            instance_count=1,
-            submitted_at=START.isoformat(),
-        ).serialize()[1]
-        | request
-    )
+    kwargs = request_kwargs(queue, task_id, **request)
     with db.session() as session, session.begin():
         return insert_deferred_task(
             session, kwargs, dag_id=DAG_ID, run_id=RUN_ID, task_id=task_id, deferred_at=START
@@ -219,17 +222,7 @@ def set_task(db: Database, task_id: str, **values: Any) -> None:
 
 def redefer_as_retry(db: Database, task_id: str, **request: Any) -> str:
     """The task's next try (a new task instance id, try 2) defers for admission; its job id."""
-    kwargs = (
-        QuotaAdmissionTrigger(
-            job_queue=QUEUE_A,
-            job_name=task_id,
-            quota_share_name="team",
-            capacity_unit="gpu",
-            instance_count=1,
-            submitted_at=START.isoformat(),
-        ).serialize()[1]
-        | request
-    )
+    kwargs = request_kwargs(QUEUE_A, task_id, **request)
     with db.session() as session, session.begin():
         trigger = Trigger(ADMISSION_CLASSPATH, kwargs, created_date=START)
         session.add(trigger)
