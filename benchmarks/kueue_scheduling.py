@@ -93,7 +93,7 @@ from airflow_quota.allocator.cycle import CycleSettings, run_allocation_cycle  #
 from airflow_quota.engine.config import parse_quota_config  # noqa: E402
 from airflow_quota.engine.model import JobStatus  # noqa: E402
 from airflow_quota.engine.usage import usage_of  # noqa: E402
-from airflow_quota.ledger.store import apply_quota_config  # noqa: E402
+from airflow_quota.ledger.configuration import apply_quota_config  # noqa: E402
 from airflow_quota.protocol import PREEMPT_KEY  # noqa: E402
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger  # noqa: E402
 

@@ -101,15 +101,12 @@ from airflow_quota.engine.model import (
     QueueState,
 )
 from airflow_quota.engine.planner import plan_cycle
-from airflow_quota.ledger.models import JOB_ID_LENGTH, NAME_LENGTH, UNIT_LENGTH, JobRow
-from airflow_quota.ledger.store import (
-    FINAL_STATUSES,
-    AppliedConfigError,
-    LedgerError,
+from airflow_quota.ledger.decisions import record_cycle
+from airflow_quota.ledger.errors import AppliedConfigError, LedgerError
+from airflow_quota.ledger.job_rows import FINAL_STATUSES, to_engine_time
+from airflow_quota.ledger.lifecycle import (
     Submission,
     TaskInstanceRef,
-    load_queue,
-    record_cycle,
     record_finish,
     record_handover,
     record_status_change,
@@ -117,8 +114,9 @@ from airflow_quota.ledger.store import (
     record_submission,
     record_submissions,
     record_termination,
-    to_engine_time,
 )
+from airflow_quota.ledger.models import JOB_ID_LENGTH, NAME_LENGTH, UNIT_LENGTH, JobRow
+from airflow_quota.ledger.queue_state import load_queue
 from airflow_quota.protocol import LOCAL_UNIT_PREFIX, Preempt, TrainingJobRecord
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, request_document
 

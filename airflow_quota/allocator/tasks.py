@@ -35,8 +35,8 @@ from sqlalchemy import and_, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from airflow_quota.allocator.reconcile import TRY_EVENTS, UNEXPLAINED_STATES, TaskView, is_current_try
+from airflow_quota.ledger.job_rows import FINAL_STATUSES
 from airflow_quota.ledger.models import JobRow
-from airflow_quota.ledger.store import FINAL_STATUSES
 from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY, TrainingJobRecord
 
 

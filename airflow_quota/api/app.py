@@ -12,7 +12,7 @@ from fastapi.staticfiles import StaticFiles
 
 from airflow_quota.api.page import STATIC_DIR, page_router
 from airflow_quota.api.routes import router
-from airflow_quota.ledger.store import AppliedConfigError
+from airflow_quota.ledger.errors import AppliedConfigError
 
 
 def create_quota_app() -> FastAPI:

@@ -31,17 +31,12 @@ from airflow_quota.api import schemas
 from airflow_quota.api.schemas import JobId, Name
 from airflow_quota.engine.config import QuotaConfigError, parse_quota_config
 from airflow_quota.engine.model import JobStatus, QueueState
+from airflow_quota.ledger.configuration import applied_config, apply_quota_config
+from airflow_quota.ledger.errors import ConfigApplyError
+from airflow_quota.ledger.job_rows import FINAL_STATUSES
+from airflow_quota.ledger.lifecycle import record_priority_change, record_termination
 from airflow_quota.ledger.models import JobQueueRow, JobRow
-from airflow_quota.ledger.store import (
-    FINAL_STATUSES,
-    ConfigApplyError,
-    applied_config,
-    apply_quota_config,
-    job_queue_names,
-    load_queue_state,
-    record_priority_change,
-    record_termination,
-)
+from airflow_quota.ledger.queue_state import job_queue_names, load_queue_state
 from airflow_quota.ledger.views import (
     DEFAULT_EVENTS,
     DEFAULT_JOBS,

@@ -9,8 +9,8 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from airflow_quota.engine.config import JobRequestError, validate_scheduling_priority
 from airflow_quota.engine.model import MAX_PRIORITY, MIN_PRIORITY
+from airflow_quota.ledger.lifecycle import TERMINATION_REASON_LENGTH
 from airflow_quota.ledger.models import JOB_ID_LENGTH, NAME_LENGTH
-from airflow_quota.ledger.store import TERMINATION_REASON_LENGTH
 
 
 def without_nul(text: str) -> str:

@@ -22,7 +22,8 @@ from airflow_quota.cli.common import console, fail, metadata_session, plural
 from airflow_quota.cli.validate import print_errors
 from airflow_quota.config_file import load_quota_file
 from airflow_quota.engine.config import QuotaConfigError
-from airflow_quota.ledger.store import ConfigApplyError, ConfigChange, apply_quota_config
+from airflow_quota.ledger.configuration import ConfigChange, apply_quota_config
+from airflow_quota.ledger.errors import ConfigApplyError
 
 
 def apply(args: argparse.Namespace) -> None:

@@ -30,14 +30,14 @@ from airflow_quota.cli.common import (
 )
 from airflow_quota.engine.config import JobRequestError, scheduling_priority_from_text
 from airflow_quota.engine.model import JobStatus
-from airflow_quota.ledger.models import JobRow
-from airflow_quota.ledger.store import (
-    FINAL_STATUSES,
+from airflow_quota.ledger.job_rows import FINAL_STATUSES
+from airflow_quota.ledger.lifecycle import (
     TERMINATION_REASON_LENGTH,
-    load_queue_state,
     record_priority_change,
     record_termination,
 )
+from airflow_quota.ledger.models import JobRow
+from airflow_quota.ledger.queue_state import load_queue_state
 from airflow_quota.ledger.views import DEFAULT_JOBS, MAX_PAGE, job_page, runnable_positions
 
 STATUSES = [status.value for status in JobStatus]

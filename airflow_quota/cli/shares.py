@@ -18,7 +18,7 @@ from airflow_quota.cli.common import console, fail, metadata_session, print_json
 from airflow_quota.cli.validate import share_ceilings
 from airflow_quota.engine.model import UNLIMITED_BORROW, QueueState
 from airflow_quota.engine.usage import usage_of
-from airflow_quota.ledger.store import job_queue_names, load_queue_state
+from airflow_quota.ledger.queue_state import job_queue_names, load_queue_state
 
 #: The job statuses counted per share and unit.
 COUNTED = ("RUNNING", "RUNNABLE")

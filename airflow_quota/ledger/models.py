@@ -3,7 +3,7 @@
 They live in the Airflow metadata DB on their own ``MetaData`` (``ledger_metadata``), never in Airflow's,
 all named ``quota_*``, and are created and upgraded by ``QuotaDBManager`` (``ledger/db.py``) with the
 migrations in ``ledger/migrations``: a change here needs a new migration there. Configuration columns hold
-AWS Batch's field values; job columns hold what the engine's ``Job`` holds (``ledger/store.py`` converts)
+AWS Batch's field values; job columns hold what the engine's ``Job`` holds (``ledger/job_rows.py`` converts)
 plus what only the ledger knows: attempts, the capacity held, the Airflow task instance. Types are
 portable (JSON, timezone-aware UTC timestamps) so the same tables work on SQLite and PostgreSQL.
 """

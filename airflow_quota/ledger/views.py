@@ -23,8 +23,8 @@ from sqlalchemy.orm import Session
 from airflow_quota.engine.model import JobStatus, QueueState
 from airflow_quota.engine.planner import share_order_key
 from airflow_quota.engine.usage import usage_of
+from airflow_quota.ledger.job_rows import job_from_row
 from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
-from airflow_quota.ledger.store import job_from_row
 
 #: Pages of jobs and events (REST API and CLI alike): how many by default, and at most.
 DEFAULT_JOBS = 100

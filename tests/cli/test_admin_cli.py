@@ -21,15 +21,11 @@ import yaml
 
 from airflow_quota.engine.model import JobRequest, JobStatus
 from airflow_quota.engine.planner import plan_cycle
+from airflow_quota.ledger.decisions import record_cycle
+from airflow_quota.ledger.job_rows import to_engine_time
+from airflow_quota.ledger.lifecycle import TaskInstanceRef, record_status_change, record_submission
 from airflow_quota.ledger.models import AuditRow, JobQueueRow, JobRow, ledger_metadata
-from airflow_quota.ledger.store import (
-    TaskInstanceRef,
-    load_queue_state,
-    record_cycle,
-    record_status_change,
-    record_submission,
-    to_engine_time,
-)
+from airflow_quota.ledger.queue_state import load_queue_state
 from tests.db.conftest import AIRFLOW, Database
 
 pytestmark = [pytest.mark.db, pytest.mark.airflow]

@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session
 
 from airflow_quota.allocator.cycle import job_id_for
 from airflow_quota.engine.config import QuotaConfig
+from airflow_quota.ledger.configuration import apply_quota_config
 from airflow_quota.ledger.models import ledger_metadata
-from airflow_quota.ledger.store import apply_quota_config
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH
 
 

@@ -18,8 +18,8 @@ from airflow.utils.state import TaskInstanceState
 
 from airflow_quota.allocator.cycle import CycleReport, run_allocation_cycle
 from airflow_quota.engine.config import QuotaConfig, parse_quota_config
+from airflow_quota.ledger.configuration import apply_quota_config
 from airflow_quota.ledger.models import JobRow
-from airflow_quota.ledger.store import apply_quota_config
 from tests.db.conftest import Database
 from tests.db.metadata_rows import reset_for_allocation
 from tests.db.test_allocator_cycle import DAG_ID, RUN_ID, START, defer

@@ -36,8 +36,10 @@ from airflow_quota.allocator.cycle import (
     run_allocation_cycle,
 )
 from airflow_quota.engine.config import parse_quota_config
+from airflow_quota.ledger.configuration import apply_quota_config
+from airflow_quota.ledger.lifecycle import record_termination
 from airflow_quota.ledger.models import AuditKind, JobRow
-from airflow_quota.ledger.store import apply_quota_config, load_queue_state, record_termination
+from airflow_quota.ledger.queue_state import load_queue_state
 from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY, TrainingJobRecord
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger
 from tests.db.conftest import Database

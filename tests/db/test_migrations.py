@@ -19,9 +19,9 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from airflow_quota.engine.config import parse_quota_config
+from airflow_quota.ledger.configuration import apply_quota_config
 from airflow_quota.ledger.db import QuotaDBManager
 from airflow_quota.ledger.models import ledger_metadata
-from airflow_quota.ledger.store import apply_quota_config
 from tests.db.conftest import Database
 
 pytestmark = pytest.mark.db

@@ -25,22 +25,21 @@ from airflow_quota.engine.model import (
     QueueState,
 )
 from airflow_quota.engine.planner import plan_cycle
-from airflow_quota.ledger.models import AuditKind, AuditRow, ConfigRevisionRow, JobRow, ledger_metadata
-from airflow_quota.ledger.store import (
-    ConfigApplyError,
-    LedgerError,
+from airflow_quota.ledger.configuration import apply_quota_config
+from airflow_quota.ledger.decisions import record_cycle
+from airflow_quota.ledger.errors import ConfigApplyError, LedgerError
+from airflow_quota.ledger.job_rows import to_engine_time
+from airflow_quota.ledger.lifecycle import (
     TaskInstanceRef,
-    apply_quota_config,
-    load_queue_state,
-    record_cycle,
     record_finish,
     record_priority_change,
     record_status_change,
     record_stop_completed,
     record_submission,
     record_termination,
-    to_engine_time,
 )
+from airflow_quota.ledger.models import AuditKind, AuditRow, ConfigRevisionRow, JobRow, ledger_metadata
+from airflow_quota.ledger.queue_state import load_queue_state
 from tests.db.conftest import Database
 
 pytestmark = pytest.mark.db

@@ -40,17 +40,17 @@ if "airflow" not in sys.modules:
 from airflow_quota.engine.config import QuotaConfig, parse_quota_config
 from airflow_quota.engine.model import CyclePlan, JobRequest, JobStatus, QueueState
 from airflow_quota.engine.planner import plan_cycle
-from airflow_quota.ledger.models import JobRow, ledger_metadata
-from airflow_quota.ledger.store import (
+from airflow_quota.ledger.configuration import apply_quota_config
+from airflow_quota.ledger.decisions import record_cycle
+from airflow_quota.ledger.job_rows import to_engine_time
+from airflow_quota.ledger.lifecycle import (
     TaskInstanceRef,
-    apply_quota_config,
-    load_queue_state,
-    record_cycle,
     record_status_change,
     record_stop_completed,
     record_submission,
-    to_engine_time,
 )
+from airflow_quota.ledger.models import JobRow, ledger_metadata
+from airflow_quota.ledger.queue_state import load_queue_state
 
 AIRFLOW = Path(sys.executable).parent / "airflow"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"

@@ -15,8 +15,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from airflow_quota.ledger.lifecycle import TERMINATION_REASON_LENGTH, record_termination
 from airflow_quota.ledger.models import AuditRow, JobRow
-from airflow_quota.ledger.store import TERMINATION_REASON_LENGTH, record_termination
 from tests.ui.conftest import QUEUE, START, UNIT, ApiServer, Ledger
 from tests.ui.test_api import API, Seeded
 

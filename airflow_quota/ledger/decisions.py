@@ -1,0 +1,73 @@
+"""Record an allocation cycle's decisions: the jobs it changed, one audit row per grant and preempted job."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from airflow_quota.engine.model import CyclePlan, Grant, Preemption, QueueState
+from airflow_quota.ledger.audit import add_audit_row
+from airflow_quota.ledger.job_rows import write_changed_jobs
+from airflow_quota.ledger.models import AuditKind, JobRow
+
+
+def record_cycle(session: Session, before: QueueState, plan: CyclePlan, now: datetime) -> None:
+    """Write the jobs the cycle changed and one audit row per grant and per preempted job."""
+    rows = write_changed_jobs(session, before, plan.state, now)
+    for decision in plan.decisions:
+        if isinstance(decision, Grant):
+            _record_grant(session, plan.state, rows[decision.job_id], decision, now)
+        else:
+            _record_preemption(session, plan.state, rows, decision, now)
+
+
+def _record_grant(session: Session, state: QueueState, row: JobRow, grant: Grant, now: datetime) -> None:
+    row.attempt += 1
+    row.held_capacity_unit = grant.capacity_unit
+    row.held_instance_count = grant.instance_count
+    row.borrowed_instance_count = grant.borrowed
+    row.borrowed_from = None
+    borrowed = f" ({grant.borrowed} borrowed)" if grant.borrowed else ""
+    add_audit_row(
+        session,
+        now,
+        state.queue.name,
+        AuditKind.GRANTED,
+        job=state.jobs[grant.job_id],
+        message=f"{grant.job_id} granted {grant.instance_count} {grant.capacity_unit}{borrowed}",
+        details={
+            "capacityUnit": grant.capacity_unit,
+            "instanceCount": grant.instance_count,
+            "borrowed": grant.borrowed,
+            "attempt": row.attempt,
+        },
+    )
+
+
+def _record_preemption(
+    session: Session, state: QueueState, rows: Mapping[str, JobRow], preemption: Preemption, now: datetime
+) -> None:
+    preemptor = state.jobs[preemption.preemptor_id]
+    for victim_id in preemption.victim_ids:
+        victim, row = state.jobs[victim_id], rows[victim_id]
+        row.preemption_rule = preemption.rule.value
+        add_audit_row(
+            session,
+            now,
+            state.queue.name,
+            AuditKind.PREEMPTED,
+            job=victim,
+            related_job_id=preemptor.job_id,
+            rule=preemption.rule.value,
+            message=f"{victim_id} ({victim.share_name}) preempted by {preemptor.job_id} "
+            f"({preemptor.share_name}), rule {preemption.rule}: its {victim.count} {victim.unit} go to "
+            f"{preemptor.job_id} once it has stopped",
+            details={
+                "capacityUnit": victim.unit,
+                "instanceCount": victim.count,
+                "preemptorShare": preemptor.share_name,
+                "attempt": row.attempt,
+            },
+        )

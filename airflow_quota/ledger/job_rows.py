@@ -1,0 +1,124 @@
+"""The translation between a job's row (``JobRow``) and the engine's ``Job``, both ways.
+
+Engine time is epoch seconds: pass ``to_engine_time(now)`` to ``plan_cycle`` so the start times it decides
+are the ones stored (timestamps keep microseconds, and such times round-trip exactly).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.util import identity_key
+
+from airflow_quota.engine.model import Job, JobRequest, JobStatus, QueueState, StopCause
+from airflow_quota.ledger.errors import LedgerError
+from airflow_quota.ledger.models import JobRow
+
+#: The status column's values of a job that has finished.
+FINAL_STATUSES = (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value)
+
+
+def to_engine_time(at: datetime) -> float:
+    """The engine's clock (epoch seconds) for a timezone-aware datetime."""
+    return at.timestamp()
+
+
+def from_engine_time(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=UTC)
+
+
+def job_from_row(row: JobRow) -> Job:
+    """The job as the engine sees it."""
+    started = None
+    if row.started_at is not None and row.start_seq is not None:
+        started = (to_engine_time(row.started_at), row.start_seq)
+    return Job(
+        job_id=row.job_id,
+        request=JobRequest(
+            job_name=row.job_name,
+            quota_share_name=row.quota_share_name,
+            capacity_unit=row.capacity_unit,
+            instance_count=row.instance_count,
+            scheduling_priority=row.scheduling_priority,
+            preemption_retries_before_termination=row.preemption_retries_before_termination,
+        ),
+        submitted=(to_engine_time(row.submitted_at), row.submit_seq),
+        status=JobStatus(row.status),
+        status_reason=row.status_reason,
+        started=started,
+        stop_cause=None if row.stop_cause is None else StopCause(row.stop_cause),
+        preempted_by=row.preempted_by,
+        awaiting_victims=frozenset(row.awaiting_victims),
+        preempted_attempt_count=row.preempted_attempt_count,
+    )
+
+
+def write_job(row: JobRow, job: Job, now: datetime) -> None:
+    """Copy what the engine knows of ``job`` into ``row``; release its capacity once it holds none."""
+    request = job.request
+    row.quota_share_name = request.quota_share_name
+    row.job_name = request.job_name
+    row.capacity_unit = request.capacity_unit
+    row.instance_count = request.instance_count
+    row.scheduling_priority = request.scheduling_priority
+    row.preemption_retries_before_termination = request.preemption_retries_before_termination
+    row.status = job.status.value
+    row.status_reason = job.status_reason
+    row.submitted_at = from_engine_time(job.submitted[0])
+    row.submit_seq = job.submitted[1]
+    row.started_at = None if job.started is None else from_engine_time(job.started[0])
+    row.start_seq = None if job.started is None else job.started[1]
+    row.stop_cause = None if job.stop_cause is None else job.stop_cause.value
+    if job.stop_cause is None:
+        row.preemption_rule = None
+    row.preempted_by = job.preempted_by
+    row.awaiting_victims = sorted(job.awaiting_victims)
+    row.preempted_attempt_count = job.preempted_attempt_count
+    if not job.status.holds_capacity:
+        row.held_capacity_unit = None
+        row.held_instance_count = 0
+        row.borrowed_instance_count = 0
+        row.borrowed_from = None
+        row.held_devices = None
+        row.stop_signalled_at = None
+    row.updated_at = now
+
+
+def write_changed_jobs(
+    session: Session, before: QueueState, after: QueueState, now: datetime
+) -> dict[str, JobRow]:
+    """Write every job of ``after`` that differs from ``before``; return their rows by job id.
+
+    The rows the session already holds (the allocator keeps its cycle's rows) are taken from it without a
+    query, so recording one event after another does not flush and re-read each time.
+    """
+    changed = {
+        job_id: job
+        for job_id, job in after.jobs.items()
+        if (old := before.jobs.get(job_id)) is not job and old != job
+    }
+    rows: dict[str, JobRow] = {}
+    for job_id in changed:
+        held = session.identity_map.get(identity_key(JobRow, job_id))
+        if isinstance(held, JobRow):
+            rows[job_id] = held
+    missing = [job_id for job_id in changed if job_id not in rows]
+    if missing:
+        rows.update(
+            (row.job_id, row) for row in session.scalars(select(JobRow).where(JobRow.job_id.in_(missing)))
+        )
+    for job_id, job in changed.items():
+        if job_id not in rows:
+            raise LedgerError(f"job {job_id} is not in the quota ledger; record its submission first")
+        write_job(rows[job_id], job, now)
+    return rows
+
+
+def job_row(session: Session, job_id: str) -> JobRow:
+    """The job's row; ``LedgerError`` when the ledger has never heard of it."""
+    row = session.get(JobRow, job_id)
+    if row is None:
+        raise LedgerError(f"job {job_id} is not in the quota ledger; record its submission first")
+    return row

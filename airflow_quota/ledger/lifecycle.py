@@ -1,0 +1,295 @@
+"""Record a job's life in the ledger: its submission, a retry taking it over, and each event after a grant.
+
+Each helper calls the engine's lifecycle function, writes the jobs that changed, appends one audit row per
+decision or event, and returns the new state without final jobs (what ``load_queue_state`` would read back).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from airflow_quota.engine.lifecycle import (
+    DEFAULT_TERMINATION_REASON,
+    complete_stop,
+    finish_job,
+    hand_over,
+    set_status,
+    submit_jobs,
+    terminate_job,
+    update_priority,
+    without_final_jobs,
+)
+from airflow_quota.engine.model import JobRequest, JobStatus, QueueState, StopCause
+from airflow_quota.ledger.audit import add_audit_row
+from airflow_quota.ledger.errors import LedgerError
+from airflow_quota.ledger.job_rows import job_row, to_engine_time, write_changed_jobs, write_job
+from airflow_quota.ledger.models import RECENT_PREEMPTED_ATTEMPTS, AuditKind, JobRow
+
+#: The longest reason a termination keeps: the REST API and the CLI refuse a longer one, this store cuts it.
+TERMINATION_REASON_LENGTH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class TaskInstanceRef:
+    """The Airflow task instance a job belongs to (its fields are ``JobRow``'s columns of the same names)."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int = -1
+    try_number: int = 1
+    ti_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """A job request the ledger has not seen, and the task instance it comes from."""
+
+    job_id: str
+    request: JobRequest
+    task: TaskInstanceRef
+    #: Its place in the queue's order when it was submitted before the ledger heard of it (the task's
+    #: first deferral); None: now.
+    submitted_at: datetime | None = None
+
+
+def record_submission(
+    session: Session,
+    state: QueueState,
+    job_id: str,
+    request: JobRequest,
+    task: TaskInstanceRef,
+    now: datetime,
+    *,
+    submitted_at: datetime | None = None,
+) -> QueueState:
+    """Add a job (RUNNABLE, or FAILED when its share is DISABLED or unknown) after every earlier one.
+
+    ``submitted_at`` is its place in the queue's order when the job was submitted before the ledger
+    heard of it (the task's first deferral); by default ``now``.
+    """
+    return record_submissions(session, state, [Submission(job_id, request, task, submitted_at)], now)
+
+
+def record_submissions(
+    session: Session, state: QueueState, submissions: list[Submission], now: datetime
+) -> QueueState:
+    """``record_submission`` for many jobs, in their order, with one new state (a cycle's backlog)."""
+    if not submissions:
+        return state
+    queue_name = state.queue.name
+    known = set(
+        session.scalars(select(JobRow.job_id).where(JobRow.job_id.in_([s.job_id for s in submissions])))
+    )
+    if known:
+        raise LedgerError(f"job {sorted(known)[0]} is already in the quota ledger")
+    latest_seq = session.scalar(
+        select(func.max(JobRow.submit_seq)).where(JobRow.job_queue_name == queue_name)
+    )
+    after = submit_jobs(
+        state,
+        [
+            (
+                each.job_id,
+                each.request,
+                to_engine_time(each.submitted_at or now),
+                (latest_seq or 0) + position,
+            )
+            for position, each in enumerate(submissions, start=1)
+        ],
+    )
+    for each in submissions:
+        job = after.jobs[each.job_id]
+        row = JobRow(
+            job_id=each.job_id,
+            job_queue_name=queue_name,
+            recent_preempted_attempts=[],
+            attempt=0,
+            held_instance_count=0,
+            borrowed_instance_count=0,
+            **asdict(each.task),
+            created_at=now,
+        )
+        write_job(row, job, now)
+        session.add(row)
+        request = each.request
+        add_audit_row(
+            session,
+            now,
+            queue_name,
+            AuditKind.SUBMITTED,
+            job=job,
+            message=f"{each.job_id} submitted to quota share {request.quota_share_name}: "
+            f"{request.instance_count} {request.capacity_unit}, "
+            f"schedulingPriority {request.scheduling_priority}",
+        )
+        if job.status is JobStatus.FAILED:
+            add_audit_row(session, now, queue_name, AuditKind.FAILED, job=job, message=job.status_reason)
+    return without_final_jobs(after)
+
+
+def record_handover(
+    session: Session,
+    state: QueueState,
+    from_job_id: str,
+    to_job_id: str,
+    request: JobRequest,
+    task: TaskInstanceRef,
+    now: datetime,
+) -> QueueState:
+    """A task's retry takes over its previous try's capacity, lease attempt and training job."""
+    after = hand_over(state, from_job_id, to_job_id, request)
+    old = job_row(session, from_job_id)
+    row = JobRow(
+        job_id=to_job_id,
+        job_queue_name=state.queue.name,
+        recent_preempted_attempts=list(old.recent_preempted_attempts),
+        attempt=old.attempt,
+        held_capacity_unit=old.held_capacity_unit,
+        held_instance_count=old.held_instance_count,
+        borrowed_instance_count=old.borrowed_instance_count,
+        borrowed_from=old.borrowed_from,
+        held_devices=old.held_devices,
+        training_job=old.training_job,
+        **asdict(task),
+        created_at=now,
+    )
+    write_job(row, after.jobs[to_job_id], now)
+    session.add(row)
+    write_changed_jobs(session, state, after, now)
+    name = (row.training_job or {}).get("name", "its training job")
+    add_audit_row(
+        session,
+        now,
+        state.queue.name,
+        AuditKind.HANDED_OVER,
+        job=after.jobs[to_job_id],
+        related_job_id=from_job_id,
+        message=f"{from_job_id} handed its {row.held_instance_count} {row.held_capacity_unit} and "
+        f"{name} to its retry {to_job_id}",
+        details={"attempt": row.attempt},
+    )
+    return without_final_jobs(after)
+
+
+def record_status_change(
+    session: Session, state: QueueState, job_id: str, status: JobStatus, now: datetime
+) -> QueueState:
+    """A granted job moved along SCHEDULED -> STARTING -> RUNNING (no audit row: no decision)."""
+    after = set_status(state, job_id, status)
+    write_changed_jobs(session, state, after, now)
+    return without_final_jobs(after)
+
+
+def record_stop_completed(
+    session: Session, state: QueueState, job_id: str, now: datetime, *, started: bool = True
+) -> QueueState:
+    """A stop finished: REQUEUED (or FAILED, out of preemption retries), or FAILED when it was terminated.
+
+    A preempted attempt is appended to the job's recent preempted attempts (the last 10 are kept);
+    ``started=False`` (its task never heard of the grant) withdraws the grant without counting one.
+    """
+    after = complete_stop(state, job_id, started=started)
+    before = state.jobs[job_id]
+    row = job_row(session, job_id)
+    rule = row.preemption_rule
+    if before.stop_cause is StopCause.PREEMPTED and started:
+        attempt = {
+            "attempt": row.attempt,
+            "startedAt": None if row.started_at is None else _iso(row.started_at),
+            "stoppedAt": _iso(now),
+            "preemptedBy": before.preempted_by,
+            "rule": rule,
+            "statusReason": after.jobs[job_id].status_reason,
+        }
+        row.recent_preempted_attempts = [*row.recent_preempted_attempts, attempt][-RECENT_PREEMPTED_ATTEMPTS:]
+    write_changed_jobs(session, state, after, now)
+    job = after.jobs[job_id]
+    kind = AuditKind.REQUEUED if job.status is JobStatus.RUNNABLE else AuditKind.FAILED
+    add_audit_row(
+        session,
+        now,
+        state.queue.name,
+        kind,
+        job=job,
+        related_job_id=before.preempted_by,
+        rule=rule,
+        message=job.status_reason,
+        details={"preemptedAttemptCount": job.preempted_attempt_count},
+    )
+    return without_final_jobs(after)
+
+
+def record_finish(
+    session: Session, state: QueueState, job_id: str, now: datetime, *, succeeded: bool, reason: str = ""
+) -> QueueState:
+    """The job's own work ended: SUCCEEDED or FAILED (also while it was being stopped)."""
+    after = finish_job(state, job_id, succeeded=succeeded, reason=reason)
+    write_changed_jobs(session, state, after, now)
+    job = after.jobs[job_id]
+    kind = AuditKind.SUCCEEDED if succeeded else AuditKind.FAILED
+    add_audit_row(
+        session, now, state.queue.name, kind, job=job, message=reason or f"{job_id} {kind.value.lower()}"
+    )
+    return without_final_jobs(after)
+
+
+def record_termination(
+    session: Session,
+    state: QueueState,
+    job_id: str,
+    now: datetime,
+    reason: str = DEFAULT_TERMINATION_REASON,
+) -> QueueState:
+    """Terminate a job: a waiting one FAILS now, a granted one is stopped first (FAILED when it stops).
+
+    A reason over ``TERMINATION_REASON_LENGTH`` characters is cut to that length, ending in "…".
+    """
+    if len(reason) > TERMINATION_REASON_LENGTH:
+        reason = reason[: TERMINATION_REASON_LENGTH - 1] + "…"
+    after = terminate_job(state, job_id, reason)
+    if after is state:  # already final
+        return without_final_jobs(after)
+    write_changed_jobs(session, state, after, now)
+    job = after.jobs[job_id]
+    stopping = job.status.holds_capacity
+    queue_name = state.queue.name
+    add_audit_row(
+        session,
+        now,
+        queue_name,
+        AuditKind.TERMINATED,
+        job=job,
+        message=reason,
+        details={"stopping": stopping},
+    )
+    if job.status is JobStatus.FAILED:
+        add_audit_row(session, now, queue_name, AuditKind.FAILED, job=job, message=job.status_reason)
+    return without_final_jobs(after)
+
+
+def record_priority_change(
+    session: Session, state: QueueState, job_id: str, priority: int, now: datetime
+) -> QueueState:
+    """A job's schedulingPriority changed (its place in its share's order with it)."""
+    after = update_priority(state, job_id, priority)
+    old = state.jobs[job_id].priority
+    write_changed_jobs(session, state, after, now)
+    add_audit_row(
+        session,
+        now,
+        state.queue.name,
+        AuditKind.PRIORITY_CHANGED,
+        job=after.jobs[job_id],
+        message=f"{job_id} schedulingPriority {old} -> {priority}",
+        details={"old": old, "new": priority},
+    )
+    return without_final_jobs(after)
+
+
+def _iso(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat()
