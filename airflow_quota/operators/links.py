@@ -1,7 +1,8 @@
 """Extra links of QuotaTrainingOperator: its training job in the SageMaker console, its share's page.
 
 Airflow lists them on the task instance; they appear in the UI once the provider registers them
-(``extra-links`` in ``get_provider_info``).
+(``extra-links`` in ``get_provider_info``). The console link is the amazon provider's ``BaseAwsLink``
+(its partition-to-domain map, its XCom read, its formatting).
 """
 
 from __future__ import annotations
@@ -9,33 +10,45 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from airflow.providers.common.compat.sdk import XCom
+from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK, BaseAwsLink
 from airflow.sdk import BaseOperatorLink, conf
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
     from airflow.sdk.types import TaskInstanceKey
 
-#: XCom key under which the operator keeps its current training job (name, region, partition).
+    from airflow_quota.operators.backend import ConsoleLink
+
+#: XCom key under which the operator keeps its current training job (name, region, console domain).
 TRAINING_JOB_XCOM_KEY = "quota_training_job"
 
-_CONSOLE_DOMAINS = {"aws": "aws.amazon.com", "aws-cn": "amazonaws.cn", "aws-us-gov": "amazonaws-us-gov.com"}
 
-
-class SageMakerTrainingJobLink(BaseOperatorLink):
+class SageMakerTrainingJobLink(BaseAwsLink):
     """The task's latest training job in the SageMaker console."""
 
-    @property
-    def name(self) -> str:
-        return "SageMaker training job"
+    name = "SageMaker training job"
+    key = TRAINING_JOB_XCOM_KEY
+    format_str = BASE_AWS_CONSOLE_LINK + "/sagemaker/home?region={region_name}#/jobs/{training_job_name}"
 
-    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
-        job: Any = XCom.get_value(ti_key=ti_key, key=TRAINING_JOB_XCOM_KEY)
-        if not isinstance(job, dict) or not job.get("training_job_name"):
-            return ""
-        return training_job_console_url(
-            str(job["training_job_name"]), str(job.get("region_name")), str(job.get("partition", "aws"))
-        )
+    @classmethod
+    def xcom_value(cls, link: ConsoleLink | None) -> dict[str, Any]:
+        """What the operator pushes under ``key``: ``persist``'s document (empty for no link).
+
+        Pushed by the operator itself rather than through ``persist``, which skips the push when the task's
+        ``do_xcom_push`` is off: the link shows whether or not the task pushes its return value.
+        """
+        if link is None:
+            return {}
+        return {
+            "region_name": link.region_name,
+            "aws_domain": cls.get_aws_domain(link.partition),
+            "training_job_name": link.training_job_name,
+        }
+
+    def format_link(self, **kwargs: Any) -> str:
+        if "aws_domain" not in kwargs and "partition" in kwargs:  # pushed by airflow-quota 0.3.0 or older
+            kwargs["aws_domain"] = self.get_aws_domain(kwargs["partition"])
+        return str(super().format_link(**kwargs))
 
 
 class QuotaShareLink(BaseOperatorLink):
@@ -51,11 +64,6 @@ class QuotaShareLink(BaseOperatorLink):
         if not job_queue or not share:
             return ""
         return quota_share_url(str(job_queue), str(share))
-
-
-def training_job_console_url(name: str, region: str, partition: str = "aws") -> str:
-    domain = _CONSOLE_DOMAINS.get(partition, "aws.amazon.com")
-    return f"https://console.{domain}/sagemaker/home?region={region}#/jobs/{quote(name)}"
 
 
 def quota_share_url(job_queue: str, quota_share_name: str, base_url: str | None = None) -> str:

@@ -15,284 +15,48 @@ The task's life, all in one Airflow try (``airflow_quota.protocol`` names every 
    the same ``submitted_at``, ``released_lease_id``): back to RUNNABLE at its place in the queue, no
    Airflow retry used. The next grant launches a new training job on the same checkpoint prefix.
 
-Where the job trains is a small strategy object (``TrainingBackend``): ``SageMakerBackend`` here, and
-``LocalBackend`` (``operators/local.py``: a process of the worker on the granted GPUs). A local job has no
+Where the job trains is a strategy the operator picks by its ``backend`` argument (the interface:
+``operators/backend.py``): ``SageMakerBackend`` (``operators/sagemaker_backend.py``) or ``LocalBackend``
+(``operators/local_backend.py``: a process of the worker on the granted GPUs). A local job has no
 monitoring trigger: in step 2 the worker runs it, streams its output into the task log and polls the
 preemption signal, then ends the task or requeues as step 3 does, all in the same worker run.
 """
 
 from __future__ import annotations
 
-import inspect
-import json
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol, cast
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
-from airflow.sdk import (  # type: ignore[attr-defined]  # NEVER_EXPIRE: in __all__, not in the SDK's .pyi
-    NEVER_EXPIRE,
-    BaseOperator,
-)
+from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.triggers.base import StartTriggerArgs
 
 from airflow_quota.backends.local import DEFAULT_GRACE_PERIOD
-from airflow_quota.backends.sagemaker import (
-    RUNNING_STATUSES,
-    SageMakerTrainingJobs,
-    TaskIdentity,
-    TrainingRequestError,
-    build_request,
-    capacity_of,
-    checkpoint_s3_uri,
-    compile_model_trainer,
-    is_model_trainer,
-    normalized_request,
-    quota_tags,
-    request_problems,
-    sagemaker_sdk_missing,
-    training_job_name,
-)
+from airflow_quota.backends.sagemaker import TaskIdentity, TrainingRequestError, quota_tags
 from airflow_quota.engine.config import JobRequestError, validate_job_submission
+from airflow_quota.operators.backend import (
+    JobState,
+    PreparedRequest,
+    RecordState,
+    TrainingBackend,
+    TrainingJobConfig,
+)
 from airflow_quota.operators.links import TRAINING_JOB_XCOM_KEY, QuotaShareLink, SageMakerTrainingJobLink
-from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY, Backend, TrainingJobRecord
+from airflow_quota.operators.local_backend import LocalBackend
+from airflow_quota.operators.sagemaker_backend import SageMakerBackend
+from airflow_quota.operators.task_store import (
+    keep_training_job_record,
+    preempt_signal,
+    training_job_record_in,
+)
+from airflow_quota.protocol import PREEMPT_KEY, Backend
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger
-from airflow_quota.triggers.sagemaker import SageMakerTrainingJobTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-    from airflow.triggers.base import BaseTrigger
-
-    from airflow_quota.operators.local import LocalBackend
-
-RecordState = Literal["launched", "ended"]
-#: ``training_job_config`` given as a request dict, a ``ModelTrainer``, or a callable returning either.
-TrainingJobConfig = Mapping[str, Any] | Any | Callable[..., Any]
-#: ``task_state_store`` key of the request a ``ModelTrainer`` or a factory gave this try: made at the try's
-#: first run and read back by its later runs (grants, preemptions), so a ModelTrainer is compiled (and its
-#: ``source_code`` uploaded) once per try, whatever its attempts. The task's own: the allocator ignores it.
-REQUEST_KEY = "quota.request"
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedRequest:
-    """A validated request: the capacity it needs and the backend's own document."""
-
-    capacity_unit: str
-    instance_count: int
-    document: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class JobState:
-    """A training job as the operator sees it, in SageMaker's status words whatever the backend."""
-
-    name: str
-    status: str  # InProgress | Stopping | Completed | Failed | Stopped | Missing | Error
-    secondary_status: str | None = None
-    failure_reason: str | None = None
-    arn: str | None = None
-    model_artifacts: str | None = None
-
-    @property
-    def running(self) -> bool:
-        return self.status in RUNNING_STATUSES
-
-    @classmethod
-    def from_event(cls, event: Mapping[str, Any]) -> JobState:
-        return cls(
-            name=str(event.get("training_job_name")),
-            status=str(event.get("status")),
-            secondary_status=event.get("secondary_status"),
-            failure_reason=event.get("failure_reason"),
-            arn=event.get("training_job_arn"),
-            model_artifacts=event.get("model_artifacts"),
-        )
-
-
-class TrainingBackend(Protocol):
-    """Where a granted job trains. Every method may be called again after a crash: all are idempotent.
-
-    The local backend (``operators/local.py``) differs in one place: its job is a process of the worker,
-    so the worker itself watches it (``LocalBackend.watch``) instead of a monitoring trigger, with the
-    preemption signal as its stop condition, then ends or requeues as ``on_monitor`` does.
-    """
-
-    kind: Backend
-
-    def prepare(self, context: Context) -> PreparedRequest:
-        """Render or compile the request and validate it; raise ``TrainingRequestError`` if bad."""
-
-    def job_name(self, identity: TaskIdentity, attempt: int) -> str: ...
-
-    def record(self, name: str, attempt: int, lease_id: str, state: RecordState) -> TrainingJobRecord:
-        """The ``TrainingJobRecord``, with what the allocator needs to stop an orphan of this backend."""
-
-    def launch(
-        self,
-        prepared: PreparedRequest,
-        name: str,
-        identity: TaskIdentity,
-        tags: Mapping[str, str],
-        grant: Mapping[str, Any],
-    ) -> JobState:
-        """Start the job called ``name`` on what ``grant`` gives; if it exists, return it (re-attach)."""
-
-    def state(self, name: str) -> JobState: ...
-
-    def request_stop(self, name: str) -> None: ...
-
-    def stop_and_wait(self, name: str) -> JobState:
-        """Stop the job and return once it no longer runs."""
-
-    def monitor(self, name: str) -> BaseTrigger:
-        """The trigger that fires once, when the job ends (its event feeds ``JobState.from_event``)."""
-
-    def link(self, name: str) -> dict[str, Any]:
-        """What the operator's extra link to this job needs (XCom)."""
-
-    def outputs(self, job: JobState) -> dict[str, Any]:
-        """What a completed job's task returns beside its name, attempts and preemptions."""
-
-
-def _ended_as(job: JobState) -> str | None:
-    """How a job that did not complete ended, in one line of at most 300 characters (None: completed)."""
-    if job.status == "Completed":
-        return None
-    detail = job.failure_reason or job.secondary_status
-    line = f"{job.status}: {detail.strip().splitlines()[0]}" if detail and detail.strip() else job.status
-    return line if len(line) <= 300 else line[:299] + "…"
-
-
-def training_job_record(
-    backend: Backend, name: str, attempt: int, lease_id: str, state: RecordState
-) -> TrainingJobRecord:
-    """What every backend records under ``TRAINING_JOB_KEY``; each adds what it needs to stop an orphan."""
-    return {"backend": backend, "name": name, "attempt": attempt, "lease_id": lease_id, "state": state}
-
-
-class SageMakerBackend:
-    """Training jobs on SageMaker, through the amazon provider's hook (``backends.sagemaker``)."""
-
-    kind: Backend = "sagemaker"
-
-    def __init__(self, operator: QuotaTrainingOperator) -> None:
-        self.operator = operator
-        self.jobs = SageMakerTrainingJobs(
-            operator.aws_conn_id,
-            operator.region_name,
-            verify=operator.verify,
-            botocore_config=operator.botocore_config,
-        )
-
-    def prepare(self, context: Context) -> PreparedRequest:
-        document = normalized_request(self._request_document(context))
-        problems = request_problems(document)
-        if problems:
-            raise TrainingRequestError(problems)
-        capacity_unit, instance_count = capacity_of(document)
-        return PreparedRequest(capacity_unit, instance_count, document)
-
-    def _request_document(self, context: Context) -> Mapping[str, Any]:
-        """A request dict as rendered; from a ModelTrainer or a factory, this try's (``REQUEST_KEY``)."""
-        if self.operator.training_job_config is not None:
-            return self._document_of(self.operator.training_job_config, context)
-        store, try_number = context["task_state_store"], int(context["ti"].try_number)
-        kept = _read_json(store.get(REQUEST_KEY))
-        if kept and kept.get("try_number") == try_number and isinstance(kept.get("request"), Mapping):
-            return dict(kept["request"])
-        document = self._document_of(self.operator.model_trainer, context)
-        store.set(REQUEST_KEY, {"try_number": try_number, "request": dict(document)})
-        return document
-
-    def _document_of(self, config: Any, context: Context) -> Mapping[str, Any]:
-        """What ``config`` asks: a dict as is, a ModelTrainer compiled, a factory's result either way."""
-        try:
-            if callable(config) and not is_model_trainer(config):
-                config = call_factory(config, context)
-            if isinstance(config, Mapping):
-                return config
-            if is_model_trainer(config):
-                return compile_model_trainer(config, self.operator.input_data_config)
-        except ImportError as error:  # a factory importing the SageMaker SDK on a worker without it
-            missing = sagemaker_sdk_missing() if (error.name or "").partition(".")[0] == "sagemaker" else None
-            if missing is None:
-                raise
-            raise TrainingRequestError([f"training_job_config: {missing}"]) from error
-        expected = "expected a CreateTrainingJob request dict or a ModelTrainer"
-        missing = sagemaker_sdk_missing()
-        raise TrainingRequestError(
-            [
-                f"training_job_config: {expected}, got {type(config).__name__}"
-                + (f" ({missing})" if missing else "")
-            ]
-        )
-
-    def job_name(self, identity: TaskIdentity, attempt: int) -> str:
-        return training_job_name(identity, attempt)
-
-    def record(self, name: str, attempt: int, lease_id: str, state: RecordState) -> TrainingJobRecord:
-        record = training_job_record(self.kind, name, attempt, lease_id, state)
-        record["aws_conn_id"] = self.operator.aws_conn_id
-        record["region_name"] = self.jobs.region
-        return record
-
-    def launch(
-        self,
-        prepared: PreparedRequest,
-        name: str,
-        identity: TaskIdentity,
-        tags: Mapping[str, str],
-        grant: Mapping[str, Any],
-    ) -> JobState:
-        request = build_request(
-            prepared.document,
-            name=name,
-            checkpoint_uri=checkpoint_s3_uri(prepared.document, identity),
-            tags=tags,
-        )
-        description, created = self.jobs.launch(request)
-        verb = "Launched" if created else "Re-attached to"
-        self.operator.log.info(
-            "%s SageMaker training job %s (%s x %d, checkpoints %s)",
-            verb,
-            name,
-            prepared.capacity_unit,
-            prepared.instance_count,
-            request["CheckpointConfig"]["S3Uri"],
-        )
-        return _state(name, description)
-
-    def state(self, name: str) -> JobState:
-        return _state(name, self.jobs.describe(name))
-
-    def request_stop(self, name: str) -> None:
-        self.jobs.request_stop(name)
-
-    def stop_and_wait(self, name: str) -> JobState:
-        description = self.jobs.stop_and_wait(
-            name, poll_interval=self.operator.stop_poll_interval, timeout=self.operator.stop_timeout
-        )
-        return _state(name, description)
-
-    def monitor(self, name: str) -> BaseTrigger:
-        settle = timedelta(seconds=self.operator.settle_seconds)
-        return SageMakerTrainingJobTrigger(
-            training_job_name=name,
-            aws_conn_id=self.operator.aws_conn_id,
-            region_name=self.jobs.region,
-            poll_interval=self.operator.poll_interval,
-            not_before=(datetime.now(UTC) + settle).isoformat(),
-        )
-
-    def link(self, name: str) -> dict[str, Any]:
-        return {"training_job_name": name, "region_name": self.jobs.region, "partition": self.jobs.partition}
-
-    def outputs(self, job: JobState) -> dict[str, Any]:
-        return {"training_job_arn": job.arn, "model_artifacts": job.model_artifacts}
 
 
 class QuotaTrainingOperator(BaseOperator):
@@ -446,7 +210,7 @@ class QuotaTrainingOperator(BaseOperator):
         if self.execution_timeout is not None:
             return
         try:
-            prepared = self._backend().prepare(cast("Context", {}))
+            prepared = self._backend().prepare(self._request_config(), cast("Context", {}))
         except (TrainingRequestError, ValueError):
             return
         finally:
@@ -531,9 +295,9 @@ class QuotaTrainingOperator(BaseOperator):
             "lease_id": lease_id,
         }
 
-        signal = _preempt_signal(store, lease_id)
+        signal = preempt_signal(store, lease_id)
         if signal is not None:  # preempted before this run launched anything for the lease
-            record = _read_json(store.get(TRAINING_JOB_KEY)) or {}
+            record = training_job_record_in(store) or {}
             launched = record.get("state") == "launched" and record.get("lease_id") == lease_id
             name = str(record["name"]) if launched else None
             return self._stop_and_requeue(context, backend, prepared, name, signal, **monitor_kwargs)
@@ -551,9 +315,10 @@ class QuotaTrainingOperator(BaseOperator):
                 lease_id=lease_id,
             )
             job = backend.launch(prepared, name, _identity(context), tags, event)
-        context["ti"].xcom_push(key=TRAINING_JOB_XCOM_KEY, value=backend.link(job.name))
+        link = SageMakerTrainingJobLink.xcom_value(backend.console_link(job.name))
+        context["ti"].xcom_push(key=TRAINING_JOB_XCOM_KEY, value=link)
 
-        if backend.kind == "local":  # the worker watches its own process: no monitoring trigger
+        if isinstance(backend, LocalBackend):  # the worker watches its own process: no monitoring trigger
             return self._watch_local_job(context, backend, prepared, job.name, **monitor_kwargs)
 
         job, signal = self._follow_launched_job(store, backend, job, lease_id)
@@ -607,7 +372,7 @@ class QuotaTrainingOperator(BaseOperator):
             )
 
         job = JobState.from_event(event)
-        if job.status == "Stopped" and (signal := _preempt_signal(store, lease_id)) is not None:
+        if job.status == "Stopped" and (signal := preempt_signal(store, lease_id)) is not None:
             # Preempted through the store while the trigger saw the stop first.
             prepared = self._prepare(context)
             return self._stop_and_requeue(
@@ -626,7 +391,7 @@ class QuotaTrainingOperator(BaseOperator):
         """
         deadline = time.monotonic() + self.follow_seconds
         while True:
-            signal = _preempt_signal(store, lease_id)
+            signal = preempt_signal(store, lease_id)
             remaining = deadline - time.monotonic()
             if signal is not None or not job.running or remaining <= 0:
                 return job, signal
@@ -636,7 +401,7 @@ class QuotaTrainingOperator(BaseOperator):
     def _watch_local_job(
         self,
         context: Context,
-        backend: TrainingBackend,
+        backend: LocalBackend,
         prepared: PreparedRequest,
         name: str,
         *,
@@ -646,17 +411,16 @@ class QuotaTrainingOperator(BaseOperator):
         lease_id: str,
     ) -> Any:
         """Run the local job to its end, polling the store for a ``Preempt`` of this lease every second."""
-        local = cast("LocalBackend", backend)
         store = context["task_state_store"]
         signals: list[dict[str, Any]] = []
 
         def preempt_requested() -> bool:
-            signal = _preempt_signal(store, lease_id)
+            signal = preempt_signal(store, lease_id)
             if signal is not None:
                 signals.append(signal)
             return signal is not None
 
-        job = local.watch(name, preempt_requested)
+        job = backend.watch(name, preempt_requested)
         self.log.info("Local training job %s ended: %s", name, job.status)
         if signals:
             return self._stop_and_requeue(
@@ -684,12 +448,33 @@ class QuotaTrainingOperator(BaseOperator):
         """The strategy for ``backend`` (one per worker process: it holds the AWS session)."""
         if self._training_backend is None:
             if self.backend == "local":
-                from airflow_quota.operators.local import LocalBackend
-
-                self._training_backend = LocalBackend(self)
+                self._training_backend = LocalBackend(
+                    entry_point=self.entry_point,
+                    local_root_dir=self.local_root_dir,
+                    working_dir=self.working_dir,
+                    stop_grace_period=self.stop_grace_period,
+                    log=self.log,
+                )
             else:
-                self._training_backend = SageMakerBackend(self)
+                self._training_backend = SageMakerBackend(
+                    aws_conn_id=self.aws_conn_id,
+                    region_name=self.region_name,
+                    verify=self.verify,
+                    botocore_config=self.botocore_config,
+                    input_data_config=self.input_data_config,
+                    poll_interval=self.poll_interval,
+                    stop_poll_interval=self.stop_poll_interval,
+                    stop_timeout=self.stop_timeout,
+                    settle_seconds=self.settle_seconds,
+                    log=self.log,
+                )
         return self._training_backend
+
+    def _request_config(self) -> TrainingJobConfig:
+        """The request as given: the (rendered) dict, else the ``ModelTrainer`` or the factory."""
+        if self.training_job_config is not None:
+            return self.training_job_config
+        return self.model_trainer
 
     def _prepare(self, context: Context) -> PreparedRequest:
         """The validated request; a bad request or argument fails the task at once, with no retry and
@@ -698,7 +483,7 @@ class QuotaTrainingOperator(BaseOperator):
         prepared = None
         if not problems:
             try:
-                prepared = self._backend().prepare(context)
+                prepared = self._backend().prepare(self._request_config(), context)
             except TrainingRequestError as error:
                 problems += error.problems
         capacity = (prepared.capacity_unit, prepared.instance_count) if prepared else ("placeholder", 1)
@@ -773,7 +558,7 @@ class QuotaTrainingOperator(BaseOperator):
 
     def _reattachable_job(self, context: Context, backend: TrainingBackend, lease_id: str) -> JobState | None:
         """The training job an earlier run left running (or completed), now under this lease; else None."""
-        record = _read_json(context["task_state_store"].get(TRAINING_JOB_KEY))
+        record = training_job_record_in(context["task_state_store"])
         if not record or record.get("state") != "launched" or record.get("backend") != backend.kind:
             return None
         name = str(record["name"])
@@ -809,8 +594,7 @@ class QuotaTrainingOperator(BaseOperator):
         record = backend.record(name, attempt, lease_id, state)
         if ended_as is not None:
             record["ended_as"] = ended_as
-        value: Any = dict(record)
-        context["task_state_store"].set(TRAINING_JOB_KEY, value, retention=NEVER_EXPIRE)
+        keep_training_job_record(context["task_state_store"], record)
 
     def _stop_and_requeue(
         self,
@@ -843,7 +627,7 @@ class QuotaTrainingOperator(BaseOperator):
             if job.status == "Completed":  # it finished before the stop reached it: the work is done
                 context["task_state_store"].delete(PREEMPT_KEY)
                 return self._finish(context, backend, job, lease_id, preemptions)
-            record = _read_json(context["task_state_store"].get(TRAINING_JOB_KEY)) or {}
+            record = training_job_record_in(context["task_state_store"]) or {}
             self._write_record(context, backend, name, int(record.get("attempt", 0)), lease_id, "ended")
         context["task_state_store"].delete(PREEMPT_KEY)
         self._current_job = None
@@ -861,10 +645,10 @@ class QuotaTrainingOperator(BaseOperator):
         self, context: Context, backend: TrainingBackend, job: JobState, lease_id: str, preemptions: int
     ) -> dict[str, Any]:
         store = context["task_state_store"]
-        record = _read_json(store.get(TRAINING_JOB_KEY)) or {}
+        record = training_job_record_in(store) or {}
         attempts = int(record.get("attempt", 0))
-        self._write_record(context, backend, job.name, attempts, lease_id, "ended", _ended_as(job))
-        if _preempt_signal(store, lease_id) is not None:  # the job ended before the preemption reached it
+        self._write_record(context, backend, job.name, attempts, lease_id, "ended", job.ended_as)
+        if preempt_signal(store, lease_id) is not None:  # the job ended before the preemption reached it
             store.delete(PREEMPT_KEY)
         self._current_job = None
         if job.status == "Completed":
@@ -922,43 +706,4 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "-", text).strip("-")
 
 
-def _read_json(value: Any) -> dict[str, Any] | None:
-    """A ``task_state_store`` value as a dict (the allocator writes JSON documents)."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return None
-    return dict(value) if isinstance(value, Mapping) else None
-
-
-def _preempt_signal(store: Any, lease_id: str) -> dict[str, Any] | None:
-    """The allocator's ``Preempt`` for this lease, if any; a signal for another lease is stale."""
-    signal = _read_json(store.get(PREEMPT_KEY))
-    if not signal or not signal.get("preempt"):
-        return None
-    return signal if signal.get("lease_id") == lease_id else None
-
-
-def _state(name: str, description: Mapping[str, Any] | None) -> JobState:
-    if description is None:
-        return JobState(name, "Missing")
-    return JobState(
-        name=name,
-        status=str(description["TrainingJobStatus"]),
-        secondary_status=description.get("SecondaryStatus"),
-        failure_reason=description.get("FailureReason"),
-        arn=description.get("TrainingJobArn"),
-        model_artifacts=(description.get("ModelArtifacts") or {}).get("S3ModelArtifacts"),
-    )
-
-
-def call_factory(factory: Callable[..., Any], context: Context) -> Any:
-    try:
-        takes_context = bool(inspect.signature(factory).parameters)
-    except (TypeError, ValueError):
-        takes_context = False
-    return factory(context) if takes_context else factory()
-
-
-__all__ = ["JobState", "PreparedRequest", "QuotaTrainingOperator", "SageMakerBackend", "TrainingBackend"]
+__all__ = ["QuotaTrainingOperator"]

@@ -26,7 +26,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskD
 from airflow_quota.backends.local import LocalTrainingJob, build_environment
 from airflow_quota.backends.local_watchdog import living_group_members
 from airflow_quota.backends.sagemaker import TaskIdentity
-from airflow_quota.operators.local import task_directory
+from airflow_quota.operators.local_job import task_directory
 from airflow_quota.operators.training import QuotaTrainingOperator
 from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY
 from airflow_quota.triggers.admission import QuotaAdmissionTrigger

@@ -18,12 +18,13 @@ import pytest
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_quota.operators.links import quota_share_url, training_job_console_url
+from airflow_quota.operators.links import SageMakerTrainingJobLink, quota_share_url
 from airflow_quota.operators.training import QuotaTrainingOperator
 from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger, request_document
 from airflow_quota.triggers.sagemaker import SageMakerTrainingJobTrigger
 from tests.sagemaker.conftest import MotoServer, training_request
+from tests.sagemaker.moto_process import REGION
 from tests.sagemaker.task_runtime import TaskInstanceStandIn, TaskRun, monitor_event
 
 
@@ -248,6 +249,9 @@ def test_a_granted_job_trains_and_returns_its_result(moto_server: MotoServer, un
     assert run.record()["name"] == name
     assert run.record()["aws_conn_id"] == "aws_default"
     assert run.ti.xcom["quota_training_job"]["training_job_name"] == name
+    assert SageMakerTrainingJobLink().format_link(**run.ti.xcom["quota_training_job"]) == (
+        f"https://console.aws.amazon.com/sagemaker/home?region={REGION}#/jobs/{name}"
+    )
 
     result = run.resume(monitoring, monitor_event(monitoring))
 
@@ -492,11 +496,39 @@ def test_on_kill_stops_the_training_job(moto_server: MotoServer, unique: str) ->
 # --- links --------------------------------------------------------------------------------------------------
 
 
-def test_the_links_point_at_the_console_and_the_share_page() -> None:
-    assert (
-        training_job_console_url("team-a-abc-t1-a2", "eu-west-1")
-        == "https://console.aws.amazon.com/sagemaker/home?region=eu-west-1#/jobs/team-a-abc-t1-a2"
-    )
+@pytest.mark.parametrize(
+    ("pushed", "url"),
+    [
+        pytest.param(
+            {
+                "training_job_name": "team-a-abc-t1-a2",
+                "region_name": "eu-west-1",
+                "aws_domain": "aws.amazon.com",
+            },
+            "https://console.aws.amazon.com/sagemaker/home?region=eu-west-1#/jobs/team-a-abc-t1-a2",
+            id="aws",
+        ),
+        pytest.param(
+            {"training_job_name": "j-t1-a1", "region_name": "cn-north-1", "aws_domain": "amazonaws.cn"},
+            "https://console.amazonaws.cn/sagemaker/home?region=cn-north-1#/jobs/j-t1-a1",
+            id="china",
+        ),
+        pytest.param(
+            {"training_job_name": "j-t1-a1", "region_name": "us-gov-west-1", "partition": "aws-us-gov"},
+            "https://console.amazonaws-us-gov.com/sagemaker/home?region=us-gov-west-1#/jobs/j-t1-a1",
+            id="pushed_by_0_3_0_with_its_partition",
+        ),
+        pytest.param({}, "", id="no_job_launched_yet"),
+    ],
+)
+def test_the_console_link_points_at_the_job_in_its_partitions_console(
+    pushed: dict[str, str], url: str
+) -> None:
+    assert SageMakerTrainingJobLink().format_link(**pushed) == url
+    assert SageMakerTrainingJobLink().name == "SageMaker training job"
+
+
+def test_the_share_link_points_at_the_share_page() -> None:
     assert (
         quota_share_url("gpu training", "team-a", base_url="https://airflow.example.com/")
         == "https://airflow.example.com/quota/shares/gpu%20training/team-a"
