@@ -1,5 +1,7 @@
 """Read a quota file (YAML or JSON) from disk and validate it: only a reader, so a bad file changes nothing.
 
+``load_quota_design`` also takes AWS Batch documents in its place (``airflow_quota.aws_batch.design``).
+
 ``.json`` files are read as JSON; everything else as YAML (a superset of JSON). Unreadable files, syntax
 errors (with their line), duplicate keys and a top level that is not a mapping raise ``QuotaConfigError``
 like any other problem, so callers handle one exception. So does a document no quota file needs and no
@@ -12,14 +14,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from airflow_quota.engine.config import ConfigIssue, QuotaConfig, QuotaConfigError, parse_quota_config
 from airflow_quota.engine.messages import TooManyDigits
+
+if TYPE_CHECKING:
+    from airflow_quota.aws_batch.design import QuotaDesign
 
 #: A quota file nests 6 levels, a scenario 5: far deeper is a mistake (and would exhaust Python's stack).
 MAX_DEPTH = 100
@@ -185,3 +190,28 @@ def _reason(error: Exception) -> str:
 
 
 _StrictSafeLoader.add_constructor("tag:yaml.org,2002:int", _StrictSafeLoader.construct_int_or_too_many_digits)
+
+
+def load_quota_design(paths: Sequence[str | os.PathLike[str]]) -> QuotaDesign:
+    """Read a quota file, or AWS Batch documents (one or more files) imported into one; raise
+    ``QuotaConfigError`` listing every problem, at its path in the file it is in."""
+    from airflow_quota.aws_batch.design import QuotaDesign, import_design, is_aws_document
+
+    documents = [(str(path), read_mapping_file(path)) for path in paths]
+    quota_files = [name for name, document in documents if not is_aws_document(document)]
+    if not quota_files:
+        return import_design(documents)
+    if len(documents) > 1:
+        raise QuotaConfigError(
+            ", ".join(name for name, _ in documents),
+            [
+                ConfigIssue(
+                    name,
+                    "a quota file is read on its own: give it alone, or give AWS Batch documents only "
+                    "(airflow quota import turns them into a quota file)",
+                )
+                for name in quota_files
+            ],
+        )
+    name, document = documents[0]
+    return QuotaDesign(config=parse_quota_config(document, name), document=document)
