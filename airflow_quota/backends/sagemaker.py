@@ -7,9 +7,10 @@ finds the same names again. All attempts of a task instance (every try) share on
 attempt resumes from what the stopped one saved, and two task instances never share one.
 
 SageMaker calls go through the amazon provider's ``SageMakerHook`` (connection, credentials, region,
-``endpoint_url``), with what it lacks added here: a stop, a wait until ``Stopped`` (the hook has neither),
-a launch that treats "the job exists" as success (the stock operator renames the job instead), and a
-status reading in which ``Stopped`` is never a success.
+``endpoint_url``), with what it lacks added here: a stop (the hook has none), a launch that treats "the
+job exists" as success (the stock operator renames the job instead), and a status reading in which
+``Stopped`` is never a success. The wait until a stopped job has ended is botocore's own
+``TrainingJobCompletedOrStopped`` waiter, taken from the hook.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import copy
 import hashlib
 import importlib.util
 import logging
+import math
 import re
 import sys
 import threading
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, WaiterError
 
 from airflow_quota.engine.messages import MAX_PLAIN_DIGITS, plain_whole_number, show_value
 
@@ -43,6 +45,8 @@ RUNNING_STATUSES: Final = frozenset({"InProgress", "Stopping"})
 TERMINAL_STATUSES: Final = frozenset({"Completed", "Failed", "Stopped"})
 #: Tag keys this provider sets on every training job (AWS's ``aws:`` prefix is reserved; ours is not).
 TAG_PREFIX: Final = "airflow-quota:"
+#: The shortest pause between two DescribeTrainingJob calls while a stopped job ends.
+_MIN_STOP_POLL_SECONDS: Final = 0.01
 _TAG_VALUE_UNSAFE = re.compile(r"[^\w .:/=+\-@]")
 _MAX_TAG_VALUE_LENGTH: Final = 256
 
@@ -336,15 +340,27 @@ class SageMakerTrainingJobs:
 
         Returns its last description (None when there is no such job). Raises ``TimeoutError`` when it
         still runs after ``timeout`` seconds: its capacity must not be counted free before it ends.
+
+        The wait is botocore's ``TrainingJobCompletedOrStopped`` waiter (through the hook), which counts
+        DescribeTrainingJob calls rather than seconds: ``timeout / poll_interval`` polls after the first,
+        so it may run past ``timeout`` by the time those calls take. It ends in ``WaiterError`` on
+        ``Failed``, on a job gone (``ValidationException``) and after its last poll: each is read from a
+        last DescribeTrainingJob, as the job's end or the timeout.
         """
         description = self.request_stop(name)
-        deadline = time.monotonic() + timeout
-        while is_running(description):
-            if time.monotonic() >= deadline:
-                status = description.get("TrainingJobStatus") if description else None
-                raise TimeoutError(f"training job {name} is still {status} after {timeout:.0f} s")
-            time.sleep(poll_interval)
-            description = self.describe(name)
+        if not is_running(description):
+            return description
+        delay = max(poll_interval, _MIN_STOP_POLL_SECONDS)
+        waiter = self.hook.get_waiter("training_job_completed_or_stopped")
+        try:
+            polls = 1 + math.ceil(timeout / delay)
+            waiter.wait(TrainingJobName=name, WaiterConfig={"Delay": delay, "MaxAttempts": polls})
+        except WaiterError as error:
+            log.debug("Waiting for training job %s to stop ended with: %s", name, error)
+        description = self.describe(name)
+        if is_running(description):
+            status = description.get("TrainingJobStatus") if description else None
+            raise TimeoutError(f"training job {name} is still {status} after {timeout:.0f} s")
         return description
 
 

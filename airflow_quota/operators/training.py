@@ -387,7 +387,9 @@ class QuotaTrainingOperator(BaseOperator):
         ends or a ``Preempt`` of this lease arrives. Returns the job's last state and the signal, if any.
 
         A deferral's monitoring trigger may not fire within ``settle_seconds`` (the #71580 guard), so a
-        short job ends sooner here than through the trigger, with no extra worker run.
+        short job ends sooner here than through the trigger, with no extra worker run. Not botocore's
+        training-job waiter: between two polls this loop must read the task's store for a preemption,
+        and a waiter cannot be interrupted before its own end.
         """
         deadline = time.monotonic() + self.follow_seconds
         while True:
