@@ -11,10 +11,11 @@ import html
 from pathlib import Path
 
 from airflow.api_fastapi.app import get_auth_manager
-from airflow.api_fastapi.auth.managers.models.resource_details import PoolDetails
 from airflow.api_fastapi.core_api.security import get_user
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from airflow_quota.api.access import pool_access
 
 STATIC_DIR = Path(__file__).parent / "static"
 #: Seconds between two refreshes of the page's data.
@@ -38,7 +39,9 @@ async def _page(request: Request, job_queue_name: str | None, quota_share_name: 
         user = await get_user(request, None, None)
     except HTTPException:
         return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303)
-    if not get_auth_manager().is_authorized_pool(method="GET", user=user, details=PoolDetails()):
+    try:
+        await pool_access("GET")(request, user)
+    except HTTPException:
         return HTMLResponse(
             "<h1>403 Forbidden</h1><p>Read access to pools is needed to see GPU quotas.</p>", status_code=403
         )

@@ -321,3 +321,16 @@ class Termination(_Body):
 
 class ErrorDetail(BaseModel):
     detail: Any = Field(description="What was wrong and how to fix it; nothing was changed")
+
+
+#: The error responses the OpenAPI document lists: on every route, and on every write.
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorDetail, "description": "No credentials, or they expired"},
+    403: {"model": ErrorDetail, "description": "The user lacks the permission"},
+}
+WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    404: {"model": ErrorDetail, "description": "No such job queue, share or job"},
+    409: {"model": ErrorDetail, "description": "Not possible in the job's state; nothing changed"},
+    422: {"model": ErrorDetail, "description": "Invalid input; nothing changed"},
+}

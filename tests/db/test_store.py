@@ -1,4 +1,4 @@
-"""The store on real databases: configuration revisions, jobs and the audit log round-trip through the rows.
+"""The ledger on real databases: configuration revisions, jobs and the audit log round-trip through the rows.
 
 Every step runs in its own transaction, as the allocator will, and the state is read back in a new session:
 after each step the ledger must hold exactly the state the engine produced.

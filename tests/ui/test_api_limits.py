@@ -322,7 +322,8 @@ def test_pages_walk_the_whole_history_newest_first(server: ApiServer, history: S
 
 def test_a_page_reads_only_its_own_rows_from_the_database(server: ApiServer, history: Seeded) -> None:
     """The routes themselves, in this process on the server's database: the job rows each call loads."""
-    from airflow_quota.api.routes import list_events, list_jobs
+    from airflow_quota.api.routes.events import list_events
+    from airflow_quota.api.routes.jobs import list_jobs
 
     loaded: list[str] = []
 
@@ -333,12 +334,12 @@ def test_a_page_reads_only_its_own_rows_from_the_database(server: ApiServer, his
     sa.event.listen(JobRow, "load", count)
     try:
         with Session(server.engine) as session:
-            newest = list_jobs(session, None)  # type: ignore[arg-type]
+            newest = list_jobs(session)
             assert len(newest.jobs) == 100 and len(loaded) <= 100 + waiting
         loaded.clear()
         with Session(server.engine) as session:
-            finished = list_jobs(session, None, finished=True, limit=10)  # type: ignore[arg-type]
+            finished = list_jobs(session, finished=True, limit=10)
             assert len(finished.jobs) == 10 and len(loaded) == 10
-            assert len(list_events(session, None, limit=30).events) == 30  # type: ignore[arg-type]
+            assert len(list_events(session, limit=30).events) == 30
     finally:
         sa.event.remove(JobRow, "load", count)

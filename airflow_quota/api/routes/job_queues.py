@@ -1,0 +1,108 @@
+"""The job queues as applied, and each one's snapshot (like AWS Batch's GetJobQueueSnapshot)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from airflow.api_fastapi.common.db.common import SessionDep
+from fastapi import APIRouter
+from sqlalchemy import select
+
+from airflow_quota.api import schemas
+from airflow_quota.api.access import MAY_READ
+from airflow_quota.api.schemas import Name
+from airflow_quota.api.usage_reports import queue_states, unit_report
+from airflow_quota.ledger.configuration import applied_config
+from airflow_quota.ledger.models import JobQueueRow
+from airflow_quota.ledger.views import queue_usage, share_positions
+
+#: How many RUNNABLE jobs the snapshot lists, in the queue and per share (AWS lists 100 in the queue).
+FRONT_OF_QUEUE = 100
+FRONT_OF_SHARE = 10
+
+router = APIRouter()
+
+
+@router.get("/jobQueues", tags=["read"], summary="Job queues as applied", dependencies=[MAY_READ])
+def list_job_queues(
+    session: SessionDep,
+) -> schemas.JobQueueList:
+    queues = []
+    for row in session.scalars(select(JobQueueRow).order_by(JobQueueRow.job_queue_name)):
+        document = applied_config(session, row.job_queue_name) or {}
+        queues.append(
+            schemas.JobQueue(
+                jobQueueName=row.job_queue_name,
+                capacityLimits=[schemas.CapacityLimit(**limit) for limit in row.capacity_limits],
+                revision=row.revision,
+                updatedAt=row.updated_at,
+                quotaShareNames=[share["quotaShareName"] for share in document.get("quotaShares", [])],
+            )
+        )
+    return schemas.JobQueueList(jobQueues=queues)
+
+
+@router.get(
+    "/jobQueues/{jobQueueName}/snapshot",
+    tags=["read"],
+    summary="Like AWS Batch's GetJobQueueSnapshot",
+    description="The front of the queue and of each share, usage per share and unit, and each unit by owner.",
+    responses={404: {"model": schemas.ErrorDetail}},
+    dependencies=[MAY_READ],
+)
+def job_queue_snapshot(session: SessionDep, jobQueueName: Name) -> schemas.JobQueueSnapshot:
+    state = queue_states(session, jobQueueName)[0]
+    now = datetime.now(UTC)
+    positions = share_positions(state)
+    waiting = sorted(
+        (job for job in state.jobs.values() if job.job_id in positions),
+        key=lambda job: (job.share_name, positions[job.job_id]),
+    )
+    per_share: dict[str, list[schemas.FrontJob]] = {share.name: [] for share in state.queue.shares}
+    for job in waiting:
+        per_share.setdefault(job.share_name, []).append(
+            schemas.FrontJob(
+                jobArn=job.job_id,
+                quotaShareName=job.share_name,
+                position=positions[job.job_id],
+                schedulingPriority=job.priority,
+                capacityUnit=job.unit,
+                instanceCount=job.count,
+                statusReason=job.status_reason,
+            )
+        )
+    queue_front = sorted(
+        (front for fronts in per_share.values() for front in fronts),
+        key=lambda front: state.jobs[front.jobArn].submitted,
+    )
+    units = queue_usage(state)
+    top = [
+        schemas.ShareCapacityUtilization(
+            quotaShareName=share.name,
+            capacityUsage=[
+                schemas.CapacityUsage(capacityUnit=entry.capacity_unit, quantity=entry.used)
+                for unit in units
+                for entry in unit.shares
+                if entry.quota_share_name == share.name
+            ],
+        )
+        for share in state.queue.shares
+    ]
+    total = [
+        schemas.CapacityUsage(capacityUnit=unit.capacity_unit, quantity=sum(e.used for e in unit.shares))
+        for unit in units
+    ]
+    return schemas.JobQueueSnapshot(
+        jobQueueName=state.queue.name,
+        frontOfQueue=schemas.FrontOfQueue(jobs=queue_front[:FRONT_OF_QUEUE], lastUpdatedAt=now),
+        frontOfQuotaShares=schemas.FrontOfQuotaShares(
+            quotaShares={name: fronts[:FRONT_OF_SHARE] for name, fronts in per_share.items()},
+            lastUpdatedAt=now,
+        ),
+        queueUtilization=schemas.QueueUtilization(
+            quotaShareUtilization=schemas.QuotaShareUtilization(topCapacityUtilization=top),
+            totalCapacityUsage=total,
+            lastUpdatedAt=now,
+        ),
+        capacity=[unit_report(unit) for unit in units],
+    )
