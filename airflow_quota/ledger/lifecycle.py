@@ -29,7 +29,7 @@ from airflow_quota.ledger.errors import LedgerError
 from airflow_quota.ledger.job_rows import job_row, to_engine_time, write_changed_jobs, write_job
 from airflow_quota.ledger.models import RECENT_PREEMPTED_ATTEMPTS, AuditKind, JobRow
 
-#: The longest reason a termination keeps: the REST API and the CLI refuse a longer one, this store cuts it.
+#: The longest reason a termination keeps: the REST API and the CLI refuse a longer one, the ledger cuts it.
 TERMINATION_REASON_LENGTH = 1000
 
 

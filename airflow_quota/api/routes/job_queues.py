@@ -24,9 +24,7 @@ router = APIRouter()
 
 
 @router.get("/jobQueues", tags=["read"], summary="Job queues as applied", dependencies=[MAY_READ])
-def list_job_queues(
-    session: SessionDep,
-) -> schemas.JobQueueList:
+def list_job_queues(session: SessionDep) -> schemas.JobQueueList:
     queues = []
     for row in session.scalars(select(JobQueueRow).order_by(JobQueueRow.job_queue_name)):
         document = applied_config(session, row.job_queue_name) or {}

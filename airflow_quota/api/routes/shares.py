@@ -41,11 +41,7 @@ def list_quota_shares(session: SessionDep, jobQueueName: QueueFilter = None) -> 
     responses={404: {"model": schemas.ErrorDetail}},
     dependencies=[MAY_READ],
 )
-def get_quota_share(
-    session: SessionDep,
-    jobQueueName: Name,
-    quotaShareName: Name,
-) -> schemas.QuotaShare:
+def get_quota_share(session: SessionDep, jobQueueName: Name, quotaShareName: Name) -> schemas.QuotaShare:
     return share_report(session, jobQueueName, quotaShareName)
 
 
