@@ -24,7 +24,6 @@ preemption signal, then ends the task or requeues as step 3 does, all in the sam
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -36,7 +35,15 @@ from airflow.triggers.base import StartTriggerArgs
 
 from airflow_quota.backends.local import DEFAULT_GRACE_PERIOD
 from airflow_quota.backends.sagemaker import TaskIdentity, TrainingRequestError, quota_tags
-from airflow_quota.engine.config import JobRequestError, validate_job_submission
+from airflow_quota.operators.arguments import (
+    LOCAL_ARGUMENTS,
+    TIMING_ARGUMENTS,
+    argument_problems,
+    has_template,
+    parse_time_job_name,
+    problem_list,
+    quota_problems,
+)
 from airflow_quota.operators.backend import (
     JobState,
     PreparedRequest,
@@ -165,32 +172,12 @@ class QuotaTrainingOperator(BaseOperator):
 
     def _argument_problems(self) -> list[str]:
         """What is wrong with the operator's own arguments (the request is checked by ``_prepare``)."""
-        problems = []
-        if self.backend not in ("sagemaker", "local"):
-            problems.append(f"backend: must be 'sagemaker' or 'local', got {self.backend!r}")
-        if self.training_job_config is None and self.model_trainer is None:
-            problems.append("training_job_config: required (a request dict, a ModelTrainer, or a callable)")
-        for knob in ("poll_interval", "settle_seconds", "follow_seconds"):
-            value = getattr(self, knob)
-            if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
-                problems.append(f"{knob}: must be a number of seconds >= 0, got {value!r}")
-        if isinstance(self.entry_point, str):
-            problems.append(
-                f"entry_point: give the argv as a list, e.g. [sys.executable, {self.entry_point!r}]"
-            )
-        if self.backend == "local" and self.entry_point is None:
-            problems.append(
-                "entry_point: backend='local' needs the argv to run, e.g. [sys.executable, 'train.py']"
-            )
-        local_arguments = {
-            "entry_point": self.entry_point,
-            "local_root_dir": self.local_root_dir,
-            "working_dir": self.working_dir,
-        }
-        misplaced = sorted(name for name, value in local_arguments.items() if value is not None)
-        if self.backend != "local" and misplaced:
-            problems.append(f"{', '.join(misplaced)}: only for backend='local'")
-        return problems
+        return argument_problems(
+            backend=self.backend,
+            has_request=self.training_job_config is not None or self.model_trainer is not None,
+            seconds={name: getattr(self, name) for name in TIMING_ARGUMENTS},
+            local_arguments={name: getattr(self, name) for name in LOCAL_ARGUMENTS},
+        )
 
     def _start_from_trigger_when_static(self) -> None:
         """Wait for quota from the triggerer, with no worker run first, when the request is known now.
@@ -205,7 +192,7 @@ class QuotaTrainingOperator(BaseOperator):
         for quota against it (``TaskInstance.defer_task``), and a long queue would fail the task.
         """
         templated = [getattr(self, name) for name in self.template_fields]
-        if self.model_trainer is not None or _has_template(templated) or self.get_dag() is None:
+        if self.model_trainer is not None or has_template(templated) or self.get_dag() is None:
             return
         if self.execution_timeout is not None:
             return
@@ -217,7 +204,7 @@ class QuotaTrainingOperator(BaseOperator):
             self._training_backend = None
         if self._quota_problems(prepared.capacity_unit, prepared.instance_count):
             return
-        job_name = _slug(f"{self.dag_id}-{self.task_id}")[:128] or "job"
+        job_name = parse_time_job_name(self.dag_id, self.task_id)
         trigger = self._admission_trigger(job_name, prepared, submitted_at=None, admission=0)
         self.start_trigger_args = StartTriggerArgs(
             trigger_cls=ADMISSION_CLASSPATH,
@@ -491,26 +478,19 @@ class QuotaTrainingOperator(BaseOperator):
         capacity = (prepared.capacity_unit, prepared.instance_count) if prepared else ("placeholder", 1)
         problems += self._quota_problems(*capacity)
         if problems or prepared is None:
-            raise AirflowFailException(_problem_list(f"task {self.task_id}", problems))
+            raise AirflowFailException(problem_list(f"task {self.task_id}", problems))
         return prepared
 
     def _quota_problems(self, capacity_unit: str, instance_count: int) -> list[str]:
-        """The quota fields as the allocator will read them (a queue or share name still to render is not
-        checked: ``_prepare`` checks it rendered)."""
-        document = {
-            "jobQueue": _rendered_or_placeholder(self.job_queue),
-            "jobName": "job",
-            "quotaShareName": _rendered_or_placeholder(self.quota_share_name),
-            "capacityUnit": capacity_unit,
-            "instanceCount": instance_count,
-            "schedulingPriority": self.scheduling_priority,
-            "preemptionRetriesBeforeTermination": self.preemption_retries_before_termination,
-        }
-        try:
-            validate_job_submission(document, source=f"task {self.task_id}")
-        except JobRequestError as error:
-            return [str(issue) for issue in error.issues]
-        return []
+        return quota_problems(
+            f"task {self.task_id}",
+            job_queue=self.job_queue,
+            quota_share_name=self.quota_share_name,
+            capacity_unit=capacity_unit,
+            instance_count=instance_count,
+            scheduling_priority=self.scheduling_priority,
+            preemption_retries_before_termination=self.preemption_retries_before_termination,
+        )
 
     def _wait_for_quota(
         self,
@@ -681,31 +661,6 @@ def _identity(context: Context) -> TaskIdentity:
     ti = context["ti"]
     map_index = -1 if ti.map_index is None else int(ti.map_index)
     return TaskIdentity(ti.dag_id, ti.run_id, ti.task_id, map_index, int(ti.try_number))
-
-
-def _rendered_or_placeholder(value: Any) -> Any:
-    return "placeholder" if _has_template(value) else value
-
-
-def _problem_list(source: str, problems: list[str]) -> str:
-    heading = f"{source}: {len(problems)} error{'s' if len(problems) != 1 else ''}"
-    return "\n".join([heading, *(f"  {problem}" for problem in problems)])
-
-
-def _has_template(value: Any) -> bool:
-    """Whether a templated field's value holds a Jinja template anywhere (rendered only in a worker)."""
-    if isinstance(value, str):
-        return "{{" in value or "{%" in value
-    if isinstance(value, Mapping):
-        return any(_has_template(key) or _has_template(item) for key, item in value.items())
-    if isinstance(value, Sequence):
-        return any(_has_template(item) for item in value)
-    return False
-
-
-def _slug(text: str) -> str:
-    """``text`` as a job name: letters, digits, '-' and '_' only."""
-    return re.sub(r"[^A-Za-z0-9_-]+", "-", text).strip("-")
 
 
 __all__ = ["QuotaTrainingOperator"]
