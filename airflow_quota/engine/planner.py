@@ -1,7 +1,6 @@
 """One allocation cycle: a pure function from a queue's state to the grants and preemptions it calls for.
 
-Decisions are made one after another on a state updated after each (a job granted a moment ago is a
-possible victim of the next decision):
+Decisions are made one after another on a state updated after each:
 
 1. Preemptors whose victims have all stopped get the capacity they reserved.
 2. Jobs that fit within their share's own limit, each share in its own order (priority descending,
@@ -11,6 +10,10 @@ possible victim of the next decision):
 
 A job that cannot start does not stop later jobs of its share. Every RUNNABLE job leaves the cycle with
 a statusReason that says what it waits for. Same state in, same decisions out.
+
+The waiting jobs are sorted and grouped once per cycle (``_Queued``); a job's turn then costs a few
+dictionary look-ups unless it can start or preempt, and jobs of one share, unit and size share one
+statusReason.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from dataclasses import replace
+from operator import attrgetter
 
 from airflow_quota.engine.model import (
+    HOLDING_CAPACITY,
     CyclePlan,
     Decision,
     Grant,
@@ -36,8 +41,11 @@ from airflow_quota.engine.reasons import (
     never_fits_reason,
     waiting_reason,
 )
-from airflow_quota.engine.usage import Usage
-from airflow_quota.engine.victims import VictimChoice, choose_victims
+from airflow_quota.engine.usage import UnitTotals, Usage
+from airflow_quota.engine.victims import Candidates, VictimChoice, choose_victims
+
+#: What jobs of one share, capacity unit and size have in common: their misconfiguration and statusReason.
+GroupKey = tuple[str, str, int]
 
 
 def share_order_key(job: Job) -> tuple[int, OrderKey, str]:
@@ -47,65 +55,102 @@ def share_order_key(job: Job) -> tuple[int, OrderKey, str]:
 
 def plan_cycle(state: QueueState, now: float) -> CyclePlan:
     """Run one allocation cycle at time ``now`` and return its decisions and the resulting state."""
-    cycle = _Cycle(state, now)
+    cycle = _Cycle(_Queued(state), now)
     cycle.grant_ready_reservations()
     deferred = cycle.admit_within_own_limits()
     cycle.admit_borrowers(deferred)
     return cycle.finish()
 
 
+class _Queued:
+    """The cycle's input, sorted and grouped once: who waits (in share order), who reserves, who holds."""
+
+    def __init__(self, state: QueueState) -> None:
+        self.state = state
+        queue = state.queue
+        #: RUNNABLE jobs waiting to start (all shares, in share order), preemptors holding a reservation
+        #: (by submission), and the jobs holding capacity.
+        self.waiting: list[Job] = []
+        self.reserved: list[Job] = []
+        self.holding: list[Job] = []
+        for job in state.jobs.values():
+            status = job.status
+            if status is JobStatus.RUNNABLE:
+                (self.reserved if job.awaiting_victims else self.waiting).append(job)
+            elif status in HOLDING_CAPACITY:
+                self.holding.append(job)
+        self.reserved.sort(key=attrgetter("submitted", "job_id"))
+        # share_order_key as two sorts with keys computed in C: the second is stable, and so is reverse.
+        self.waiting.sort(key=attrgetter("submitted", "job_id"))
+        self.waiting.sort(key=attrgetter("request.scheduling_priority"), reverse=True)
+
+        shares = {share.name: share for share in queue.shares}
+        totals = UnitTotals.of(queue)
+        #: Per (share, unit, size): the AWS misconfiguration code when such a job can never start.
+        self.misconfigurations: dict[GroupKey, str | None] = {}
+        #: Each waiting job's group, in the order of ``waiting``.
+        self.groups: list[GroupKey] = []
+        #: Per share, its waiting jobs that can start some day, in share order.
+        self.by_share: dict[str, list[Job]] = defaultdict(list)
+        misconfigurations = self.misconfigurations
+        for job in self.waiting:
+            request = job.request
+            group = (request.quota_share_name, request.capacity_unit, request.instance_count)
+            self.groups.append(group)
+            if group not in misconfigurations:
+                misconfigurations[group] = never_fits_reason(
+                    queue, shares.get(group[0]), group[1], group[2], totals
+                )
+            if misconfigurations[group] is None:
+                self.by_share[group[0]].append(job)
+
+
 class _Cycle:
     """The working state of one cycle: a private copy of the jobs and exact usage counters."""
 
-    def __init__(self, state: QueueState, now: float) -> None:
-        self.queue = state.queue
+    def __init__(self, queued: _Queued, now: float) -> None:
+        self.queued = queued
+        self.queue = queued.state.queue
         self.now = now
-        self.jobs: dict[str, Job] = dict(state.jobs)
-        self.usage = Usage(self.queue, self.jobs.values())
+        self.jobs: dict[str, Job] = dict(queued.state.jobs)
+        self.usage = Usage(self.queue, [*queued.holding, *queued.reserved])
         self.decisions: list[Decision] = []
-        #: RUNNABLE jobs: those waiting to start, and preemptors holding a reservation.
-        self.waiting: list[Job] = []
-        self.reserved: list[Job] = []
-        #: Per unit and share, the jobs that could be stopped: holding capacity and not being stopped.
-        self.running: dict[str, dict[str, dict[str, Job]]] = defaultdict(lambda: defaultdict(dict))
+        #: The jobs that could be stopped: holding capacity and not being stopped.
+        self.running = Candidates()
         #: Per unit, jobs being stopped whose preemptor is gone: free to take over.
         self.orphans: dict[str, dict[str, Job]] = defaultdict(dict)
         self.next_start_seq = 1
-        for job in self.jobs.values():
-            if job.status is JobStatus.RUNNABLE:
-                (self.reserved if job.awaiting_victims else self.waiting).append(job)
-            elif job.status.holds_capacity:
-                if job.started and job.started[1] >= self.next_start_seq:
-                    self.next_start_seq = job.started[1] + 1
-                if not job.is_stopping:
-                    self.running[job.unit][job.share_name][job.job_id] = job
-                elif job.job_id in self.usage.orphan_ids:
-                    self.orphans[job.unit][job.job_id] = job
+        for job in queued.holding:
+            if job.started and job.started[1] >= self.next_start_seq:
+                self.next_start_seq = job.started[1] + 1
+            if not job.is_stopping:
+                self.running.add(job)
+            elif job.job_id in self.usage.orphan_ids:
+                self.orphans[job.unit][job.job_id] = job
         #: Per unit and share, failed (count, priority) attempts since the last decision on that unit: a
         #: job of the same share needing at least as much with no higher priority cannot succeed either.
-        self.failures: dict[str, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
-        self.misconfigurations: dict[tuple[str, str, int], str | None] = {}
+        self.failures: dict[str, dict[str, list[tuple[int, int]]]] = {}
 
     # -- the three steps -----------------------------------------------------------------------------
 
     def grant_ready_reservations(self) -> None:
         """Step 1: a preemptor whose victims have all stopped gets what it reserved, once the queue
         physically has it: its capacity may have been lowered since the preemption."""
-        for job in sorted(self.reserved, key=lambda job: (job.submitted, job.job_id)):
+        for job in self.queued.reserved:
             if not self._stopping_victims(job) and not self._overdrawn(job.unit):
                 self._grant(job)
 
     def admit_within_own_limits(self) -> dict[str, list[Job]]:
         """Step 2; returns, per share and in share order, the jobs left for step 3."""
-        queues = self._waiting_jobs_by_share()
         deferred: dict[str, list[Job]] = {}
-        for share_name in sorted(queues):
-            share = self.usage.shares[share_name]
+        usage = self.usage.share_usage
+        for share_name, jobs in sorted(self.queued.by_share.items()):
+            own_limits = self.usage.shares[share_name].capacity_limits
             left: list[Job] = []
-            usage, own_limits = self.usage.share_usage, share.capacity_limits
-            for job in queues[share_name]:
-                unit, count = job.request.capacity_unit, job.request.instance_count
-                if usage.get((share_name, unit), 0) + count <= own_limits.get(unit, 0):
+            for job in jobs:
+                request = job.request
+                unit = request.capacity_unit
+                if usage.get((share_name, unit), 0) + request.instance_count <= own_limits.get(unit, 0):
                     self._admit(job)
                 else:
                     left.append(job)
@@ -120,74 +165,73 @@ class _Cycle:
                 heads.append((jobs[0].submitted, jobs[0].job_id, share_name, 0))
         heapq.heapify(heads)
         while heads:
-            _, _, share_name, index = heapq.heappop(heads)
+            _, _, share_name, index = heads[0]
             jobs = deferred[share_name]
             self._admit(jobs[index])
-            if index + 1 < len(jobs):
-                following = jobs[index + 1]
-                heapq.heappush(heads, (following.submitted, following.job_id, share_name, index + 1))
+            index += 1
+            if index < len(jobs):
+                following = jobs[index]
+                heapq.heapreplace(heads, (following.submitted, following.job_id, share_name, index))
+            else:
+                heapq.heappop(heads)
 
     def finish(self) -> CyclePlan:
-        reasons: dict[tuple[str, str, int], str] = {}
-        for job_id in [job.job_id for job in self.reserved + self.waiting]:
-            job = self.jobs[job_id]
-            if job.status is not JobStatus.RUNNABLE:
+        jobs, queued = self.jobs, self.queued
+        for job in queued.reserved:
+            self._explain_reserved(jobs[job.job_id])
+        reasons: dict[GroupKey, str] = {}
+        misconfigurations = queued.misconfigurations
+        for job, group in zip(queued.waiting, queued.groups, strict=True):
+            job_id = job.job_id
+            current = jobs[job_id]
+            if current is not job:  # granted, or preempting: decided in this cycle
+                if current.status is JobStatus.RUNNABLE:
+                    self._explain_reserved(current)
                 continue
-            stopping = self._stopping_victims(job) if job.awaiting_victims else []
-            if stopping:
-                reason = awaiting_victims_reason(stopping)
-            elif job.awaiting_victims:
-                reason = capacity_lowered_reason(
-                    job, self.usage.capacity(job.unit), self.usage.occupancy.get(job.unit, 0)
+            reason = reasons.get(group)
+            if reason is None:
+                reason = misconfigurations[group] or waiting_reason(
+                    self.usage, self.usage.shares[group[0]], job
                 )
-            else:
-                key = (job.share_name, job.unit, job.count)
-                if key not in reasons:
-                    reasons[key] = self._misconfiguration(job) or waiting_reason(
-                        self.usage, self.usage.shares[job.share_name], job
-                    )
-                reason = reasons[key]
+                reasons[group] = reason
             if reason != job.status_reason:
-                self.jobs[job_id] = job.with_reason(reason)
-        return CyclePlan(tuple(self.decisions), QueueState(self.queue, self.jobs))
+                jobs[job_id] = job.with_reason(reason)
+        return CyclePlan(tuple(self.decisions), QueueState(self.queue, jobs))
+
+    def _explain_reserved(self, job: Job) -> None:
+        """The statusReason of a RUNNABLE preemptor: the victims it waits for, or why it still waits."""
+        if job.status is not JobStatus.RUNNABLE:
+            return
+        stopping = self._stopping_victims(job)
+        if stopping:
+            reason = awaiting_victims_reason(stopping)
+        else:
+            reason = capacity_lowered_reason(
+                job, self.usage.capacity(job.unit), self.usage.occupancy.get(job.unit, 0)
+            )
+        if reason != job.status_reason:
+            self.jobs[job.job_id] = job.with_reason(reason)
 
     # -- one job -------------------------------------------------------------------------------------
-
-    def _waiting_jobs_by_share(self) -> dict[str, list[Job]]:
-        by_share: dict[str, list[Job]] = defaultdict(list)
-        for job in self.waiting:
-            if self._misconfiguration(job) is None:
-                by_share[job.share_name].append(job)
-        for jobs in by_share.values():
-            jobs.sort(key=share_order_key)
-        return by_share
-
-    def _misconfiguration(self, job: Job) -> str | None:
-        key = (job.share_name, job.unit, job.count)
-        if key not in self.misconfigurations:
-            share = self.usage.shares.get(job.share_name)
-            self.misconfigurations[key] = never_fits_reason(
-                self.queue, share, job.unit, job.count, self.usage.totals
-            )
-        return self.misconfigurations[key]
 
     def _admit(self, job: Job) -> None:
         """Grant ``job`` idle capacity, or preempt for it, or leave it waiting."""
         request = job.request
-        failures = self.failures[request.capacity_unit][request.quota_share_name]
+        unit, share_name = request.capacity_unit, request.quota_share_name
         count, priority = request.instance_count, request.scheduling_priority
-        if any(
-            failed_count <= count and failed_priority >= priority
-            for failed_count, failed_priority in failures
-        ):
-            return
-        if self.usage.fits(request.quota_share_name, request.capacity_unit, count):
+        failed_on_unit = self.failures.get(unit)
+        failed = failed_on_unit.get(share_name) if failed_on_unit else None
+        if failed:
+            for failed_count, failed_priority in failed:
+                if failed_count <= count and failed_priority >= priority:
+                    return
+        if self.usage.fits(share_name, unit, count):
             self._grant(job)
             return
-        orphans = tuple(self.orphans[job.unit].values())
-        choice = choose_victims(self.usage, job, self.running[job.unit], orphans)
+        orphans = tuple(self.orphans[unit].values())
+        choice = choose_victims(self.usage, job, self.running, orphans)
         if choice is None:
-            failures.append((count, priority))
+            self.failures.setdefault(unit, {}).setdefault(share_name, []).append((count, priority))
         else:
             self._preempt(job, choice)
 
@@ -239,7 +283,7 @@ class _Cycle:
         )
         self.next_start_seq += 1
         self.jobs[job.job_id] = granted
-        self.running[job.unit][job.share_name][job.job_id] = granted
+        self.running.add(granted)
         self._decided(Grant(job.job_id, job.unit, job.count, borrowed), {job.share_name}, pool_grew=False)
 
     def _preempt(self, preemptor: Job, choice: VictimChoice) -> None:
@@ -259,7 +303,7 @@ class _Cycle:
                 preempted_by=preemptor.job_id,
                 status_reason=reason,
             )
-            self.running[victim.unit][victim.share_name].pop(victim.job_id, None)
+            self.running.remove(victim)
             self.orphans[victim.unit].pop(victim.job_id, None)
         self.usage.add_to_share(preemptor.share_name, preemptor.unit, preemptor.count)
         self.usage.add_occupancy(preemptor.unit, max(0, preemptor.count - held_by_victims))

@@ -126,9 +126,10 @@ class Usage:
         by_share: dict[str, int] = defaultdict(int)
         physical = 0
         for job in jobs:
-            physical += job.count
+            count = job.request.instance_count
+            physical += count
             if job.counts_in_share:
-                by_share[job.share_name] += job.count
+                by_share[job.request.quota_share_name] += count
         return Removal(by_share, physical)
 
     def capacity(self, unit: str) -> int:

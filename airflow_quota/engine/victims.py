@@ -19,29 +19,75 @@ The rules (README, "Victim order"):
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
+from heapq import merge
+from itertools import chain
+from operator import itemgetter
 
 from airflow_quota.engine.model import Job, PreemptionRule
 from airflow_quota.engine.usage import Removal, Usage
 
 VictimKey = tuple[bool, bool, int, float, int, float, int, str]
+#: The part of the victim order that depends on the candidate alone (``victim_order_key`` without its
+#: first two fields).
+RankKey = tuple[int, float, int, float, int, str]
+Ranked = tuple[RankKey, Job]
+_RANK = itemgetter(0)
 
 
-def victim_order_key(candidate: Job, preemptor_share: str, orphan: bool) -> VictimKey:
+def rank_key(candidate: Job) -> RankKey:
     started_at, started_seq = candidate.started or (0.0, 0)
     submitted_at, submitted_seq = candidate.submitted
     return (
-        not orphan,
-        candidate.share_name == preemptor_share,
-        candidate.priority,
+        candidate.request.scheduling_priority,
         -started_at,
         -started_seq,
         -submitted_at,
         -submitted_seq,
         candidate.job_id,
     )
+
+
+def victim_order_key(candidate: Job, preemptor_share: str, orphan: bool) -> VictimKey:
+    return (not orphan, candidate.share_name == preemptor_share, *rank_key(candidate))
+
+
+class Candidates:
+    """The jobs that could be preempted (holding capacity, not being stopped), per unit and share.
+
+    Each share's jobs are kept in victim order, with their total units, as a cycle grants and preempts:
+    a search then reads the few it takes instead of sorting them all.
+    """
+
+    def __init__(self) -> None:
+        self._ranked: dict[tuple[str, str], list[Ranked]] = defaultdict(list)
+        self._units: dict[tuple[str, str], int] = defaultdict(int)
+
+    def add(self, job: Job) -> None:
+        request = job.request
+        where = (request.capacity_unit, request.quota_share_name)
+        insort(self._ranked[where], (rank_key(job), job))
+        self._units[where] += request.instance_count
+
+    def remove(self, job: Job) -> None:
+        """Take ``job`` out, if it is there (a job being stopped never is)."""
+        request = job.request
+        where = (request.capacity_unit, request.quota_share_name)
+        ranked = self._ranked[where]
+        index = bisect_left(ranked, rank_key(job), key=_RANK)
+        if index < len(ranked) and ranked[index][1].job_id == job.job_id:
+            del ranked[index]
+            self._units[where] -= request.instance_count
+
+    def of_share(self, unit: str, share_name: str) -> list[Ranked]:
+        """The share's jobs on ``unit``, in victim order."""
+        return self._ranked.get((unit, share_name), [])
+
+    def units(self, unit: str, share_name: str) -> int:
+        return self._units.get((unit, share_name), 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,43 +97,55 @@ class VictimChoice:
 
 
 def choose_victims(
-    usage: Usage,
-    preemptor: Job,
-    running_by_share: Mapping[str, Mapping[str, Job]],
-    orphans: Collection[Job],
+    usage: Usage, preemptor: Job, candidates: Candidates, orphans: Collection[Job]
 ) -> VictimChoice | None:
     """The victims that let ``preemptor`` fit, or None when no allowed set does.
 
-    ``running_by_share`` holds the jobs of the preemptor's unit that hold capacity and are not being
-    stopped, per share; ``orphans`` the jobs of that unit being stopped whose preemptor is gone.
+    ``orphans`` are the jobs of the preemptor's unit being stopped whose preemptor is gone.
     """
     share_name, unit = preemptor.share_name, preemptor.unit
     share = usage.shares.get(share_name)
     if share is None:
         return None
+    ranked_orphans = sorted(orphans, key=lambda job: victim_order_key(job, share_name, True))
     orphan_ids = frozenset(job.job_id for job in orphans)
     own_lower: list[Job] = []
     if share.in_share_preemption:
-        own_jobs = running_by_share.get(share_name, {}).values()
-        own_lower = [job for job in own_jobs if job.priority < preemptor.priority]
+        own = candidates.of_share(unit, share_name)
+        own_lower = [job for _, job in own[: bisect_left(own, (preemptor.priority,), key=_RANK)]]
 
-    below_own_limit = usage.usage(share_name, unit) < share.own_limit(unit)
-    if below_own_limit and usage.others_borrowing(share_name, unit):
-        borrowing = [
-            job
-            for name in sorted(usage.borrowing[unit] - {share_name})
-            for job in running_by_share.get(name, {}).values()
-        ]
-        reclaimable = [*orphans, *borrowing, *own_lower]
-        found = _search(usage, preemptor, reclaimable, orphan_ids, within_own_limit=True)
-        if found:
-            return VictimChoice(PreemptionRule.RECLAIM, found)
+    own_limit = share.own_limit(unit)
+    used = usage.usage(share_name, unit)
+    if used < own_limit and usage.others_borrowing(share_name, unit):
+        own_freed = usage.removal([*orphans, *own_lower])
+        # Only the share's own jobs lower its usage: without room for the job there, no reclaim can do.
+        if used - own_freed.by_share.get(share_name, 0) + preemptor.count <= own_limit:
+            borrowers = sorted(usage.borrowing[unit] - {share_name})
+            physical = own_freed.physical + sum(candidates.units(unit, name) for name in borrowers)
+            # And none without the room physically. (The whole fit rule is left to the search: with
+            # every borrowing share changed it costs more than the search itself.)
+            if usage.occupancy.get(unit, 0) - physical + preemptor.count <= usage.capacity(unit):
+                borrowed = (job for _, job in merge(*(candidates.of_share(unit, n) for n in borrowers)))
+                ranked = chain(ranked_orphans, borrowed, own_lower)
+                found = _search(usage, preemptor, ranked, None, orphan_ids, within_own_limit=True)
+                if found:
+                    return VictimChoice(PreemptionRule.RECLAIM, found)
     if share.in_share_preemption:
-        found = _search(usage, preemptor, [*orphans, *own_lower], orphan_ids, within_own_limit=False)
+        in_share = [*ranked_orphans, *own_lower]
+        found = _search(
+            usage, preemptor, in_share, usage.removal(in_share), orphan_ids, within_own_limit=False
+        )
         if found:
             return VictimChoice(PreemptionRule.IN_SHARE_PRIORITY, found)
     if orphans:
-        found = _search(usage, preemptor, list(orphans), orphan_ids, within_own_limit=False)
+        found = _search(
+            usage,
+            preemptor,
+            ranked_orphans,
+            usage.removal(ranked_orphans),
+            orphan_ids,
+            within_own_limit=False,
+        )
         if found:
             return VictimChoice(PreemptionRule.ADOPT_STOPPING, found)
     return None
@@ -96,28 +154,29 @@ def choose_victims(
 def _search(
     usage: Usage,
     preemptor: Job,
-    candidates: list[Job],
+    ranked: Iterable[Job],
+    everyone: Removal | None,
     orphan_ids: frozenset[str],
     *,
     within_own_limit: bool,
 ) -> tuple[Job, ...] | None:
-    """Take candidates in victim order until the preemptor fits, then minimize; None if it never fits."""
+    """Take candidates (``ranked``: in victim order) until the preemptor fits, then minimize; None if it
+    never fits. ``everyone``, what taking them all frees, when given, answers a hopeless search at once."""
     share_name, unit = preemptor.share_name, preemptor.unit
 
     def fits_without(removal: Removal) -> bool:
         return usage.fits(share_name, unit, preemptor.count, removal, within_own_limit=within_own_limit)
 
-    if not candidates or not fits_without(usage.removal(candidates)):
+    if everyone is not None and (not everyone.physical or not fits_without(everyone)):
         return None  # taking every candidate would not do: no subset will (fit only grows with removal)
-    ordered_candidates = sorted(
-        candidates, key=lambda job: victim_order_key(job, share_name, job.job_id in orphan_ids)
-    )
+    # Until enough is taken to fit physically, the full fit rule need not be asked.
+    short = usage.occupancy.get(unit, 0) + preemptor.count - usage.capacity(unit)
     taken = _Taken()
-    for candidate in ordered_candidates:
+    for candidate in ranked:
         if _protected(usage, candidate, share_name, taken.by_share, orphan_ids):
             continue
         taken.add(candidate)
-        if fits_without(taken.removal()):
+        if taken.physical >= short and fits_without(taken.removal()):
             return taken.minimized(fits_without)
     return None
 
