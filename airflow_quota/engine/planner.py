@@ -11,6 +11,12 @@ Decisions are made one after another on a state updated after each:
 A job that cannot start does not stop later jobs of its share. Every RUNNABLE job leaves the cycle with
 a statusReason that says what it waits for. Same state in, same decisions out.
 
+A cycle never preempts a job it granted. When a later decision would need the units of a job granted
+earlier in the same cycle, that grant is withheld: the cycle starts over with the job waiting (it says
+which job needed its units) until no decision needs a job the cycle granted. A preemptor granted its
+reservation in step 1 is never a victim in that cycle (withholding it would free nothing: its units are
+promised to it).
+
 The waiting jobs are sorted and grouped once per cycle (``_Queued``); a job's turn then costs a few
 dictionary look-ups unless it can start or preempt, and jobs of one share, unit and size share one
 statusReason.
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import replace
 from operator import attrgetter
 
@@ -40,6 +47,7 @@ from airflow_quota.engine.reasons import (
     capacity_lowered_reason,
     never_fits_reason,
     waiting_reason,
+    withheld_reason,
 )
 from airflow_quota.engine.usage import UnitTotals, Usage
 from airflow_quota.engine.victims import Candidates, VictimChoice, choose_victims
@@ -55,11 +63,29 @@ def share_order_key(job: Job) -> tuple[int, OrderKey, str]:
 
 def plan_cycle(state: QueueState, now: float) -> CyclePlan:
     """Run one allocation cycle at time ``now`` and return its decisions and the resulting state."""
-    cycle = _Cycle(_Queued(state), now)
-    cycle.grant_ready_reservations()
-    deferred = cycle.admit_within_own_limits()
-    cycle.admit_borrowers(deferred)
-    return cycle.finish()
+    queued = _Queued(state)
+    #: Jobs whose grant a later decision of this cycle needed, with the job that needed it.
+    withheld: dict[str, str] = {}
+    while True:
+        cycle = _Cycle(queued, now, withheld)
+        try:
+            cycle.grant_ready_reservations()
+            deferred = cycle.admit_within_own_limits()
+            cycle.admit_borrowers(deferred)
+        except _GrantsNeeded as needed:
+            withheld.update(dict.fromkeys(needed.granted_ids, needed.preemptor_id))
+            continue
+        return cycle.finish()
+
+
+class _GrantsNeeded(Exception):
+    """A preemption would take jobs granted earlier in the same cycle: the cycle starts over without
+    those grants."""
+
+    def __init__(self, preemptor_id: str, granted_ids: list[str]) -> None:
+        super().__init__(preemptor_id, granted_ids)
+        self.preemptor_id = preemptor_id
+        self.granted_ids = granted_ids
 
 
 class _Queued:
@@ -108,14 +134,18 @@ class _Queued:
 class _Cycle:
     """The working state of one cycle: a private copy of the jobs and exact usage counters."""
 
-    def __init__(self, queued: _Queued, now: float) -> None:
+    def __init__(self, queued: _Queued, now: float, withheld: Mapping[str, str]) -> None:
         self.queued = queued
+        self.withheld = withheld
+        #: Jobs granted in this cycle that a later decision could take: withheld if one needs them.
+        self.granted_now: set[str] = set()
         self.queue = queued.state.queue
         self.now = now
         self.jobs: dict[str, Job] = dict(queued.state.jobs)
         self.usage = Usage(self.queue, [*queued.holding, *queued.reserved])
         self.decisions: list[Decision] = []
-        #: The jobs that could be stopped: holding capacity and not being stopped.
+        #: The jobs that could be stopped: holding capacity and not being stopped (and not granted their
+        #: reservation in this cycle).
         self.running = Candidates()
         #: Per unit, jobs being stopped whose preemptor is gone: free to take over.
         self.orphans: dict[str, dict[str, Job]] = defaultdict(dict)
@@ -188,12 +218,14 @@ class _Cycle:
                 if current.status is JobStatus.RUNNABLE:
                     self._explain_reserved(current)
                 continue
-            reason = reasons.get(group)
-            if reason is None:
-                reason = misconfigurations[group] or waiting_reason(
+            if job_id in self.withheld:
+                reason = withheld_reason(self.withheld[job_id], job)
+            elif group in reasons:
+                reason = reasons[group]
+            else:
+                reason = reasons[group] = misconfigurations[group] or waiting_reason(
                     self.usage, self.usage.shares[group[0]], job
                 )
-                reasons[group] = reason
             if reason != job.status_reason:
                 jobs[job_id] = job.with_reason(reason)
         return CyclePlan(tuple(self.decisions), QueueState(self.queue, jobs))
@@ -216,6 +248,8 @@ class _Cycle:
 
     def _admit(self, job: Job) -> None:
         """Grant ``job`` idle capacity, or preempt for it, or leave it waiting."""
+        if self.withheld and job.job_id in self.withheld:
+            return
         request = job.request
         unit, share_name = request.capacity_unit, request.quota_share_name
         count, priority = request.instance_count, request.scheduling_priority
@@ -232,8 +266,11 @@ class _Cycle:
         choice = choose_victims(self.usage, job, self.running, orphans)
         if choice is None:
             self.failures.setdefault(unit, {}).setdefault(share_name, []).append((count, priority))
-        else:
-            self._preempt(job, choice)
+            return
+        granted_ids = [victim.job_id for victim in choice.victims if victim.job_id in self.granted_now]
+        if granted_ids:
+            raise _GrantsNeeded(job.job_id, granted_ids)
+        self._preempt(job, choice)
 
     def _overdrawn(self, unit: str) -> bool:
         """Whether more of ``unit`` is held and reserved than the queue has (its capacity was lowered)."""
@@ -283,7 +320,9 @@ class _Cycle:
         )
         self.next_start_seq += 1
         self.jobs[job.job_id] = granted
-        self.running.add(granted)
+        if not job.holds_reservation:
+            self.running.add(granted)
+            self.granted_now.add(job.job_id)
         self._decided(Grant(job.job_id, job.unit, job.count, borrowed), {job.share_name}, pool_grew=False)
 
     def _preempt(self, preemptor: Job, choice: VictimChoice) -> None:

@@ -74,6 +74,18 @@ def waiting_reason(usage: Usage, share: QuotaShare, job: Job) -> str:
     )
 
 
+#: statusReason prefix of a job that could have started, but whose units a later decision of the same
+#: cycle needed (a cycle never preempts a job it granted).
+WITHHELD = "Waiting for capacity: withheld for "
+
+
+def withheld_reason(preemptor_id: str, job: Job) -> str:
+    return (
+        f"{WITHHELD}{preemptor_id}, which needed these {job.unit} in the same cycle (a cycle never "
+        "preempts a job it granted)"
+    )
+
+
 def capacity_lowered_reason(job: Job, capacity: int, held: int) -> str:
     """A preemptor whose victims stopped, waiting because the queue's capacity was lowered since."""
     return (

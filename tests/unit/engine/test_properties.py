@@ -36,7 +36,9 @@ waiting preemptor counts from its decision on.
     was lowered since and its unit is held and reserved beyond it: then it waits until enough is released.
 (h) turns: the decisions are made in the documented order (ready reservations; share by share the jobs
     that fit within their own limit; then the rest merged by submission), and a waiting job that fits at
-    its turn, given the decisions before it, is not left waiting.
+    its turn, given the decisions before it, is not left waiting, unless its grant was withheld for a
+    later job of the cycle that needed its units (its statusReason says so, naming that job).
+(i) a cycle never preempts a job it granted: no victim of a decision was granted earlier in the cycle.
 
 Failures print, as Hypothesis notes, a script of engine calls that reproduces the failing run.
 Set ``QUOTA_PROPERTIES_PROFILE=engine-properties-long`` to explore many more examples.
@@ -76,6 +78,7 @@ from airflow_quota.engine import (
     update_priority,
     update_queue,
 )
+from airflow_quota.engine.reasons import WITHHELD
 
 settings.register_profile(
     "engine-properties",
@@ -494,6 +497,14 @@ def check_turns(before: QueueState, plan: CyclePlan, where: str) -> None:
         assert job.job_id not in made[turn:], (
             f"(h) {where}: {job.job_id} decided out of its turn; decisions {decisions}, at {turn}"
         )
+        reason = plan.state.jobs[job.job_id].status_reason
+        if reason.startswith(WITHHELD):
+            needed_by = reason.removeprefix(WITHHELD).split(",")[0]
+            assert needed_by in made[turn:], (
+                f"(h) {where}: {job.job_id} was withheld for {needed_by}, which decided nothing after it"
+            )
+            event("a grant withheld for a later decision")
+            return
         assert not reference_fits(queue, jobs, job), (
             f"(h) {where}: {job.job_id} fits at its turn (after {decisions[:turn]}) but was left waiting: "
             f"{plan.state.jobs[job.job_id].status_reason!r}"
@@ -540,6 +551,7 @@ def check_decisions(before: QueueState, plan: CyclePlan, where: str) -> None:
         f"the cycle began with {plan.decisions[: len(ready)]}"
     )
     preempted: set[str] = set()
+    granted: set[str] = set()
     last_start = max((job.started for job in jobs.values() if job.started), default=(-1.0, -1))
     for index, decision in enumerate(plan.decisions):
         at = f"{where}, decision {index} {decision}"
@@ -549,6 +561,7 @@ def check_decisions(before: QueueState, plan: CyclePlan, where: str) -> None:
                 f"(e) {at}: granted job is {job and job.status}"
             )
             assert decision.job_id not in preempted, f"(e) {at}: preempted job admitted in the same cycle"
+            granted.add(decision.job_id)
             assert (decision.capacity_unit, decision.instance_count) == (job.unit, job.count), at
             if job.holds_reservation:
                 assert not stopping_for(jobs, job), f"(g) {at}: granted while its victims still stop"
@@ -564,6 +577,8 @@ def check_decisions(before: QueueState, plan: CyclePlan, where: str) -> None:
             own = shares[job.share_name].own_limit(job.unit)
             assert decision.borrowed == max(0, min(job.count, used - own)), f"{at}: wrong borrowed count"
         else:
+            regranted = granted.intersection(decision.victim_ids)
+            assert not regranted, f"(i) {at}: preempts {sorted(regranted)}, granted in the same cycle"
             check_preemption(queue, jobs, decision, at)
             preempted.update(decision.victim_ids)
             apply_decision(jobs, decision, plan)

@@ -16,6 +16,7 @@ from airflow_quota.engine.model import (
     StopCause,
 )
 from airflow_quota.engine.planner import plan_cycle
+from airflow_quota.engine.reasons import WITHHELD
 from tests.unit.engine.builders import (
     BORROW,
     LEND,
@@ -448,12 +449,42 @@ CASES = [
         ),
         granted=(),
     ),
+    # -- a cycle never preempts a job it granted ----------------------------------------------------------
     Case(
-        "a_job_granted_a_moment_ago_is_a_possible_victim_of_the_next_decision",
+        "a_grant_a_higher_priority_job_needs_later_in_the_cycle_is_withheld",
+        queue(4, share("a", 4, RESERVE, preempt=True)),
+        (
+            running("r", "a", 2, prio=0),
+            waiting("high", "a", 4, prio=9, at=1),  # past the share's limit: its turn comes after low's
+            waiting("low", "a", 2, prio=1, at=2),  # fits, but high needs its 2 units with r's
+        ),
+        preempted=(("high", ("r",), "IN_SHARE_PRIORITY"),),
+        reasons={"low": WITHHELD + "high"},
+    ),
+    Case(
+        "a_borrower_is_not_granted_units_its_lender_takes_back_in_the_same_cycle",
+        queue(4, share("l", 2, LEND, preempt=True), share("b", 2, BORROW)),
+        (
+            running("l0", "l", 1, prio=0),
+            waiting("b1", "b", 3, at=1),  # borrows l's idle unit
+            waiting("l1", "l", 2, prio=5, at=2),  # would reclaim b1 and stop l0
+        ),
+        preempted=(("l1", ("l0",), "IN_SHARE_PRIORITY"),),
+        reasons={"b1": WITHHELD + "l1"},
+    ),
+    Case(
+        "a_withheld_grant_can_leave_the_job_that_needed_it_room_to_start_at_once",
+        queue(4, share("a", 2, BORROW, preempt=True), share("l", 2, LEND)),
+        (waiting("high", "a", 3, prio=9, at=1), waiting("low", "a", 2, prio=1, at=2)),
+        granted=("high",),
+        reasons={"low": WITHHELD + "high"},
+    ),
+    Case(
+        "a_reservation_granted_in_a_cycle_is_not_reclaimed_in_it",
         queue(4, share("a", 2, BORROW, preempt=True), share("l", 2, LEND)),
         (waiting("p", "a", 3, prio=9, at=0, awaiting=frozenset({"gone"})), waiting("l1", "l", 2, at=1)),
         granted=("p",),
-        preempted=(("l1", ("p",), "RECLAIM"),),
+        reasons={"l1": "Waiting for capacity: quota share l is using 0 of its 2 gpu"},
     ),
     # -- status reasons -----------------------------------------------------------------------------------
     Case(
