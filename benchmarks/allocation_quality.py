@@ -59,8 +59,10 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from airflow_quota.engine.model import Job, JobQueue, JobStatus, QuotaShare  # noqa: E402
+from airflow_quota.sim.jobs import JobRecord  # noqa: E402
 from airflow_quota.sim.metrics import MetricsRecorder, mean, p95  # noqa: E402
-from airflow_quota.sim.runner import JobOutcome, Simulation, _JobRecord  # noqa: E402
+from airflow_quota.sim.result import JobOutcome  # noqa: E402
+from airflow_quota.sim.runner import Simulation  # noqa: E402
 from airflow_quota.sim.scenario import (  # noqa: E402
     QueueConfiguration,
     Scenario,
@@ -139,12 +141,12 @@ class BacklogSimulation(Simulation):
         self.backlog = BacklogRecorder(dict(self.configuration.queue.capacity))
         self.metrics = self.backlog
 
-    def _waiting(self, record: _JobRecord) -> None:
+    def _waiting(self, record: JobRecord) -> None:
         if record.runnable_since is None:
             self.backlog.jobs_waiting += 1
         super()._waiting(record)
 
-    def _not_waiting(self, record: _JobRecord) -> None:
+    def _not_waiting(self, record: JobRecord) -> None:
         if record.runnable_since is not None:
             self.backlog.jobs_waiting -= 1
         super()._not_waiting(record)

@@ -4,7 +4,8 @@ Pure Python over ``airflow_quota.engine``: no Airflow import, no database. ``pyt
 is the command line (docs/simulator.md); ``simulate`` runs a parsed ``Scenario`` in-process.
 """
 
-from airflow_quota.sim.runner import SimulationError, SimulationResult, simulate
+from airflow_quota.sim.result import SimulationError, SimulationResult
+from airflow_quota.sim.runner import simulate
 from airflow_quota.sim.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
 
 __all__ = [

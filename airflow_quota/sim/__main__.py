@@ -15,7 +15,8 @@ from rich.console import Console
 
 from airflow_quota.engine.config import QuotaConfigError
 from airflow_quota.sim.report import print_scenario, print_trace, scenario_json, trace_json
-from airflow_quota.sim.runner import SimulationError, simulate
+from airflow_quota.sim.result import SimulationError
+from airflow_quota.sim.runner import simulate
 from airflow_quota.sim.scenario import Settings, load_scenario
 from airflow_quota.sim.trace import run_trace
 

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from airflow_quota.engine.model import JobStatus, PreemptionRule
 from airflow_quota.sim.metrics import Metrics, WaitStats
-from airflow_quota.sim.runner import Change, ChangeKind, SimulationResult
+from airflow_quota.sim.result import Change, ChangeKind, SimulationResult
 from airflow_quota.sim.scenario import format_seconds
 from airflow_quota.sim.trace import DEFINITIONS, TraceReport, TraceRun
 

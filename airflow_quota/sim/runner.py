@@ -8,16 +8,15 @@ moment (zero-second stops and starts, zero-length work) applied between cycles. 
 lifecycle functions make every state change; this module keeps the clock, each job's progress and the
 timeline (a ``Step`` per moment at which anything happened), and feeds ``metrics.MetricsRecorder``.
 Finished jobs are dropped from the engine's state at the end of each moment, so long traces stay fast.
+
+The timers are ``clock.Timers``, each job's progress a ``jobs.JobRecord``, what a run returns is in
+``result``, and the configuration after a queue or share update comes from ``queue_updates``.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
-from dataclasses import dataclass
-from enum import IntEnum, StrEnum
 
-from airflow_quota.engine.config import QuotaConfigError
 from airflow_quota.engine.lifecycle import (
     complete_stop,
     finish_job,
@@ -31,25 +30,34 @@ from airflow_quota.engine.lifecycle import (
 from airflow_quota.engine.model import (
     Grant,
     Job,
-    JobQueue,
     JobStatus,
     Preemption,
     QueueState,
     StopCause,
 )
 from airflow_quota.engine.planner import plan_cycle
-from airflow_quota.sim.metrics import Metrics, MetricsRecorder
+from airflow_quota.sim.clock import Timer, Timers
+from airflow_quota.sim.jobs import JobRecord
+from airflow_quota.sim.metrics import MetricsRecorder
+from airflow_quota.sim.queue_updates import queue_updated, share_updated
+from airflow_quota.sim.result import (
+    Change,
+    ChangeKind,
+    JobOutcome,
+    JobView,
+    SimulationError,
+    SimulationResult,
+    Step,
+)
 from airflow_quota.sim.scenario import (
     QueueConfiguration,
     Scenario,
     ScenarioEvent,
-    Settings,
     SubmitJob,
     TerminateJob,
     UpdateJob,
     UpdateJobQueue,
     UpdateQuotaShare,
-    format_seconds,
 )
 
 #: statusReason of a job whose work ran out while it was being stopped, by why it was being stopped.
@@ -57,136 +65,6 @@ FINISHED_WHILE_STOPPING = {
     StopCause.PREEMPTED: "Finished while being stopped; not counted as a preemption",
     StopCause.TERMINATED: "Finished while being stopped for termination",
 }
-
-
-class SimulationError(ValueError):
-    """The simulation cannot go on: an event that does not apply, or a loop that never settles."""
-
-    def __init__(self, source: str, message: str, *, event: ScenarioEvent | None = None, at: float = 0.0):
-        self.source = source
-        self.event = event
-        self.at = event.at if event is not None else at
-        self.message = message
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        where = f"event {self.event.label}" if self.event is not None else f"at {format_seconds(self.at)}"
-        return f"{self.source}: {where}: {self.message}"
-
-
-class ChangeKind(StrEnum):
-    """What happened to a job (or to the configuration) at one moment."""
-
-    SUBMITTED = "submitted"
-    GRANTED = "granted"
-    RUNNING = "running"
-    PREEMPTED = "preempted"
-    TERMINATING = "terminating"
-    REQUEUED = "requeued"
-    FINISHED = "finished"
-    FAILED = "failed"
-    WAITING = "waiting"
-    PRIORITY_UPDATED = "priority updated"
-    SHARE_UPDATED = "share updated"
-    QUEUE_UPDATED = "queue updated"
-    IGNORED = "ignored"
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One thing that happened: ``subject`` is the job (or share, or queue) it happened to.
-
-    ``reason`` is the job's statusReason or a description; ``by`` and ``rule`` name the preemptor and the
-    preemption rule; ``units``, ``unit`` and ``borrowed`` describe a grant.
-    """
-
-    kind: ChangeKind
-    subject: str
-    reason: str = ""
-    by: str = ""
-    rule: str = ""
-    units: int = 0
-    unit: str = ""
-    borrowed: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class JobView:
-    status: JobStatus
-    status_reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """A moment at which anything happened: what changed, and every job known so far once it settled."""
-
-    at: float
-    changes: tuple[Change, ...]
-    jobs: dict[str, JobView]
-
-
-@dataclass(frozen=True, slots=True)
-class JobOutcome:
-    """A job at the end; ``started_at`` and ``stopped_at`` are of its latest attempt (None if none)."""
-
-    name: str
-    quota_share_name: str
-    status: JobStatus
-    status_reason: str
-    preempted_attempt_count: int
-    started_at: float | None
-    stopped_at: float | None
-    submitted_at: float
-    runnable_seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class SimulationResult:
-    source: str
-    settings: Settings
-    queue: JobQueue
-    steps: tuple[Step, ...]
-    jobs: dict[str, JobOutcome]
-    metrics: Metrics
-    end: float
-
-
-class _Timer(IntEnum):
-    """What falls due; at one moment work ends first, then starts, then stops."""
-
-    WORK_DONE = 0
-    STARTED = 1
-    STOPPED = 2
-
-
-@dataclass(slots=True)
-class _JobRecord:
-    """The simulator's own bookkeeping for one job, beside the engine's view of it."""
-
-    name: str
-    share: str
-    unit: str
-    count: int
-    duration: float | None
-    submitted_at: float
-    #: Bumped whenever the job's timers no longer apply (a new attempt, a stop completed, work done).
-    epoch: int = 0
-    #: RUNNING seconds of work kept so far (as of ``running_since`` when running).
-    progress: float = 0.0
-    running_since: float | None = None
-    stop_started_at: float | None = None
-    progress_at_stop: float = 0.0
-    runnable_since: float | None = None
-    runnable_seconds: float = 0.0
-    ever_runnable: bool = False
-    started_at: float | None = None
-    stopped_at: float | None = None
-    #: The engine's last view of the job once it is SUCCEEDED or FAILED (dropped from the engine state).
-    final: Job | None = None
-    reported_reason: str = ""
-
-    def progress_at(self, now: float) -> float:
-        return self.progress + (now - self.running_since if self.running_since is not None else 0.0)
 
 
 def simulate(
@@ -216,10 +94,9 @@ class Simulation:
         self.configuration: QueueConfiguration = scenario.configuration
         self.state = QueueState(self.configuration.queue)
         self.metrics = MetricsRecorder(self.configuration.queue.capacity)
-        self.records: dict[str, _JobRecord] = {}
+        self.records: dict[str, JobRecord] = {}
         self.steps: list[Step] = []
-        self._timers: list[tuple[float, int, int, str, int]] = []
-        self._timer_seq = 0
+        self._timers = Timers(self.records)
         self._submission_seq = 0
         self._changes: list[Change] = []
         self._became_final = False
@@ -236,7 +113,7 @@ class Simulation:
         next_event = 0
         moments = 0
         while True:
-            timer_at = self._next_timer_at()
+            timer_at = self._timers.next_at()
             event_at = events[next_event].at if next_event < len(events) else None
             if timer_at is None and event_at is None:
                 break
@@ -298,33 +175,20 @@ class Simulation:
 
     # -- timers --------------------------------------------------------------------------------------
 
-    def _push(self, at: float, kind: _Timer, record: _JobRecord) -> None:
-        self._timer_seq += 1
-        heapq.heappush(self._timers, (at, int(kind), self._timer_seq, record.name, record.epoch))
-
-    def _next_timer_at(self) -> float | None:
-        while self._timers:
-            at, _, _, name, epoch = self._timers[0]
-            if self.records[name].epoch == epoch:
-                return at
-            heapq.heappop(self._timers)
-        return None
-
     def _run_due_timers(self) -> bool:
         ran = False
-        while (at := self._next_timer_at()) is not None and at <= self._now:
-            _, kind, _, name, _ = heapq.heappop(self._timers)
-            record = self.records[name]
-            if kind == _Timer.WORK_DONE:
+        while (due := self._timers.pop_due(self._now)) is not None:
+            kind, record = due
+            if kind is Timer.WORK_DONE:
                 self._work_done(record)
-            elif kind == _Timer.STARTED:
+            elif kind is Timer.STARTED:
                 self._start_done(record)
             else:
                 self._stop_done(record)
             ran = True
         return ran
 
-    def _work_done(self, record: _JobRecord) -> None:
+    def _work_done(self, record: JobRecord) -> None:
         job = self.state.jobs[record.name]
         record.progress = record.progress_at(self._now)
         reason = FINISHED_WHILE_STOPPING[job.stop_cause] if job.stop_cause is not None else ""
@@ -333,7 +197,7 @@ class Simulation:
         self._final(record)
         self._note(Change(ChangeKind.FINISHED, record.name, reason))
 
-    def _start_done(self, record: _JobRecord) -> None:
+    def _start_done(self, record: JobRecord) -> None:
         job = self.state.jobs.get(record.name)
         if job is None or job.status is not JobStatus.STARTING or job.is_stopping:
             return  # a job being stopped keeps its status until the stop completes
@@ -341,7 +205,7 @@ class Simulation:
         self._running(record)
         self._note(Change(ChangeKind.RUNNING, record.name))
 
-    def _stop_done(self, record: _JobRecord) -> None:
+    def _stop_done(self, record: JobRecord) -> None:
         job = self.state.jobs[record.name]
         preempted = job.stop_cause is StopCause.PREEMPTED
         stopped_at_progress = record.progress_at(self._now)
@@ -387,7 +251,7 @@ class Simulation:
         )
         if self.settings.start_seconds > 0:
             self.state = set_status(self.state, record.name, JobStatus.STARTING)
-            self._push(self._now + self.settings.start_seconds, _Timer.STARTED, record)
+            self._timers.push(self._now + self.settings.start_seconds, Timer.STARTED, record)
         else:
             self.state = set_status(self.state, record.name, JobStatus.RUNNING)
             self._running(record)
@@ -408,19 +272,21 @@ class Simulation:
 
     # -- one job's bookkeeping -----------------------------------------------------------------------
 
-    def _running(self, record: _JobRecord) -> None:
+    def _running(self, record: JobRecord) -> None:
         record.running_since = self._now
         if record.duration is not None:
-            self._push(self._now + max(0.0, record.duration - record.progress), _Timer.WORK_DONE, record)
+            self._timers.push(
+                self._now + max(0.0, record.duration - record.progress), Timer.WORK_DONE, record
+            )
 
-    def _stopping(self, record: _JobRecord) -> None:
+    def _stopping(self, record: JobRecord) -> None:
         """A stop begins (unless one is already under way, which keeps its timer)."""
         if record.stop_started_at is None:
             record.stop_started_at = self._now
             record.progress_at_stop = record.progress_at(self._now)
-            self._push(self._now + self.settings.stop_seconds, _Timer.STOPPED, record)
+            self._timers.push(self._now + self.settings.stop_seconds, Timer.STOPPED, record)
 
-    def _released(self, record: _JobRecord) -> None:
+    def _released(self, record: JobRecord) -> None:
         """The attempt ended (work done or stop completed): its units are free, its timers void."""
         record.epoch += 1
         record.running_since = None
@@ -428,16 +294,16 @@ class Simulation:
         record.stopped_at = self._now
         self.metrics.held(record.unit, -record.count)
 
-    def _waiting(self, record: _JobRecord) -> None:
+    def _waiting(self, record: JobRecord) -> None:
         record.runnable_since = self._now
         record.ever_runnable = True
 
-    def _not_waiting(self, record: _JobRecord) -> None:
+    def _not_waiting(self, record: JobRecord) -> None:
         if record.runnable_since is not None:
             record.runnable_seconds += self._now - record.runnable_since
             record.runnable_since = None
 
-    def _final(self, record: _JobRecord) -> None:
+    def _final(self, record: JobRecord) -> None:
         self._not_waiting(record)
         record.final = self.state.jobs[record.name]
         self._became_final = True
@@ -479,7 +345,7 @@ class Simulation:
         self._submission_seq += 1
         self.state = submit_job(self.state, name, request, self._now, seq=self._submission_seq)
         job = self.state.jobs[name]
-        record = _JobRecord(
+        record = JobRecord(
             name=name,
             share=request.quota_share_name,
             unit=request.capacity_unit,
@@ -524,44 +390,21 @@ class Simulation:
             self._note(Change(ChangeKind.FAILED, record.name, job.status_reason))
 
     def _update_share(self, event: ScenarioEvent, action: UpdateQuotaShare) -> None:
-        try:
-            configuration = self.configuration.with_share_update(
-                action.quota_share_name, action.changes, self.scenario.source
-            )
-        except KeyError:
-            raise self._error(
-                event,
-                f"quota share {action.quota_share_name!r} does not exist in job queue "
-                f"{self.state.queue.name!r}; use one of: {', '.join(self.state.queue.share_names())}",
-            ) from None
-        except QuotaConfigError as error:
-            raise self._error(event, _config_problems(error)) from None
+        configuration, change = share_updated(self.configuration, event, action, self.scenario.source)
         self._configure(configuration)
-        changed = ", ".join(f"{key}={_brief(value)}" for key, value in action.changes.items())
-        self._note(Change(ChangeKind.SHARE_UPDATED, action.quota_share_name, changed))
+        self._note(change)
 
     def _update_queue(self, event: ScenarioEvent, action: UpdateJobQueue) -> None:
-        try:
-            configuration = self.configuration.with_queue_capacity(
-                action.capacity_limits, self.scenario.source
-            )
-        except QuotaConfigError as error:
-            raise self._error(event, _config_problems(error)) from None
+        configuration, change = queue_updated(self.configuration, event, action, self.scenario.source)
         self._configure(configuration)
         self.metrics.capacity_changed(self._now, configuration.queue.capacity)
-        self._note(
-            Change(
-                ChangeKind.QUEUE_UPDATED,
-                configuration.queue.name,
-                f"capacityLimits={_brief(action.capacity_limits)}",
-            )
-        )
+        self._note(change)
 
     def _configure(self, configuration: QueueConfiguration) -> None:
         self.configuration = configuration
         self.state = update_queue(self.state, configuration.queue)
 
-    def _record(self, event: ScenarioEvent, job_name: str) -> _JobRecord:
+    def _record(self, event: ScenarioEvent, job_name: str) -> JobRecord:
         record = self.records.get(job_name)
         if record is None:
             known = ", ".join(self.records) or "none yet"
@@ -576,7 +419,7 @@ class Simulation:
 
     # -- results -------------------------------------------------------------------------------------
 
-    def _view(self, record: _JobRecord) -> Job:
+    def _view(self, record: JobRecord) -> Job:
         return record.final if record.final is not None else self.state.jobs[record.name]
 
     def _snapshot(self) -> dict[str, JobView]:
@@ -615,19 +458,3 @@ class Simulation:
             metrics=metrics,
             end=end,
         )
-
-
-def _config_problems(error: QuotaConfigError) -> str:
-    problems = "; ".join(str(issue) for issue in error.issues)
-    return f"the configuration after this event would be invalid: {problems}"
-
-
-def _brief(value: object) -> str:
-    """A short rendering of a configuration value for the timeline."""
-    if isinstance(value, list) and all(isinstance(item, dict) and "capacityUnit" in item for item in value):
-        return (
-            "[" + ", ".join(f"{item.get('capacityUnit')} {item.get('maxCapacity')}" for item in value) + "]"
-        )
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{key}: {item}" for key, item in value.items()) + "}"
-    return str(value)

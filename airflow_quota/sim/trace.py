@@ -20,7 +20,8 @@ from typing import Any
 
 from airflow_quota.config_file import read_mapping_file
 from airflow_quota.engine.config import ConfigIssue, JobRequestError, parse_quota_config, validate_job_request
-from airflow_quota.sim.runner import SimulationResult, simulate
+from airflow_quota.sim.result import SimulationResult
+from airflow_quota.sim.runner import simulate
 from airflow_quota.sim.scenario import (
     QueueConfiguration,
     Scenario,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_quota.sim.runner import ChangeKind, SimulationResult, simulate
+from airflow_quota.sim.result import ChangeKind, SimulationResult
+from airflow_quota.sim.runner import simulate
 from airflow_quota.sim.scenario import Scenario, parse_scenario
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_quota.engine.config import parse_queue_with_shares
-from airflow_quota.sim.runner import ChangeKind
+from airflow_quota.sim.result import ChangeKind
 from tests.unit.sim.builders import run, share, status_at, submit, when
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_quota.sim.runner import ChangeKind, Simulation, SimulationError, simulate
+from airflow_quota.sim.result import ChangeKind, SimulationError
+from airflow_quota.sim.runner import Simulation, simulate
 from airflow_quota.sim.scenario import load_scenario
 from tests.unit.sim.builders import run, scenario, share, status_at, submit, when
 
