@@ -289,10 +289,21 @@ def _one_per_name(resources: Iterable[Resource]) -> tuple[dict[Kind, list[Resour
 
 
 def _design_fields(resource: Resource) -> str:
+    """What a resource says about the design: not its own ARN, status or tags, nor empty lists an answer
+    adds (a SageMaker job queue's ``computeEnvironmentOrder: []``); another resource's ARN as its name."""
     ignored = {"status", "statusReason", "tags", *_ANSWER_KEY.values(), "jobQueue", "jobQueueArn"}
-    return json.dumps(
-        {k: v for k, v in resource.body.items() if k not in ignored}, sort_keys=True, default=str
-    )
+    fields = {k: v for k, v in resource.body.items() if k not in ignored and v not in (None, [], {})}
+    return json.dumps(_arns_as_names(fields), sort_keys=True, default=str)
+
+
+def _arns_as_names(value: Any) -> Any:
+    if isinstance(value, str):
+        return name_of(value)
+    if isinstance(value, Mapping):
+        return {key: _arns_as_names(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_arns_as_names(item) for item in value]
+    return value
 
 
 def _join(
@@ -387,11 +398,13 @@ def _join(
         for index, share in enumerate(shares):
             origins[f"{path}.quotaShares[{index}]"] = share.where
             notes += _not_expressed(share, "quota share")
-            our_shares.append({key: share.body[key] for key in _SHARE_FIELDS if key in share.body})
+            our_shares.append(
+                {key: _unit_first(share.body[key]) for key in _SHARE_FIELDS if key in share.body}
+            )
         queues.append(
             {
                 "jobQueueName": name,
-                "capacityLimits": environment.body.get("capacityLimits"),
+                "capacityLimits": _unit_first(environment.body.get("capacityLimits")),
                 "quotaShares": our_shares,
             }
         )
@@ -412,6 +425,20 @@ def _join(
             )
         )
     return {"jobQueues": queues}, origins, issues, notes
+
+
+def _unit_first(limits: Any) -> Any:
+    """Capacity limits with ``capacityUnit`` before ``maxCapacity``, as our quota file writes them (any
+    other value as it is)."""
+    if not isinstance(limits, list):
+        return limits
+    order = {"capacityUnit": 0, "maxCapacity": 1}
+    return [
+        dict(sorted(limit.items(), key=lambda item: order.get(item[0], 2)))
+        if isinstance(limit, Mapping)
+        else limit
+        for limit in limits
+    ]
 
 
 def _environment_of(

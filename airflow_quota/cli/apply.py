@@ -1,6 +1,7 @@
 """``airflow quota apply -f FILE [--dry-run]``: make the ledger's job queues and shares those of a quota file.
 
-The file is validated first (the errors ``validate`` prints; exit 1, nothing written). Then the diff against
+``-f`` may also name AWS Batch documents (repeated for several files), imported as ``validate`` does. The
+design is validated first (the errors ``validate`` prints; exit 1, nothing written). Then the diff against
 what is applied is printed per job queue and share (added, removed, or each changed field old -> new) and
 the whole file is applied in one transaction (``apply_quota_config``: a new revision per job queue that
 changes, one audit row per change). ``--dry-run`` prints the same diff and rolls the transaction back. A
@@ -20,7 +21,7 @@ from rich.markup import escape
 
 from airflow_quota.cli.common import console, fail, metadata_session, plural
 from airflow_quota.cli.validate import print_errors
-from airflow_quota.config_file import load_quota_file
+from airflow_quota.config_file import load_quota_design
 from airflow_quota.engine.config import QuotaConfigError
 from airflow_quota.ledger.configuration import ConfigChange, apply_quota_config
 from airflow_quota.ledger.errors import ConfigApplyError
@@ -30,10 +31,12 @@ def apply(args: argparse.Namespace) -> None:
     sys.exit(run_apply(args.file, dry_run=args.dry_run))
 
 
-def run_apply(path: str, *, dry_run: bool = False) -> int:
+def run_apply(paths: str | list[str], *, dry_run: bool = False) -> int:
     out = console()
+    paths = [paths] if isinstance(paths, str) else paths
+    path = ", ".join(paths)
     try:
-        config = load_quota_file(path)
+        config = load_quota_design(paths).config
     except QuotaConfigError as error:
         print_errors(out, error)
         out.print("Nothing was applied.")

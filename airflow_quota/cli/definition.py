@@ -18,7 +18,28 @@ def _arg(*flags: str, **options: Any) -> Arg:
     return Arg(flags, **options)  # type: ignore[no-untyped-call]
 
 
-ARG_QUOTA_FILE = _arg("file", metavar="FILE", help="The quota file: YAML, or JSON when it ends in .json")
+ARG_DESIGN_FILES = _arg(
+    "files",
+    metavar="FILE",
+    nargs="+",
+    help="A quota file, or AWS Batch documents (request bodies, Describe/List answers) in one or more files",
+)
+ARG_AWS_FILES = _arg(
+    "files",
+    metavar="FILE",
+    nargs="+",
+    help="AWS Batch documents: Create* request bodies and Describe*/ListQuotaShares answers, any mix",
+)
+ARG_IMPORT_OUTPUT = _arg("-o", "--output", metavar="FILE", help="Write the quota file here (default: stdout)")
+ARG_EXPORT_FORMAT = _arg(
+    "--format",
+    choices=("aws",),
+    default="aws",
+    help="aws: one JSON object of CreateServiceEnvironment, CreateSchedulingPolicy, CreateJobQueue and "
+    "CreateQuotaShare request bodies",
+)
+ARG_REGION = _arg("--region", metavar="REGION", help="The AWS region in the scheduling policy's ARN")
+ARG_ACCOUNT_ID = _arg("--account-id", metavar="ID", help="The AWS account in the scheduling policy's ARN")
 ARG_JSON = _arg("--json", action="store_true", help="Print the result as JSON")
 ARG_SCENARIO = _arg("scenario", metavar="FILE", nargs="?", help="A scenario file to simulate (YAML)")
 ARG_TRACE = _arg("--trace", metavar="CSV", help="Replay this job trace (CSV) instead of a scenario")
@@ -38,7 +59,14 @@ ARG_STOP_SECONDS = _arg("--stop-seconds", metavar="SECONDS", help="How long a st
 ARG_START_SECONDS = _arg("--start-seconds", metavar="SECONDS", help="How long a granted job is STARTING")
 
 # The ledger's commands (they read and write the quota tables of the Airflow metadata DB).
-ARG_APPLY_FILE = _arg("-f", "--file", metavar="FILE", required=True, help="The quota file to apply")
+ARG_APPLY_FILE = _arg(
+    "-f",
+    "--file",
+    metavar="FILE",
+    required=True,
+    action="append",
+    help="The quota file to apply, or AWS Batch documents (repeat -f for each file)",
+)
 ARG_DRY_RUN = _arg("--dry-run", action="store_true", help="Show the changes and write nothing")
 ARG_OUTPUT = _arg(
     "-o", "--output", choices=("table", "json"), default="table", help="Print tables (default) or JSON"
@@ -164,12 +192,35 @@ QUOTA_COMMANDS: list[ActionCommand | GroupCommand] = [
         name="validate",
         help="Check a quota file and summarize its job queues and quota shares",
         description=(
-            "Check a quota file (AWS Batch field names) and print each job queue's quota shares. "
-            "Exits 1 and lists every error when the file is invalid; AWS Batch limits the file "
-            "exceeds are warnings only."
+            "Check a quota file (AWS Batch field names), or AWS Batch documents, and print each job "
+            "queue's quota shares. Exits 1 and lists every error when the design is invalid; what AWS "
+            "Batch treats differently is a warning only."
         ),
         func=lazy_load_command("airflow_quota.cli.validate.validate"),
-        args=(ARG_QUOTA_FILE, ARG_JSON),
+        args=(ARG_DESIGN_FILES, ARG_JSON),
+    ),
+    ActionCommand(
+        name="import",
+        help="Turn AWS Batch documents (request bodies, Describe/List answers) into a quota file",
+        description=(
+            "Read any mix of CreateServiceEnvironment, CreateSchedulingPolicy, CreateJobQueue and "
+            "CreateQuotaShare request bodies and DescribeServiceEnvironments, DescribeJobQueues, "
+            "DescribeSchedulingPolicies, ListQuotaShares and DescribeQuotaShare answers, each checked by "
+            "botocore, and write the quota file. What the quota file cannot express is listed by field."
+        ),
+        func=lazy_load_command("airflow_quota.cli.aws_design.import_command"),
+        args=(ARG_AWS_FILES, ARG_IMPORT_OUTPUT),
+    ),
+    ActionCommand(
+        name="export",
+        help="Print a quota file as AWS Batch request bodies (checked by botocore)",
+        description=(
+            "Print one JSON object {serviceEnvironments, schedulingPolicies, jobQueues, quotaShares} whose "
+            "items are request bodies for CreateServiceEnvironment, CreateSchedulingPolicy, CreateJobQueue "
+            "and CreateQuotaShare (aws batch create-... --cli-input-json), each checked by botocore."
+        ),
+        func=lazy_load_command("airflow_quota.cli.aws_design.export_command"),
+        args=(ARG_DESIGN_FILES, ARG_EXPORT_FORMAT, ARG_REGION, ARG_ACCOUNT_ID),
     ),
     ActionCommand(
         name="simulate",

@@ -1,5 +1,9 @@
 """``airflow quota shares list|describe``: each quota share as applied, and its usage now, from the ledger.
 
+Their JSON nests a share's configuration as AWS Batch's DescribeQuotaShare does (``capacityLimits`` as a
+list, ``resourceSharingConfiguration``, ``preemptionConfiguration``), with the job queue's name and the
+usage per unit (``units``) beside it.
+
 Usage is the engine's own accounting of the jobs that have not finished: ``own`` is what the share holds
 within its own limit, ``borrowed`` what it holds above it (idle capacity lent by other shares).
 """
@@ -26,9 +30,12 @@ COUNTED = ("RUNNING", "RUNNABLE")
 
 def shares_list(args: argparse.Namespace) -> None:
     with metadata_session() as session:
-        reports = [report for state in queue_states(session, args.queue) for report in share_reports(state)]
+        pairs = [
+            (state, report) for state in queue_states(session, args.queue) for report in share_reports(state)
+        ]
+    reports = [report for _, report in pairs]
     if wants_json(args):
-        print_json({"quotaShares": reports})
+        print_json({"quotaShares": [aws_share_json(state, report) for state, report in pairs]})
         return
     out = console()
     if not reports:
@@ -42,7 +49,7 @@ def shares_list(args: argparse.Namespace) -> None:
 def shares_describe(args: argparse.Namespace) -> None:
     with metadata_session() as session:
         matches = [
-            report
+            (state, report)
             for state in queue_states(session, args.queue)
             for report in share_reports(state)
             if report["quotaShareName"] == args.name
@@ -51,11 +58,11 @@ def shares_describe(args: argparse.Namespace) -> None:
         where = f" in job queue {args.queue}" if args.queue else ""
         fail(f"no quota share {args.name}{where} is applied")
     if len(matches) > 1:
-        queues = ", ".join(report["jobQueueName"] for report in matches)
+        queues = ", ".join(report["jobQueueName"] for _, report in matches)
         fail(f"quota share {args.name} is in several job queues ({queues}): name one with --queue")
-    report = matches[0]
+    state, report = matches[0]
     if wants_json(args):
-        print_json(report)
+        print_json(aws_share_json(state, report))
         return
     out = console()
     fields = Table.grid(padding=(0, 2))
@@ -118,6 +125,25 @@ def share_reports(state: QueueState) -> list[dict[str, Any]]:
             }
         )
     return reports
+
+
+def aws_share_json(state: QueueState, report: dict[str, Any]) -> dict[str, Any]:
+    """A share's report in DescribeQuotaShare's nesting (``borrowLimit`` given for LEND_AND_BORROW only)."""
+    share = next(share for share in state.queue.shares if share.name == report["quotaShareName"])
+    sharing: dict[str, Any] = {"strategy": share.strategy.value}
+    if share.borrows:
+        sharing["borrowLimit"] = share.borrow_limit
+    return {
+        "quotaShareName": share.name,
+        "jobQueueName": state.queue.name,
+        "capacityLimits": [
+            {"capacityUnit": unit, "maxCapacity": limit} for unit, limit in share.capacity_limits.items()
+        ],
+        "resourceSharingConfiguration": sharing,
+        "preemptionConfiguration": {"inSharePreemption": report["inSharePreemption"]},
+        "state": share.state.value,
+        "units": report["units"],
+    }
 
 
 def borrow_limit_text(borrow_limit: int | None) -> str:

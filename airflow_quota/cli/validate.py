@@ -1,7 +1,8 @@
-"""``airflow quota validate FILE [--json]``: check a quota file and summarize it, one table per job queue.
+"""``airflow quota validate FILE... [--json]``: check a quota design, summarized in one table per job queue.
 
-Exit code 0 when the file is valid (AWS Batch warnings alone do not fail it), 1 with every error listed
-when it is not. ``--json`` prints the same report as one JSON object.
+The design is a quota file, or AWS Batch documents in one or more files (``aws_batch.design``). Exit code 0
+when it is valid (warnings about what AWS Batch treats differently, and what an import did not keep, do not
+fail it), 1 with every error listed when it is not. ``--json`` prints the same report as one JSON object.
 """
 
 from __future__ import annotations
@@ -9,26 +10,29 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from airflow_quota.config_file import load_quota_file
-from airflow_quota.engine.config import ConfigIssue, QuotaConfigError, aws_batch_warnings
+from airflow_quota.config_file import load_quota_design
+from airflow_quota.engine.config import ConfigIssue, QuotaConfigError
 from airflow_quota.engine.model import UNLIMITED_BORROW, JobQueue, QuotaShare
 
 
 def validate(args: argparse.Namespace) -> None:
-    sys.exit(run_validate(args.file, as_json=args.json))
+    sys.exit(run_validate(args.files, as_json=args.json))
 
 
-def run_validate(path: str, *, as_json: bool = False, console: Console | None = None) -> int:
-    """Check the quota file at ``path``, print the report, and return the exit code."""
+def run_validate(paths: str | Sequence[str], *, as_json: bool = False, console: Console | None = None) -> int:
+    """Check the quota file (or AWS documents) at ``paths``, print the report, and return the exit code."""
     console = console or _console()
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    path = ", ".join(paths)
     try:
-        config = load_quota_file(path)
+        design = load_quota_design(paths)
     except QuotaConfigError as error:
         if as_json:
             _print_json(
@@ -38,8 +42,8 @@ def run_validate(path: str, *, as_json: bool = False, console: Console | None = 
             print_errors(console, error)
         return 1
 
-    queues = config.to_job_queues()
-    warnings = aws_batch_warnings(config)
+    queues = design.config.to_job_queues()
+    warnings = design.warnings()
     if as_json:
         _print_json(
             {

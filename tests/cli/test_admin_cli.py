@@ -195,13 +195,14 @@ def test_jobs_shares_snapshot_and_events_read_the_ledger(migrated: Database, fil
         record_status_change(session, state, "big-1", JobStatus.RUNNING, now + timedelta(seconds=1))
     before_refusal = ledger_rows(migrated)
 
-    jobs, describe, snapshot, shares, shares_table, jobs_table, events, refused = run_all(
+    jobs, describe, snapshot, shares, shares_table, share_json, jobs_table, events, refused = run_all(
         migrated,
         ["jobs", "list", "--output", "json"],
         ["jobs", "describe", "small", "--output", "json"],
         ["snapshot", "--output", "json"],
         ["shares", "list", "--queue", QUEUE, "--output", "json"],
         ["shares", "describe", "lender"],
+        ["shares", "describe", "lender", "--output", "json"],
         ["jobs", "list", "--status", "runnable"],
         ["events", "--queue", QUEUE, "--output", "json"],
         ["apply", "-f", files["without-lender"]],
@@ -232,12 +233,22 @@ def test_jobs_shares_snapshot_and_events_read_the_ledger(migrated: Database, fil
         "RUNNABLE": 2,
     }
     shares_json = json.loads(ok(shares))["quotaShares"]
-    assert [(s["quotaShareName"], s["strategy"]) for s in shares_json] == [
+    assert [(s["quotaShareName"], s["resourceSharingConfiguration"]["strategy"]) for s in shares_json] == [
         ("lender", "LEND"),
         ("borrower", "LEND_AND_BORROW"),
     ]
     for text in ("lender", "LEND", "DISABLED", "Own", "Borrowed"):
         assert text in ok(shares_table)
+    lender = json.loads(ok(share_json))  # DescribeQuotaShare's nesting, with the usage beside it
+    assert {key: value for key, value in lender.items() if key != "units"} == {
+        "quotaShareName": "lender",
+        "jobQueueName": QUEUE,
+        "capacityLimits": [{"capacityUnit": "gpu", "maxCapacity": 2}],
+        "resourceSharingConfiguration": {"strategy": "LEND"},
+        "preemptionConfiguration": {"inSharePreemption": "DISABLED"},
+        "state": "ENABLED",
+    }
+    assert lender["units"]["gpu"]["RUNNABLE"] == 2
     assert "small" in ok(jobs_table)
     assert "big-1" not in jobs_table.stdout
     kinds = [event["kind"] for event in json.loads(ok(events))["events"]]

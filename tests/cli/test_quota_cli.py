@@ -53,6 +53,7 @@ def quota_file(share_count: int, *, borrow_limit_on_lend: bool = False) -> dict[
                         "quotaShareName": f"team-{index}",
                         "capacityLimits": [{"capacityUnit": "ml.g5.12xlarge", "maxCapacity": 1}],
                         "resourceSharingConfiguration": sharing,
+                        "preemptionConfiguration": {"inSharePreemption": "DISABLED"},
                     }
                     for index in range(share_count)
                 ],

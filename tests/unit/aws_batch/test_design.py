@@ -279,6 +279,21 @@ def test_describe_quota_share_answer_names_its_job_queue_by_arn_and_keeps_a_dupl
     ]
 
 
+def test_a_create_body_and_the_answer_for_the_same_job_queue_are_read_once() -> None:
+    body = {key: DESCRIBED["jobQueues"][0][key] for key in ("jobQueueName", "priority", "jobQueueType")}
+    body |= {
+        "schedulingPolicyArn": "quota",
+        "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "ml-g5"}],
+    }
+    body |= {"state": "ENABLED"}
+
+    design = import_design(
+        [("described.json", DESCRIBED), ("shares.json", LISTED_SHARES), ("queue.json", body)]
+    )
+
+    assert [queue.job_queue_name for queue in design.config.job_queues] == ["gpu-training"]
+
+
 def test_an_answer_field_newer_than_botocores_model_is_ignored_and_said() -> None:
     newer = copy.deepcopy(LISTED_SHARES)
     newer["quotaShares"][0]["lastUpdatedAt"] = 1764547200000
