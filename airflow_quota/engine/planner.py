@@ -12,10 +12,10 @@ A job that cannot start does not stop later jobs of its share. Every RUNNABLE jo
 a statusReason that says what it waits for. Same state in, same decisions out.
 
 A cycle never preempts a job it granted. When a later decision would need the units of a job granted
-earlier in the same cycle, that grant is withheld: the cycle starts over with the job waiting (it says
-which job needed its units) until no decision needs a job the cycle granted. A preemptor granted its
-reservation in step 1 is never a victim in that cycle (withholding it would free nothing: its units are
-promised to it).
+earlier in the same cycle, that grant is taken back before anyone hears of it: the job keeps waiting (its
+statusReason names the job that needed its units), its units count as held until that decision, which is
+then made again with them free. A preemptor granted its reservation in step 1 is never a victim in that
+cycle (taking its grant back would free nothing: its units are promised to it).
 
 The waiting jobs are sorted and grouped once per cycle (``_Queued``); a job's turn then costs a few
 dictionary look-ups unless it can start or preempt, and jobs of one share, unit and size share one
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Mapping
 from dataclasses import replace
 from operator import attrgetter
 
@@ -63,29 +62,11 @@ def share_order_key(job: Job) -> tuple[int, OrderKey, str]:
 
 def plan_cycle(state: QueueState, now: float) -> CyclePlan:
     """Run one allocation cycle at time ``now`` and return its decisions and the resulting state."""
-    queued = _Queued(state)
-    #: Jobs whose grant a later decision of this cycle needed, with the job that needed it.
-    withheld: dict[str, str] = {}
-    while True:
-        cycle = _Cycle(queued, now, withheld)
-        try:
-            cycle.grant_ready_reservations()
-            deferred = cycle.admit_within_own_limits()
-            cycle.admit_borrowers(deferred)
-        except _GrantsNeeded as needed:
-            withheld.update(dict.fromkeys(needed.granted_ids, needed.preemptor_id))
-            continue
-        return cycle.finish()
-
-
-class _GrantsNeeded(Exception):
-    """A preemption would take jobs granted earlier in the same cycle: the cycle starts over without
-    those grants."""
-
-    def __init__(self, preemptor_id: str, granted_ids: list[str]) -> None:
-        super().__init__(preemptor_id, granted_ids)
-        self.preemptor_id = preemptor_id
-        self.granted_ids = granted_ids
+    cycle = _Cycle(_Queued(state), now)
+    cycle.grant_ready_reservations()
+    deferred = cycle.admit_within_own_limits()
+    cycle.admit_borrowers(deferred)
+    return cycle.finish()
 
 
 class _Queued:
@@ -134,11 +115,12 @@ class _Queued:
 class _Cycle:
     """The working state of one cycle: a private copy of the jobs and exact usage counters."""
 
-    def __init__(self, queued: _Queued, now: float, withheld: Mapping[str, str]) -> None:
+    def __init__(self, queued: _Queued, now: float) -> None:
         self.queued = queued
-        self.withheld = withheld
-        #: Jobs granted in this cycle that a later decision could take: withheld if one needs them.
+        #: Jobs granted in this cycle that a later decision could take (their grant is taken back then).
         self.granted_now: set[str] = set()
+        #: Jobs whose grant a later decision of this cycle needed, with the job that needed it.
+        self.withheld: dict[str, str] = {}
         self.queue = queued.state.queue
         self.now = now
         self.jobs: dict[str, Job] = dict(queued.state.jobs)
@@ -248,8 +230,6 @@ class _Cycle:
 
     def _admit(self, job: Job) -> None:
         """Grant ``job`` idle capacity, or preempt for it, or leave it waiting."""
-        if self.withheld and job.job_id in self.withheld:
-            return
         request = job.request
         unit, share_name = request.capacity_unit, request.quota_share_name
         count, priority = request.instance_count, request.scheduling_priority
@@ -267,9 +247,11 @@ class _Cycle:
         if choice is None:
             self.failures.setdefault(unit, {}).setdefault(share_name, []).append((count, priority))
             return
-        granted_ids = [victim.job_id for victim in choice.victims if victim.job_id in self.granted_now]
-        if granted_ids:
-            raise _GrantsNeeded(job.job_id, granted_ids)
+        granted_now = [victim for victim in choice.victims if victim.job_id in self.granted_now]
+        if granted_now:
+            self._take_back(granted_now, job.job_id)
+            self._admit(job)  # again, with their units free
+            return
         self._preempt(job, choice)
 
     def _overdrawn(self, unit: str) -> bool:
@@ -324,6 +306,24 @@ class _Cycle:
             self.running.add(granted)
             self.granted_now.add(job.job_id)
         self._decided(Grant(job.job_id, job.unit, job.count, borrowed), {job.share_name}, pool_grew=False)
+
+    def _take_back(self, granted: list[Job], needed_by: str) -> None:
+        """Withdraw grants of this cycle, not yet emitted, whose units ``needed_by`` needs: the jobs wait
+        again, as they came into the cycle."""
+        taken_back = {job.job_id for job in granted}
+        self.decisions = [
+            decision
+            for decision in self.decisions
+            if not (isinstance(decision, Grant) and decision.job_id in taken_back)
+        ]
+        for job in granted:
+            self.running.remove(job)
+            self.granted_now.discard(job.job_id)
+            self.usage.add_to_share(job.share_name, job.unit, -job.count)
+            self.usage.add_occupancy(job.unit, -job.count)
+            self.jobs[job.job_id] = self.queued.state.jobs[job.job_id]
+            self.withheld[job.job_id] = needed_by
+            self.failures.pop(job.unit, None)  # room came back on the unit
 
     def _preempt(self, preemptor: Job, choice: VictimChoice) -> None:
         overdraft_before = self.usage.overdraft(preemptor.unit)

@@ -36,8 +36,9 @@ waiting preemptor counts from its decision on.
     was lowered since and its unit is held and reserved beyond it: then it waits until enough is released.
 (h) turns: the decisions are made in the documented order (ready reservations; share by share the jobs
     that fit within their own limit; then the rest merged by submission), and a waiting job that fits at
-    its turn, given the decisions before it, is not left waiting, unless its grant was withheld for a
-    later job of the cycle that needed its units (its statusReason says so, naming that job).
+    its turn, given the decisions before it, is not left waiting, unless its grant was taken back for a
+    later job of the cycle that needed its units (its statusReason names that job, which decides after
+    it): the replays then hold its units from its turn until that job's decision.
 (i) a cycle never preempts a job it granted: no victim of a decision was granted earlier in the cycle.
 
 Failures print, as Hypothesis notes, a script of engine calls that reproduces the failing run.
@@ -473,7 +474,22 @@ def apply_decision(jobs: dict[str, Job], decision: Grant | Preemption, plan: Cyc
     jobs[preemptor.job_id] = replace(preemptor, awaiting_victims=frozenset(decision.victim_ids))
 
 
-def check_turns(before: QueueState, plan: CyclePlan, where: str) -> None:
+#: Jobs whose grant a cycle took back, by the index of the decision before which their turn came, each
+#: with the job that needed their units: a replay holds their units from then until that job's decision.
+Holds = dict[int, list[tuple[str, str]]]
+
+
+def hold(jobs: dict[str, Job], job_id: str) -> None:
+    jobs[job_id] = replace(jobs[job_id], status=JobStatus.SCHEDULED)
+
+
+def release(jobs: dict[str, Job], before: QueueState, holding: dict[str, list[str]], job_id: str) -> None:
+    """Before ``job_id``'s decision, the units held for it go back: those jobs wait as they came in."""
+    for held in holding.pop(job_id, []):
+        jobs[held] = before.jobs[held]
+
+
+def check_turns(before: QueueState, plan: CyclePlan, where: str) -> Holds:
     """(h) Every waiting job gets its turn, in the documented order, and one that fits at its turn starts.
 
     The order (planner.py): ready reservations; then, share by share (by name), each share's jobs by
@@ -487,10 +503,13 @@ def check_turns(before: QueueState, plan: CyclePlan, where: str) -> None:
     decisions = list(plan.decisions)
     made: list[str] = [d.job_id if isinstance(d, Grant) else d.preemptor_id for d in decisions]
     turn = 0
+    holds: Holds = {}
+    holding: dict[str, list[str]] = {}
 
     def take_turn(job: Job) -> None:
         nonlocal turn
         if turn < len(made) and made[turn] == job.job_id:
+            release(jobs, before, holding, job.job_id)
             apply_decision(jobs, decisions[turn], plan)
             turn += 1
             return
@@ -503,7 +522,11 @@ def check_turns(before: QueueState, plan: CyclePlan, where: str) -> None:
             assert needed_by in made[turn:], (
                 f"(h) {where}: {job.job_id} was withheld for {needed_by}, which decided nothing after it"
             )
-            event("a grant withheld for a later decision")
+            assert reference_fits(queue, jobs, job), f"(h) {where}: withheld {job.job_id} did not fit"
+            hold(jobs, job.job_id)
+            holding.setdefault(needed_by, []).append(job.job_id)
+            holds.setdefault(turn, []).append((job.job_id, needed_by))
+            event("a grant taken back for a later decision")
             return
         assert not reference_fits(queue, jobs, job), (
             f"(h) {where}: {job.job_id} fits at its turn (after {decisions[:turn]}) but was left waiting: "
@@ -536,10 +559,13 @@ def check_turns(before: QueueState, plan: CyclePlan, where: str) -> None:
         if not deferred[share_name]:
             del deferred[share_name]
     assert turn == len(decisions), f"(h) {where}: decisions {decisions[turn:]} were made by no waiting job"
+    assert not holding, f"(h) {where}: units held for {sorted(holding)}, which decided nothing"
+    return holds
 
 
-def check_decisions(before: QueueState, plan: CyclePlan, where: str) -> None:
-    """Replay the cycle's decisions one by one on a copy of ``before``, checking (a)-(e) and (g)."""
+def check_decisions(before: QueueState, plan: CyclePlan, where: str, holds: Holds) -> None:
+    """Replay the cycle's decisions one by one on a copy of ``before``, checking (a)-(e), (g) and (i);
+    ``holds`` (from ``check_turns``) says where the units of jobs whose grant was taken back are held."""
     queue = before.queue
     jobs = dict(before.jobs)
     snapshot = Snapshot.of(queue, jobs)
@@ -553,8 +579,15 @@ def check_decisions(before: QueueState, plan: CyclePlan, where: str) -> None:
     preempted: set[str] = set()
     granted: set[str] = set()
     last_start = max((job.started for job in jobs.values() if job.started), default=(-1.0, -1))
+    holding: dict[str, list[str]] = {}
     for index, decision in enumerate(plan.decisions):
         at = f"{where}, decision {index} {decision}"
+        for held, needed_by in holds.get(index, []):
+            hold(jobs, held)
+            holding.setdefault(needed_by, []).append(held)
+        release(
+            jobs, before, holding, decision.job_id if isinstance(decision, Grant) else decision.preemptor_id
+        )
         if isinstance(decision, Grant):
             job = jobs.get(decision.job_id)
             assert job is not None and job.status is JobStatus.RUNNABLE, (
@@ -800,8 +833,8 @@ class Run:
         )
         assert shuffled.state == plan.state, "(f) jobs inserted in another order give another state"
 
-        check_decisions(before, plan, f"cycle at {self.now}")
-        check_turns(before, plan, f"cycle at {self.now}")
+        holds = check_turns(before, plan, f"cycle at {self.now}")
+        check_decisions(before, plan, f"cycle at {self.now}", holds)
         self.state = plan.state
         self.check_state(f"after the cycle at {self.now}")
         for decision in plan.decisions:
@@ -823,8 +856,8 @@ class Run:
         following = plan_cycle(state, self.now + 0.5)
         ready = ready_reservations(state.queue, state.jobs)
         assert decision.preemptor_id in ready, f"(g) {where}: the preemptor is not ready"
-        check_decisions(state, following, f"cycle {where}")
-        check_turns(state, following, f"cycle {where}")
+        holds = check_turns(state, following, f"cycle {where}")
+        check_decisions(state, following, f"cycle {where}", holds)
 
     def check_state(self, where: str, *, amounts: bool = True) -> None:
         jobs = self.state.jobs
