@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from tests.databases import migrate_fresh
+
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 DAGS = Path(__file__).parent / "dags"
 ALLOCATOR_EXECUTOR = "airflow_quota.allocator.executor.QuotaAllocatorExecutor"
@@ -86,8 +88,9 @@ class AirflowProcesses:
         )
 
     def migrate(self) -> None:
-        result = self.airflow("db", "migrate")
-        assert result.returncode == 0, result.stderr[-3000:]
+        """Migrate the fresh database: a copy of one ``airflow db migrate`` made (tests/databases.py)."""
+        self.engine.dispose()
+        migrate_fresh(self.database_url)
 
     def start(self, *components: str) -> None:
         """Start Airflow components (default: api-server, scheduler, dag-processor, triggerer)."""

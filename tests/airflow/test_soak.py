@@ -9,45 +9,27 @@ finished jobs) and every run ended after it, so the test cannot pass by doing no
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
+
+from tests.databases import postgres_server_or_skip
 
 pytestmark = pytest.mark.airflow
 
 ROOT = Path(__file__).resolve().parents[2]
-POSTGRES_SERVER = os.environ.get("QUOTA_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 CHAOS_SECONDS = 75
 
 
-def postgres_reachable_or_skip() -> None:
-    engine = sa.create_engine(
-        sa.make_url(POSTGRES_SERVER).set(drivername="postgresql+psycopg2", database="postgres"),
-        connect_args={"connect_timeout": 5},
-        poolclass=sa.NullPool,
-    )
-    try:
-        with engine.connect():
-            pass
-    except sa.exc.OperationalError as error:
-        reason = f"PostgreSQL is not reachable at {POSTGRES_SERVER} (set QUOTA_TEST_POSTGRES): {error}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    finally:
-        engine.dispose()
-
-
+@pytest.mark.alone
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_a_short_soak_kills_and_finishes_jobs_and_never_puts_two_trainings_on_one_device(
     backend: str, tmp_path: Path
 ) -> None:
     if backend == "postgresql":
-        postgres_reachable_or_skip()
+        postgres_server_or_skip()
     summary_path = tmp_path / "summary.json"
     result = subprocess.run(
         [

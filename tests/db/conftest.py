@@ -2,9 +2,9 @@
 
 Every test that takes ``backend`` runs on both. PostgreSQL is reached at ``QUOTA_TEST_POSTGRES`` (default
 ``postgresql://postgres@127.0.0.1:5432``); its tests skip, saying why, only when it cannot be reached, and
-fail instead under CI (``CI=true``), where it must be there. Airflow is imported in this process too (the
-models use its column types), so ``AIRFLOW_HOME`` is pointed at a temporary folder first: the tests never
-read or write a real Airflow installation.
+fail instead under CI (``CI=true``), where it must be there (tests/databases.py). Airflow is imported in
+this process too (the models use its column types), so ``AIRFLOW_HOME`` is pointed at a temporary folder
+first: the tests never read or write a real Airflow installation.
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from tests.databases import migrate_fresh, postgres_admin, postgres_server_or_skip
+
 # Before any test module of this folder imports airflow.
 os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="quota-db-tests-airflow-home-")
 atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
 
-POSTGRES_SERVER = os.environ.get("QUOTA_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 AIRFLOW = Path(sys.executable).parent / "airflow"
 BACKENDS = ["sqlite", "postgresql"]
 
@@ -67,9 +68,10 @@ class Database:
 
 @pytest.fixture(scope="module")
 def migrated(database: Database) -> Database:
-    """The module's database after ``airflow db migrate``: Airflow's tables and the ledger's."""
-    result = database.airflow("db", "migrate")
-    assert result.returncode == 0, result.stderr
+    """The module's database after ``airflow db migrate``: Airflow's tables and the ledger's (a copy of a
+    database the command migrated, see tests/databases.py)."""
+    database.engine.dispose()
+    migrate_fresh(database.url)
     return database
 
 
@@ -83,37 +85,13 @@ def database(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         yield Database("sqlite", url, home, engine)
         engine.dispose()
         return
-    server = _postgres_server_or_skip()
+    server = postgres_server_or_skip()
     name = f"quota_test_{uuid.uuid4().hex[:12]}"
-    _postgres_admin(server, f'CREATE DATABASE "{name}"')
+    postgres_admin(server, f'CREATE DATABASE "{name}"')
     url = server.set(drivername="postgresql+psycopg2", database=name).render_as_string(hide_password=False)
     engine = sa.create_engine(url)
     try:
         yield Database("postgresql", url, home, engine)
     finally:
         engine.dispose()
-        _postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def _postgres_server_or_skip() -> sa.URL:
-    server = sa.make_url(POSTGRES_SERVER).set(drivername="postgresql+psycopg2", database="postgres")
-    try:
-        _postgres_admin(server, "SELECT 1")
-    except Exception as error:  # any failure to connect means: no server to test against
-        cause = str(error).strip().splitlines()[0]
-        reason = f"PostgreSQL is not reachable at {POSTGRES_SERVER} (set QUOTA_TEST_POSTGRES): {cause}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return server
-
-
-def _postgres_admin(server: sa.URL, statement: str) -> None:
-    engine = sa.create_engine(
-        server, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5}, poolclass=sa.NullPool
-    )
-    try:
-        with engine.connect() as connection:
-            connection.execute(sa.text(statement))
-    finally:
-        engine.dispose()
+        postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.db.conftest import _postgres_server_or_skip
+from tests.databases import postgres_server_or_skip
 
 pytestmark = pytest.mark.db
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_scale_allocator_benchmark_small_postgresql_run_prints_its_table() -> None:
-    _postgres_server_or_skip()
+    postgres_server_or_skip()
     result = subprocess.run(
         [
             sys.executable,

@@ -24,7 +24,7 @@ import redis
 import sqlalchemy as sa
 
 from tests.airflow.harness import AirflowProcesses
-from tests.db.conftest import _postgres_admin, _postgres_server_or_skip
+from tests.databases import postgres_admin, postgres_server_or_skip
 from tests.sagemaker.conftest import MotoServer, moto_server
 
 pytestmark = pytest.mark.airflow
@@ -37,13 +37,13 @@ ALLOCATOR = "airflow_quota.allocator.executor.QuotaAllocatorExecutor"
 
 @pytest.fixture(scope="module")
 def postgres_url() -> Iterator[str]:
-    server = _postgres_server_or_skip()
+    server = postgres_server_or_skip()
     name = f"quota_celery_{uuid.uuid4().hex[:12]}"
-    _postgres_admin(server, f'CREATE DATABASE "{name}"')
+    postgres_admin(server, f'CREATE DATABASE "{name}"')
     try:
         yield server.set(database=name).render_as_string(hide_password=False)
     finally:
-        _postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ import requests
 import sqlalchemy as sa
 
 from tests.airflow.harness import AirflowProcesses
-from tests.db.conftest import _postgres_admin, _postgres_server_or_skip
+from tests.databases import postgres_admin, postgres_server_or_skip
 from tests.scripts import load_script
 
 pytestmark = pytest.mark.airflow
@@ -54,14 +54,14 @@ def airflow(
     if request.param == "sqlite":
         url = f"sqlite:///{home}/airflow.db"
     else:
-        server = _postgres_server_or_skip()
+        server = postgres_server_or_skip()
         name = f"quota_e2e_{home.name.replace('-', '_')[-20:]}"
-        _postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        _postgres_admin(server, f'CREATE DATABASE "{name}"')
+        postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        postgres_admin(server, f'CREATE DATABASE "{name}"')
         url = server.set(database=name).render_as_string(hide_password=False)
 
         def cleanup() -> None:
-            _postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     passwords = home / "passwords.json"
     passwords.write_text(json.dumps({"admin": "admin"}))

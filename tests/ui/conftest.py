@@ -51,6 +51,7 @@ from airflow_quota.ledger.lifecycle import (
 )
 from airflow_quota.ledger.models import JobRow, ledger_metadata
 from airflow_quota.ledger.queue_state import load_queue_state
+from tests.databases import migrate_fresh, postgres_admin, postgres_server_or_skip
 
 AIRFLOW = Path(sys.executable).parent / "airflow"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -108,16 +109,14 @@ def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
 @pytest.fixture(scope="session")
 def postgres_api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     """The same api-server on a fresh PostgreSQL database (skipped, saying why, when none is reachable)."""
-    from tests.db.conftest import _postgres_admin, _postgres_server_or_skip
-
-    server = _postgres_server_or_skip()
+    server = postgres_server_or_skip()
     name = f"quota_ui_test_{uuid.uuid4().hex[:12]}"
-    _postgres_admin(server, f'CREATE DATABASE "{name}"')
+    postgres_admin(server, f'CREATE DATABASE "{name}"')
     try:
         database = server.set(database=name).render_as_string(hide_password=False)
         yield from _serve(tmp_path_factory.mktemp("airflow-home-ui-postgres"), database)
     finally:
-        _postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _serve(home: Path, database: str) -> Iterator[ApiServer]:
@@ -135,10 +134,7 @@ def _serve(home: Path, database: str) -> Iterator[ApiServer]:
         "AIRFLOW__API_AUTH__JWT_SECRET": "quota-ui-tests-secret",
         "AIRFLOW__API__EXPOSE_CONFIG": "False",
     }
-    migrated = subprocess.run(
-        [str(AIRFLOW), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert migrated.returncode == 0, migrated.stdout + migrated.stderr
+    migrate_fresh(database)
     log = (home / "api-server.log").open("w")
     server = subprocess.Popen(
         [str(AIRFLOW), "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "2"],

@@ -1,0 +1,29 @@
+"""How the suite is spread over pytest-xdist's workers (``scripts/test.sh`` runs ``--dist loadgroup``).
+
+Each test file is one group, so a worker runs a file's tests together and its module fixtures (a migrated
+database, a running Airflow) are made once. A test marked ``alone`` is a group of its own, for a file whose
+tests are each long and independent (the soak: one per database). Groups are handed out in the order they
+are collected, so the files that start real Airflow come first: a long file started last would leave the
+other workers idle while it runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+#: What runs first: real Airflow processes, then databases, then everything else (each in file order).
+_SLOWEST_FIRST = ("airflow", "db")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = item.nodeid if item.get_closest_marker("alone") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=_start_rank)
+
+
+def _start_rank(item: pytest.Item) -> int:
+    for rank, marker in enumerate(_SLOWEST_FIRST):
+        if item.get_closest_marker(marker):
+            return rank
+    return len(_SLOWEST_FIRST)
