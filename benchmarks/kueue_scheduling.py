@@ -89,7 +89,8 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
-from airflow_quota.allocator.cycle import CycleSettings, run_allocation_cycle  # noqa: E402
+from airflow_quota.allocator.cycle import run_allocation_cycle  # noqa: E402
+from airflow_quota.allocator.settings import CycleSettings  # noqa: E402
 from airflow_quota.engine.config import parse_quota_config  # noqa: E402
 from airflow_quota.engine.model import JobStatus  # noqa: E402
 from airflow_quota.engine.usage import usage_of  # noqa: E402

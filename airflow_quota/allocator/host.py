@@ -31,13 +31,9 @@ from airflow.models.taskinstancekey import TaskInstanceKey
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from airflow_quota.allocator.cycle import (
-    CycleReport,
-    CycleSettings,
-    StoppedTrainingJobs,
-    request_stops,
-    run_allocation_cycle,
-)
+from airflow_quota.allocator.cycle import CycleReport, request_stops, run_allocation_cycle
+from airflow_quota.allocator.settings import CycleSettings
+from airflow_quota.allocator.stops import StoppedTrainingJobs
 from airflow_quota.allocator.tasks import scheduled_task_keys
 from airflow_quota.compat import Stats, get_stats_factory
 from airflow_quota.engine.model import HOLDING_CAPACITY, JobStatus

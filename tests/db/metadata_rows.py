@@ -16,7 +16,7 @@ from airflow.sdk.serde import serialize
 from airflow.utils.state import TaskInstanceState
 from sqlalchemy.orm import Session
 
-from airflow_quota.allocator.cycle import job_id_for
+from airflow_quota.allocator.job_ids import job_id_for
 from airflow_quota.engine.config import QuotaConfig
 from airflow_quota.ledger.configuration import apply_quota_config
 from airflow_quota.ledger.models import ledger_metadata

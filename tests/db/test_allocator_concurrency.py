@@ -51,7 +51,9 @@ from airflow.sdk.serde import deserialize, serialize
 from airflow.utils.state import TaskInstanceState
 from sqlalchemy.orm import Session
 
-from airflow_quota.allocator.cycle import CycleReport, CycleSettings, job_id_for, run_allocation_cycle
+from airflow_quota.allocator.cycle import CycleReport, run_allocation_cycle
+from airflow_quota.allocator.job_ids import job_id_for
+from airflow_quota.allocator.settings import CycleSettings
 from airflow_quota.engine.config import parse_quota_config
 from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
 from airflow_quota.protocol import PREEMPT_KEY

@@ -19,13 +19,9 @@ from airflow.models.taskinstance import TaskInstance
 from airflow.sdk.serde import deserialize
 from airflow.utils.state import TaskInstanceState
 
-from airflow_quota.allocator.cycle import (
-    ALLOCATOR_LOCK_ID,
-    CycleReport,
-    CycleSettings,
-    job_id_for,
-    run_allocation_cycle,
-)
+from airflow_quota.allocator.cycle import ALLOCATOR_LOCK_ID, CycleReport, run_allocation_cycle
+from airflow_quota.allocator.job_ids import job_id_for
+from airflow_quota.allocator.settings import CycleSettings
 from airflow_quota.engine.config import parse_quota_config
 from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger

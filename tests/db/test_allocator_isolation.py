@@ -30,8 +30,10 @@ from airflow.sdk.serde import deserialize
 from airflow.state import TaskScope, get_state_backend
 from airflow.utils.state import TaskInstanceState
 
+from airflow_quota.allocator import admission as admission_module
 from airflow_quota.allocator import cycle as cycle_module
-from airflow_quota.allocator.cycle import CycleReport, job_id_for, run_allocation_cycle
+from airflow_quota.allocator.cycle import CycleReport, run_allocation_cycle
+from airflow_quota.allocator.job_ids import job_id_for
 from airflow_quota.engine.config import parse_quota_config
 from airflow_quota.engine.model import CyclePlan, JobRequest, QueueState
 from airflow_quota.ledger.models import JobQueueRow, JobRow
@@ -157,7 +159,7 @@ def test_a_request_the_ledger_cannot_record_is_rejected_alone_and_the_others_are
 ) -> None:
     if db.backend not in poison.problem:
         pytest.skip(f"{db.backend} stores this value: it poisons nothing there")
-    monkeypatch.setattr(cycle_module, "validate_job_request", validation_that_misses_a_bound)
+    monkeypatch.setattr(admission_module, "validate_job_request", validation_that_misses_a_bound)
     good_a = defer(db, "good-a", QUEUE_A)
     bad = defer(db, "bad", QUEUE_A, **poison.request)
     later_a = defer(db, "later-a", QUEUE_A)
@@ -179,7 +181,7 @@ def test_a_request_the_ledger_cannot_record_is_rejected_alone_and_the_others_are
 def test_a_retry_whose_request_the_ledger_cannot_record_is_rejected_alone_and_its_previous_try_kept(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cycle_module, "validate_job_request", validation_that_misses_a_bound)
+    monkeypatch.setattr(admission_module, "validate_job_request", validation_that_misses_a_bound)
     first_try = defer(db, "train", QUEUE_A)
     cycle(db, 1)
     with db.session() as session, session.begin():  # its training job runs; its worker dies: up for retry

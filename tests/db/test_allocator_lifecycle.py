@@ -26,15 +26,10 @@ from airflow.state import TaskScope, get_state_backend
 from airflow.utils.state import TaskInstanceState
 
 from airflow_quota.allocator import host
-from airflow_quota.allocator.cycle import (
-    LOCAL_KILL_MARGIN_SECONDS,
-    CycleReport,
-    CycleSettings,
-    StopAnswer,
-    StoppedTrainingJobs,
-    request_stops,
-    run_allocation_cycle,
-)
+from airflow_quota.allocator.cycle import CycleReport, request_stops, run_allocation_cycle
+from airflow_quota.allocator.orphans import LOCAL_KILL_MARGIN_SECONDS
+from airflow_quota.allocator.settings import CycleSettings
+from airflow_quota.allocator.stops import StopAnswer, StoppedTrainingJobs
 from airflow_quota.engine.config import parse_quota_config
 from airflow_quota.ledger.configuration import apply_quota_config
 from airflow_quota.ledger.lifecycle import record_termination

@@ -26,7 +26,8 @@ from airflow.jobs.job import Job
 from airflow.models.log import Log
 from airflow.models.taskinstancehistory import TaskInstanceHistory
 
-from airflow_quota.allocator.cycle import LOCAL_KILL_MARGIN_SECONDS, CycleReport
+from airflow_quota.allocator.cycle import CycleReport
+from airflow_quota.allocator.orphans import LOCAL_KILL_MARGIN_SECONDS
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.protocol import TRAINING_JOB_KEY
 from tests.db.airflow_transitions import (

@@ -11,7 +11,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from airflow_quota.allocator.cycle import JOB_ID_PART_LENGTH, CycleReport, job_id_for, run_allocation_cycle
+from airflow_quota.allocator.cycle import CycleReport, run_allocation_cycle
+from airflow_quota.allocator.job_ids import JOB_ID_PART_LENGTH, job_id_for
 from airflow_quota.engine.config import parse_quota_config
 from airflow_quota.ledger.models import ID_LENGTH, JOB_ID_LENGTH, JobRow
 from airflow_quota.triggers.admission import QuotaAdmissionTrigger

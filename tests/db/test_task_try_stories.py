@@ -18,7 +18,7 @@ from airflow.models.log import Log
 from airflow.models.taskinstance import TaskInstance
 from airflow.models.taskinstancehistory import TaskInstanceHistory
 
-from airflow_quota.allocator.cycle import job_id_for
+from airflow_quota.allocator.job_ids import job_id_for
 from tests.db.airflow_transitions import (
     a_scheduler_job,
     cleared_by_user,

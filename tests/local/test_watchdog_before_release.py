@@ -19,7 +19,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from airflow_quota.allocator.cycle import local_devices_free_at
+from airflow_quota.allocator.orphans import local_devices_free_at
 from airflow_quota.backends.local_watchdog import group_alive
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,111 @@
+"""One job queue's part of a cycle (``QueuePart``): what every step of it reads, claims and reports.
+
+The steps themselves are ``open_jobs`` (reconcile), ``admission`` (requests), the planning in ``cycle``
+and ``decisions`` (grants, preemptions); each works on the ``QueuePart`` it is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from airflow.models.taskinstance import TaskInstance
+from sqlalchemy.orm import Session
+
+from airflow_quota.allocator.job_ids import lease_id_of
+from airflow_quota.allocator.reconcile import TaskView
+from airflow_quota.allocator.report import CycleReport
+from airflow_quota.allocator.settings import CycleSettings
+from airflow_quota.allocator.stops import StopRequest
+from airflow_quota.allocator.tasks import WaitingTask, claim_waiting, task_instances
+from airflow_quota.ledger.errors import LedgerError
+from airflow_quota.ledger.models import JobRow
+from airflow_quota.protocol import TrainingJobRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """One task instance deferred on the admission trigger, as read (claimed only to be resumed)."""
+
+    job_id: str
+    task: WaitingTask
+    settled: bool
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return self.task.kwargs
+
+
+@dataclass(slots=True)
+class QueuePart:
+    """One job queue's part of a cycle: its inputs, what it read and claimed, its part of the report."""
+
+    session: Session
+    now: datetime
+    settings: CycleSettings
+    views: dict[str, TaskView]
+    records: dict[str, TrainingJobRecord]
+    report: CycleReport
+    #: The rows of the queue being allocated, read once (``row`` adds the ones read later).
+    rows: dict[str, JobRow] = field(default_factory=dict)
+    #: Waiting jobs whose task instance this cycle claimed (True) or could not claim (False), by job id.
+    claims: dict[str, bool] = field(default_factory=dict)
+    #: The claimed task instances loaded to be resumed, by job id.
+    task_instances: dict[str, TaskInstance] = field(default_factory=dict)
+    #: Jobs whose training job this cycle listed in ``report.stop_requests`` (each once).
+    listed: set[str] = field(default_factory=set)
+
+    def row(self, job_id: str) -> JobRow:
+        row = self.rows.get(job_id) or self.session.get(JobRow, job_id)
+        if row is None:
+            raise LedgerError(f"job {job_id} is not in the quota ledger")
+        self.rows[job_id] = row
+        return row
+
+    def claim(self, waiting: list[Waiting]) -> None:
+        """Claim the task instances of ``waiting`` not claimed yet this cycle (``claims``)."""
+        todo = [each for each in waiting if each.job_id not in self.claims]
+        if not todo:
+            return
+        claimed = claim_waiting(self.session, [each.task for each in todo])
+        for each in todo:
+            self.claims[each.job_id] = each.task.id in claimed
+
+    def load(self, waiting: list[Waiting]) -> None:
+        """Load the claimed task instances of ``waiting`` that are to be resumed (``task_instances``)."""
+        todo = [each for each in waiting if each.job_id not in self.task_instances]
+        if not todo:
+            return
+        loaded = task_instances(self.session, [each.task.id for each in todo])
+        for each in todo:
+            self.task_instances[each.job_id] = loaded[each.task.id]
+
+    def task_instance(self, waiting: Waiting) -> TaskInstance:
+        """The task instance of a claimed waiting job, to resume it."""
+        self.load([waiting])
+        return self.task_instances[waiting.job_id]
+
+    def current_record(self, row: JobRow) -> TrainingJobRecord | None:
+        """What the task recorded about its training job under the job's current lease, if anything."""
+        record = self.records.get(row.job_id)
+        return record if record is not None and record.get("lease_id") == lease_id_of(row) else None
+
+    def launched(self, row: JobRow) -> TrainingJobRecord | None:
+        """The training job the task launched on the job's current lease, when it may still run."""
+        record = self.current_record(row)
+        return record if record is not None and record.get("state") == "launched" else None
+
+    def list_victim(self, row: JobRow) -> None:
+        """List a told-to-stop job's SageMaker training job in ``stop_requests`` (every cycle while it
+        is being stopped, from its decision on), for the host to ask and describe after the commit."""
+        record = self.launched(row)
+        if row.stop_signalled_at is None or record is None or record.get("backend") != "sagemaker":
+            return
+        self.list_stop(StopRequest(row.job_id, record, victim=True))
+
+    def list_stop(self, request: StopRequest) -> None:
+        """Add ``request`` to ``report.stop_requests`` unless its job is listed already this cycle."""
+        if request.job_id not in self.listed:
+            self.listed.add(request.job_id)
+            self.report.stop_requests.append(request)

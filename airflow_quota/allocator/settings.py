@@ -1,0 +1,31 @@
+"""The allocator's tunables, as one cycle receives them (``[quota]`` in airflow.cfg, read by ``host``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from airflow_quota.allocator import default_setting
+from airflow_quota.allocator.stops import JobStopper, StoppedTrainingJobs
+
+
+@dataclass(frozen=True, slots=True)
+class CycleSettings:
+    """The allocator's tunables (``[quota]`` in airflow.cfg, read by ``host.cycle_settings``); each
+    defaults to the setting's default in the provider info."""
+
+    #: A task that deferred from a worker run less than this ago is not resumed yet: a stale
+    #: "defer-exit" executor event can fail a task resumed sooner (apache/airflow#71580, #72716).
+    settle_time: timedelta = timedelta(seconds=default_setting("settle_time"))
+    #: A job signalled to stop that has not reported stopped after this is cleared (the last resort).
+    stop_deadline: timedelta = timedelta(seconds=default_setting("stop_deadline"))
+    #: An orphaned training job not confirmed stopped after this has its capacity released anyway.
+    orphan_timeout: timedelta = timedelta(seconds=default_setting("orphan_timeout"))
+    #: How ``request_stops`` asks training jobs to stop once a cycle has committed (victims and
+    #: orphans); by default through their backend (``stop_through_backend``).
+    job_stopper: JobStopper | None = None
+    #: The host's memory of the training jobs it found stopped, shared by every cycle it runs (a mutable
+    #: object in these frozen settings: ``request_stops`` updates it, the cycle reads it). None: nothing
+    #: is remembered, so an orphaned SageMaker training job keeps its capacity until ``orphan_timeout``,
+    #: and a victim's until its task reports its stop.
+    stopped_training_jobs: StoppedTrainingJobs | None = None
