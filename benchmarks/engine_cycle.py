@@ -18,14 +18,16 @@ Two cycles are timed per configuration:
 * ``churn``: the settled state after 20 running jobs finished, the cycle a scheduler loop typically
   runs: a few grants, and statusReasons that are already there and mostly unchanged.
 
-The goal reported against: 10,000 RUNNABLE jobs decided in under 50 ms, and growth with N no worse than
-N log N (t(10k)/t(1k) beside 10k log 10k / (1k log 1k) = 13.3).
+The goals reported against (issue 16): at 10,000 RUNNABLE, the first cycle (``decide``) under 40 ms and a
+typical one (``churn``) within 20 ms, with 20 and with 200 shares; and growth from 10,000 to 100,000
+RUNNABLE within x11 on every row (n log n would be x12.5).
 
 Usage::
 
     .venv/bin/python benchmarks/engine_cycle.py            # full run (a few minutes at 100k)
     .venv/bin/python benchmarks/engine_cycle.py --quick    # smoke run, a few seconds
     .venv/bin/python benchmarks/engine_cycle.py --profile  # also cProfile one 10k decision cycle
+    .venv/bin/python benchmarks/engine_cycle.py --shares 20 --runnable 10000 --json out.json  # one row
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import argparse
 import cProfile
 import gc
 import io
+import json
 import math
 import pstats
 import random
@@ -75,7 +78,9 @@ PRIORITY_WEIGHTS = (55, 15, 12, 10, 5, 3)
 RUNNING = 1_000
 TITLE = "Engine allocation cycle (plan_cycle)"
 FINISHED_PER_CYCLE = 20
-GOAL_MS = 50.0
+#: Goals at 10,000 RUNNABLE, per cycle: decide under 40 ms, churn within 20 ms; growth 10k -> 100k <= x11.
+GOAL_MS = {"decide": 40.0, "churn": 20.0}
+GOAL_GROWTH = 11.0
 
 
 def draw_priority(rng: random.Random) -> int:
@@ -353,16 +358,30 @@ def render(results: Sequence[Timing], console: Console) -> bool:
             f"{timing.queue_full:.1%}",
         )
     console.print(table)
-    goal_rows = [t for t in results if t.runnable == 10_000 and t.cycle != "steady"]
-    met = all(t.median < GOAL_MS for t in goal_rows)
+    goal_rows = [t for t in results if t.runnable == 10_000 and t.cycle in GOAL_MS]
+    met = True
     for timing in goal_rows:
-        verdict = "met" if timing.median < GOAL_MS else "MISSED"
+        goal = GOAL_MS[timing.cycle]
+        within = timing.median < goal if timing.cycle == "decide" else timing.median <= goal
+        met &= within
         console.print(
-            f"Goal: 10,000 RUNNABLE decided in < {GOAL_MS:.0f} ms with {timing.shares} shares "
-            f"({timing.cycle} cycle): {timing.median:.1f} ms median, {verdict}"
+            f"Goal: 10,000 RUNNABLE, {timing.shares} shares, {timing.cycle} cycle within {goal:.0f} ms: "
+            f"{timing.median:.1f} ms median, {'met' if within else 'MISSED'}"
         )
+    by_row = {(t.shares, t.cycle, t.runnable): t for t in results}
+    growth_rows = [
+        (key, by_row[(key[0], key[1], 100_000)].median / by_row[key].median)
+        for key in by_row
+        if key[2] == 10_000 and (key[0], key[1], 100_000) in by_row
+    ]
+    for (shares, cycle, _), growth in growth_rows:
+        console.print(
+            f"Goal: growth 10k -> 100k within x{GOAL_GROWTH:.0f}, {shares} shares, {cycle}: x{growth:.1f}, "
+            f"{'met' if growth <= GOAL_GROWTH else 'MISSED'}"
+        )
+    growth_met = all(growth <= GOAL_GROWTH for _, growth in growth_rows)
     console.print(f"Goal: growth no worse than n log n: {'met' if growth_ok else 'MISSED'}")
-    return met and growth_ok
+    return met and growth_met
 
 
 def profile(n_shares: int, n_runnable: int, seed: int, console: Console) -> None:
@@ -387,6 +406,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--profile", action="store_true", help="cProfile a 10k decision cycle per share count"
     )
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--shares", default="20,200", help="share counts, comma-separated")
+    parser.add_argument("--runnable", default="1000,10000,100000", help="RUNNABLE counts, comma-separated")
+    parser.add_argument("--json", type=Path, help="also write each row's median and p90 ms to this file")
     parser.add_argument(
         "--check-goal", action="store_true", help="exit 1 when the goal is missed (default: report only)"
     )
@@ -395,16 +417,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         plan = [(20, 200, 3), (20, 1_000, 3)]
     else:
+        repeats_at = {1_000: 21, 10_000: 11, 100_000: 3}
         plan = [
-            (shares, runnable, repeats)
-            for shares in (20, 200)
-            for runnable, repeats in ((1_000, 21), (10_000, 11), (100_000, 3))
+            (shares, runnable, repeats_at.get(runnable, 5))
+            for shares in (int(each) for each in args.shares.split(","))
+            for runnable in (int(each) for each in args.runnable.split(","))
         ]
     results: list[Timing] = []
     for shares, runnable, repeats in plan:
         console.print(f"[dim]timing {shares} shares, {runnable:,} RUNNABLE, {repeats} runs...[/dim]")
         results.extend(measure(shares, runnable, repeats, args.seed))
     met = render(results, console)
+    if args.json:
+        rows = [
+            {
+                "shares": t.shares,
+                "runnable": t.runnable,
+                "cycle": t.cycle,
+                "median_ms": t.median,
+                "p90_ms": t.p90,
+            }
+            for t in results
+        ]
+        args.json.write_text(json.dumps(rows, indent=1))
     if args.profile:
         for shares in (20, 200):
             profile(shares, 10_000, args.seed, console)
