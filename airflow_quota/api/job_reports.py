@@ -15,6 +15,7 @@ from airflow_quota.api import schemas
 from airflow_quota.engine.model import JobStatus
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.ledger.views import PreemptionNote, latest_preemptions, runnable_positions
+from airflow_quota.operators.links import SageMakerTrainingJobLink
 from airflow_quota.protocol import TRAINING_JOB_KEY
 
 
@@ -90,9 +91,13 @@ def task_instance_path(dag_id: str, run_id: str, task_id: str, map_index: int) -
 
 
 def sagemaker_console_url(name: str, region: str | None) -> str:
-    """The SageMaker training job's page in the AWS console."""
+    """The SageMaker training job's page in the AWS console: the operator's extra link
+    (``SageMakerTrainingJobLink``, the amazon provider's console links) where the task recorded its region,
+    else the console's region-less address. The task's record keeps no partition: the commercial one."""
     if region:
-        return f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/jobs/{quote(name)}"
+        link = SageMakerTrainingJobLink()
+        aws_domain = link.get_aws_domain("aws")
+        return link.format_link(region_name=region, aws_domain=aws_domain, training_job_name=quote(name))
     return f"https://console.aws.amazon.com/sagemaker/home#/jobs/{quote(name)}"
 
 

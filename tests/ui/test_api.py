@@ -246,8 +246,8 @@ def test_jobs_with_position_lease_task_instance_and_training_job(
         "backend": "sagemaker",
         "name": "vision-a-2026-03-01",
         "state": "launched",
-        "consoleUrl": "https://us-west-2.console.aws.amazon.com/sagemaker/home?region=us-west-2"
-        "#/jobs/vision-a-2026-03-01",
+        # the task's own extra link (the amazon provider's console links), not a copy
+        "consoleUrl": "https://console.aws.amazon.com/sagemaker/home?region=us-west-2#/jobs/vision-a-2026-03-01",
     }
     assert every["vision-c"]["taskInstance"]["path"] == "dags/train/runs/run-1/tasks/vision-c/mapped/3"
     assert every["research-a"]["trainingJob"] == {
@@ -257,7 +257,7 @@ def test_jobs_with_position_lease_task_instance_and_training_job(
         "consoleUrl": "https://console.aws.amazon.com/sagemaker/home#/jobs/research-a-1",
     }
     assert every["vision-b"]["trainingJob"]["consoleUrl"] == (
-        "https://us-west-2.console.aws.amazon.com/sagemaker/home?region=us-west-2#/jobs/vision-b-1"
+        "https://console.aws.amazon.com/sagemaker/home?region=us-west-2#/jobs/vision-b-1"
     )
     assert every["urgent-low"]["trainingJob"] is None
     assert every["research-big"]["trainingJob"] is None

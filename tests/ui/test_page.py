@@ -172,7 +172,7 @@ def test_the_page_shows_usage_after_a_grant_and_then_a_preemption(
         "_top",
     )
     assert job["training"] == "vision-a-2026-03-01"
-    assert job["trainingHref"].startswith("https://us-west-2.console.aws.amazon.com/sagemaker/")
+    assert job["trainingHref"].startswith("https://console.aws.amazon.com/sagemaker/home?region=us-west-2#")
     assert job["cells"][4] == "RUNNING" and "holds 3 (1 borrowed)" in job["cells"][5]
     browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-granted.png"))
 
