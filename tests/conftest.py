@@ -1,4 +1,12 @@
-"""How the suite is spread over pytest-xdist's workers (``scripts/test.sh`` runs ``--dist loadgroup``).
+"""The suite's two tiers, and how it is spread over pytest-xdist's workers.
+
+The fast tier (``./scripts/test.sh -m "not airflow"``, under a minute) is everything that runs in the test
+process: the engine, the simulator, the ledger and the allocator's cycle on SQLite and PostgreSQL, the
+operator against moto's server, the local backend's real subprocesses. The slow tier, marked ``airflow``,
+starts real Airflow components or ``airflow`` commands, several processes at once (two allocators, a
+SIGKILL mid-cycle), the SageMaker SDK or a benchmark run against a database.
+
+``scripts/test.sh`` runs the files on pytest-xdist workers with ``--dist loadgroup``.
 
 Each test file is one group, so a worker runs a file's tests together and its module fixtures (a migrated
 database, a running Airflow) are made once. A test marked ``alone`` is a group of its own, for a file whose

@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 
 from tests.db.metadata_rows import insert_deferred_task, reset_for_allocation
 
-pytestmark = pytest.mark.db
+pytestmark = [pytest.mark.db, pytest.mark.airflow]  # the slow tier: see tests/conftest.py
 POSTGRESQL_ONLY = pytest.mark.parametrize("database", ["postgresql"], indirect=True)
 
 QUEUE = "gpu-training"

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 from tests.db.metadata_rows import reset_for_allocation
 
-pytestmark = pytest.mark.db
+pytestmark = [pytest.mark.db, pytest.mark.airflow]  # the slow tier: see tests/conftest.py
 
 QUEUE = "gpu-training"
 DAG_ID = "crash"

@@ -21,7 +21,7 @@ from airflow.utils.state import TaskInstanceState
 from tests.db.conftest import Database
 from tests.db.test_allocator_cycle import START, db, defer, task_instances
 
-pytestmark = pytest.mark.db
+pytestmark = [pytest.mark.db, pytest.mark.airflow]  # the slow tier: see tests/conftest.py
 __all__ = ["db"]  # the fixture this module borrows
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")

@@ -13,7 +13,7 @@ import pytest
 
 from tests.databases import postgres_server_or_skip
 
-pytestmark = pytest.mark.db
+pytestmark = [pytest.mark.db, pytest.mark.airflow]  # the slow tier: see tests/conftest.py
 
 ROOT = Path(__file__).resolve().parents[2]
 

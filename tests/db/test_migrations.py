@@ -24,7 +24,7 @@ from airflow_quota.ledger.db import QuotaDBManager
 from airflow_quota.ledger.models import ledger_metadata
 from tests.db.conftest import Database
 
-pytestmark = pytest.mark.db
+pytestmark = [pytest.mark.db, pytest.mark.airflow]  # the slow tier: see tests/conftest.py
 
 LEDGER_TABLES = {table.name for table in ledger_metadata.tables.values()}
 VERSION_TABLE = "alembic_version_quota"

@@ -20,6 +20,8 @@ from airflow_quota.triggers.admission import QuotaAdmissionTrigger
 from tests.sagemaker.conftest import ROLE_ARN, MotoServer
 from tests.sagemaker.task_runtime import TaskInstanceStandIn, TaskRun, monitor_event
 
+pytestmark = pytest.mark.airflow  # the slow tier (tests/conftest.py): the SDK takes seconds to import
+
 
 @pytest.fixture
 def offline_sdk(moto_server: MotoServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
