@@ -6,12 +6,13 @@ scheduling policy with a ``quotaSharePolicy`` in ``schedulingPolicyArn``, and qu
 queue. Our quota file nests the same fields: a job queue's ``capacityLimits`` are its service environment's,
 its ``quotaShares`` are CreateQuotaShare's bodies without ``jobQueue`` and ``tags``.
 
-``import_design`` reads any mix of Create* request bodies (as ``--cli-input-json`` takes them) and the
+``import_design`` (here) reads any mix of Create* request bodies (as ``--cli-input-json`` takes them) and the
 answers of DescribeServiceEnvironments, DescribeSchedulingPolicies, DescribeJobQueues, ListQuotaShares and
 DescribeQuotaShare. Each document is first checked by botocore's own validator; ARNs are resolved to
 names; ``status`` and ``statusReason`` are ignored; what our file cannot express (tags, a DISABLED queue or
 service environment, ``jobStateTimeLimitActions``) is returned as a note at its field's path. Every refusal
-names the field's path in the AWS document and the fix. ``export_design`` writes the four request bodies.
+names the field's path in the AWS document and the fix. ``aws_batch.export`` writes the four request
+bodies back; ``aws_batch.portability`` says what AWS Batch treats differently.
 """
 
 from __future__ import annotations
@@ -29,20 +30,16 @@ from airflow_quota.aws_batch.botocore_model import (
     shape_issues,
     unknown_answer_keys,
 )
+from airflow_quota.aws_batch.portability import portability_warnings
 from airflow_quota.engine.config import (
     ConfigIssue,
     QuotaConfig,
     QuotaConfigError,
-    aws_batch_warnings,
     parse_quota_config,
 )
-from airflow_quota.engine.devices import is_local_unit
 from airflow_quota.engine.messages import join_path
 
 SAGEMAKER_TRAINING = "SAGEMAKER_TRAINING"
-#: What export writes for a job queue's priority: it orders job queues sharing one service environment,
-#: which our file never has (each job queue has its own capacity), so it means nothing here.
-EXPORTED_QUEUE_PRIORITY = 1
 
 #: Keys of an answer that are about the call, not the design.
 _CALL_KEYS = frozenset({"nextToken", "ResponseMetadata"})
@@ -548,120 +545,3 @@ def _without_colon_prefix(issue: ConfigIssue) -> ConfigIssue:
 def _without_colon_prefix_path(path: str) -> str:
     """``file:.x`` (a field of a single-body file) reads ``file:x``, and ``file:`` (all of it) ``file``."""
     return path.replace(":.", ":").removesuffix(":")
-
-
-# --- export ---------------------------------------------------------------------------------------------
-
-
-def export_design(
-    config: QuotaConfig, *, region: str = "REGION", account_id: str = "ACCOUNT_ID", partition: str = "aws"
-) -> dict[str, list[dict[str, Any]]]:
-    """The design as AWS Batch request bodies: per job queue a service environment, a scheduling policy
-    and the job queue (all three named after it), and its quota shares."""
-    bundle: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
-    for queue in config.job_queues:
-        name = queue.job_queue_name
-        bundle["serviceEnvironments"].append(
-            {
-                "serviceEnvironmentName": name,
-                "serviceEnvironmentType": SAGEMAKER_TRAINING,
-                "state": "ENABLED",
-                "capacityLimits": [_limit(limit) for limit in queue.capacity_limits],
-            }
-        )
-        bundle["schedulingPolicies"].append(
-            {"name": name, "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}
-        )
-        bundle["jobQueues"].append(
-            {
-                "jobQueueName": name,
-                "jobQueueType": SAGEMAKER_TRAINING,
-                "state": "ENABLED",
-                "priority": EXPORTED_QUEUE_PRIORITY,
-                "schedulingPolicyArn": (
-                    f"arn:{partition}:batch:{region}:{account_id}:scheduling-policy/{name}"
-                ),
-                "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": name}],
-            }
-        )
-        for share in queue.quota_shares:
-            sharing = share.resource_sharing_configuration
-            bundle["quotaShares"].append(
-                {
-                    "quotaShareName": share.quota_share_name,
-                    "jobQueue": name,
-                    "capacityLimits": [_limit(limit) for limit in share.capacity_limits],
-                    "resourceSharingConfiguration": {
-                        "strategy": sharing.strategy.value,
-                        **({} if sharing.borrow_limit is None else {"borrowLimit": sharing.borrow_limit}),
-                    },
-                    "preemptionConfiguration": {
-                        "inSharePreemption": share.preemption_configuration.in_share_preemption
-                    },
-                    "state": share.state.value,
-                }
-            )
-    return bundle
-
-
-def export_issues(bundle: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[ConfigIssue]:
-    """botocore's validation of every request body of an export (none, for what ``export_design`` writes)."""
-    return [
-        issue
-        for kind in KINDS
-        for index, body in enumerate(bundle.get(kind, []))
-        for issue in shape_issues(body, request_shape(kind), f"{kind}[{index}]", answer=False)
-    ]
-
-
-def _limit(limit: Any) -> dict[str, Any]:
-    return {"capacityUnit": limit.capacity_unit, "maxCapacity": limit.max_capacity}
-
-
-# --- what AWS Batch treats differently ------------------------------------------------------------------
-
-
-def portability_warnings(config: QuotaConfig) -> list[ConfigIssue]:
-    """What AWS Batch would refuse or read otherwise, though our allocator accepts it (paths in our file)."""
-    warnings = aws_batch_warnings(config)  # more shares or capacity limits than AWS allows
-    for queue_index, queue in enumerate(config.job_queues):
-        queue_path = f"jobQueues[{queue_index}]"
-        for limit_index, limit in enumerate(queue.capacity_limits):
-            path = f"{queue_path}.capacityLimits[{limit_index}]"
-            if is_local_unit(limit.capacity_unit):
-                warnings.append(
-                    ConfigIssue(
-                        f"{path}.capacityUnit",
-                        f"{limit.capacity_unit} is the Airflow worker's own GPUs: AWS Batch schedules "
-                        "SageMaker instance types (ml.*) only, so keep this job queue on our allocator",
-                    )
-                )
-            if limit.max_capacity == 0:
-                warnings.append(_zero_warning(f"{path}.maxCapacity", "the service environment"))
-        for share_index, share in enumerate(queue.quota_shares):
-            share_path = f"{queue_path}.quotaShares[{share_index}]"
-            if "preemption_configuration" not in share.model_fields_set:
-                warnings.append(
-                    ConfigIssue(
-                        f"{share_path}.preemptionConfiguration",
-                        "missing: here it means inSharePreemption DISABLED, but AWS Batch's CreateQuotaShare "
-                        "requires it; write preemptionConfiguration: {inSharePreemption: DISABLED}",
-                    )
-                )
-            for limit_index, limit in enumerate(share.capacity_limits):
-                if limit.max_capacity == 0:
-                    warnings.append(
-                        _zero_warning(
-                            f"{share_path}.capacityLimits[{limit_index}].maxCapacity", "a quota share"
-                        )
-                    )
-    return warnings
-
-
-def _zero_warning(path: str, what: str) -> ConfigIssue:
-    return ConfigIssue(
-        path,
-        f"maxCapacity 0: here {what} then holds none of this unit (a share may still borrow with borrowLimit "
-        "-1), but AWS Batch documents no meaning for 0 (its borrowLimit is a percentage of maxCapacity) and "
-        "may refuse it; give at least 1 before applying this design to AWS Batch",
-    )

@@ -20,7 +20,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from airflow_quota.aws_batch.design import export_design, export_issues
+from airflow_quota.aws_batch.export import export_design, export_issues
 from airflow_quota.cli.validate import print_errors
 from airflow_quota.config_file import load_quota_design
 from airflow_quota.engine.config import QuotaConfigError

@@ -18,7 +18,7 @@ from typing import Any
 from botocore.model import Shape
 
 from airflow_quota.aws_batch.botocore_model import KINDS, Kind, batch_model, request_shape
-from airflow_quota.aws_batch.design import export_design
+from airflow_quota.aws_batch.export import export_design
 from airflow_quota.engine.config import parse_quota_config
 
 NAME = "gpu-1"

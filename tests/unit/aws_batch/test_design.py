@@ -16,12 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_quota.aws_batch.botocore_model import CREATE_OPERATION, KINDS, batch_model
-from airflow_quota.aws_batch.design import (
-    export_design,
-    import_design,
-    is_aws_document,
-    portability_warnings,
-)
+from airflow_quota.aws_batch.design import import_design, is_aws_document
+from airflow_quota.aws_batch.export import export_design
+from airflow_quota.aws_batch.portability import portability_warnings
 from airflow_quota.config_file import load_quota_file
 from airflow_quota.engine.config import QuotaConfig, QuotaConfigError, parse_quota_config
 from tests.unit.aws_batch.generated_documents import generated_designs, import_figures
