@@ -213,6 +213,38 @@ def latest_preemptions(session: Session, job_ids: Iterable[str]) -> dict[str, Pr
     return notes
 
 
+@dataclass(frozen=True, slots=True)
+class AttemptTimes:
+    """When a job's current (or, once it has finished, its last) attempt was granted, and when it ended."""
+
+    started_at: datetime | None
+    stopped_at: datetime | None
+
+
+def attempt_times(session: Session, rows: Iterable[JobRow]) -> dict[str, AttemptTimes]:
+    """Each job's attempt times. A job row forgets its start when the job ends (the engine's order key is
+    cleared), so a finished job's come from the audit log: its last GRANTED row and its SUCCEEDED or FAILED
+    row."""
+    jobs = {row.job_id: row for row in rows}
+    finished = [job_id for job_id, row in jobs.items() if JobStatus(row.status).is_final]
+    granted: dict[str, datetime] = {}
+    ended: dict[str, datetime] = {}
+    if finished:
+        final_kinds = (AuditKind.SUCCEEDED.value, AuditKind.FAILED.value)
+        audit = session.execute(
+            select(AuditRow.job_id, AuditRow.kind, AuditRow.at)
+            .where(AuditRow.job_id.in_(finished), AuditRow.kind.in_([AuditKind.GRANTED.value, *final_kinds]))
+            .order_by(AuditRow.id)
+        )
+        for job_id, kind, at in audit:
+            if job_id is not None:
+                (ended if kind in final_kinds else granted)[job_id] = at
+    return {
+        job_id: AttemptTimes(row.started_at or granted.get(job_id), ended.get(job_id))
+        for job_id, row in jobs.items()
+    }
+
+
 # --- pages of jobs and events, filtered, ordered and limited in SQL ---------------------------------------
 
 
