@@ -41,6 +41,11 @@ ARG_EXPORT_FORMAT = _arg(
 ARG_REGION = _arg("--region", metavar="REGION", help="The AWS region in the scheduling policy's ARN")
 ARG_ACCOUNT_ID = _arg("--account-id", metavar="ID", help="The AWS account in the scheduling policy's ARN")
 ARG_JSON = _arg("--json", action="store_true", help="Print the result as JSON")
+ARG_WIDE = _arg(
+    "--wide",
+    action="store_true",
+    help="Show every value whole (job ids in full, nothing wrapped), however wide the lines",
+)
 ARG_SCENARIO = _arg("scenario", metavar="FILE", nargs="?", help="A scenario file to simulate (YAML)")
 ARG_TRACE = _arg("--trace", metavar="CSV", help="Replay this job trace (CSV) instead of a scenario")
 ARG_CONFIG = _arg("--config", metavar="YAML", help="The quota file to replay the trace against")
@@ -99,18 +104,18 @@ SHARES_COMMANDS = [
         name="list",
         help="List the applied quota shares with their limits and current usage",
         description=(
-            "Each applied quota share per capacity unit: limit, ceiling, strategy, borrow limit, "
-            "in-share preemption, state, and its usage now (own and borrowed units, RUNNING and "
-            "RUNNABLE jobs)."
+            "Each applied quota share: strategy, borrow limit, in-share preemption, state; then per "
+            "capacity unit its limit, ceiling and usage now (own, borrowed, lent and idle units, RUNNING "
+            "and RUNNABLE jobs)."
         ),
         func=lazy_load_command("airflow_quota.cli.shares.shares_list"),
-        args=(ARG_LEDGER_QUEUE, ARG_OUTPUT),
+        args=(ARG_LEDGER_QUEUE, ARG_OUTPUT, ARG_WIDE),
     ),
     ActionCommand(
         name="describe",
         help="Show one quota share: its configuration and current usage",
         func=lazy_load_command("airflow_quota.cli.shares.shares_describe"),
-        args=(ARG_SHARE_NAME, ARG_LEDGER_QUEUE, ARG_OUTPUT),
+        args=(ARG_SHARE_NAME, ARG_LEDGER_QUEUE, ARG_OUTPUT, ARG_WIDE),
     ),
 ]
 
@@ -119,13 +124,13 @@ JOBS_COMMANDS = [
         name="list",
         help="List jobs with their status, priority, capacity and position in their share",
         func=lazy_load_command("airflow_quota.cli.jobs.jobs_list"),
-        args=(ARG_LEDGER_QUEUE, ARG_SHARE, ARG_STATUS, ARG_JOBS_LIMIT, ARG_OUTPUT),
+        args=(ARG_LEDGER_QUEUE, ARG_SHARE, ARG_STATUS, ARG_JOBS_LIMIT, ARG_OUTPUT, ARG_WIDE),
     ),
     ActionCommand(
         name="describe",
         help="Show one job: status, statusReason, position, preempted attempts",
         func=lazy_load_command("airflow_quota.cli.jobs.jobs_describe"),
-        args=(ARG_JOB_NAME, ARG_OUTPUT),
+        args=(ARG_JOB_NAME, ARG_OUTPUT, ARG_WIDE),
     ),
     ActionCommand(
         name="update-priority",
@@ -165,13 +170,13 @@ LEDGER_COMMANDS: list[ActionCommand | GroupCommand] = [
         name="snapshot",
         help="Usage per share and the front of each share (like AWS GetJobQueueSnapshot)",
         func=lazy_load_command("airflow_quota.cli.snapshot.snapshot"),
-        args=(ARG_LEDGER_QUEUE, ARG_OUTPUT),
+        args=(ARG_LEDGER_QUEUE, ARG_OUTPUT, ARG_WIDE),
     ),
     ActionCommand(
         name="events",
         help="The quota audit log, newest last",
         func=lazy_load_command("airflow_quota.cli.events.events"),
-        args=(ARG_LEDGER_QUEUE, ARG_SINCE, ARG_LIMIT, ARG_OUTPUT),
+        args=(ARG_LEDGER_QUEUE, ARG_SINCE, ARG_LIMIT, ARG_OUTPUT, ARG_WIDE),
     ),
     ActionCommand(
         name="allocator",
@@ -194,10 +199,12 @@ QUOTA_COMMANDS: list[ActionCommand | GroupCommand] = [
         description=(
             "Check a quota file (AWS Batch field names), or AWS Batch documents, and print each job "
             "queue's quota shares. Exits 1 and lists every error when the design is invalid; what AWS "
-            "Batch treats differently is a warning only."
+            "Batch treats differently is a warning only. Airflow writes airflow.cfg and logs/ under "
+            "AIRFLOW_HOME (~/airflow when unset) as it starts; 'python -m airflow_quota.cli.validate FILE' "
+            "runs the same check without Airflow and writes no file."
         ),
         func=lazy_load_command("airflow_quota.cli.validate.validate"),
-        args=(ARG_DESIGN_FILES, ARG_JSON),
+        args=(ARG_DESIGN_FILES, ARG_JSON, ARG_WIDE),
     ),
     ActionCommand(
         name="import",

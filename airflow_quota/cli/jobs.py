@@ -14,19 +14,28 @@ import argparse
 from datetime import UTC, datetime
 from typing import Any
 
+from rich.console import RenderableType
 from rich.markup import escape
 from rich.table import Table
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from airflow_quota.cli.common import (
+    JOB_LABEL_NOTE,
+    add_column,
     console,
     fail,
     iso,
+    job_label,
     metadata_session,
     parse_whole_number,
     print_json,
+    reasons_after,
+    reasons_inline,
+    table,
+    table_time,
     wants_json,
+    wants_wide,
 )
 from airflow_quota.engine.config import JobRequestError, scheduling_priority_from_text
 from airflow_quota.engine.model import JobStatus
@@ -38,9 +47,19 @@ from airflow_quota.ledger.lifecycle import (
 )
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.ledger.queue_state import load_queue_state
-from airflow_quota.ledger.views import DEFAULT_JOBS, MAX_PAGE, job_page, runnable_positions
+from airflow_quota.ledger.views import (
+    DEFAULT_JOBS,
+    MAX_PAGE,
+    AttemptTimes,
+    attempt_times,
+    job_page,
+    runnable_positions,
+)
 
 STATUSES = [status.value for status in JobStatus]
+#: Columns shown whole at any width (others wrap first).
+WHOLE = ("Job", "Preempted by")
+NUMBERS = ("Priority", "Preempted", "Attempt")
 #: How many jobs an error names when a job name is not unique.
 _NAMED = 5
 
@@ -63,48 +82,81 @@ def jobs_list(args: argparse.Namespace) -> None:
     if wants_json(args):
         print_json({"jobs": reports, "total": page.total})
         return
-    total = "over 10,000" if page.total is None else page.total
-    shown = "" if page.total == len(reports) else f"The newest {len(reports)} of {total} (--limit for more). "
-    table = Table(
-        title="Jobs",
-        caption=f"{shown}Position: a RUNNABLE job's place in its share's order (1 is next).",
+    wide = wants_wide(args)
+    out = console(wide=wide)
+    if not reports:
+        out.print("No jobs match.")
+    for renderable in jobs_tables(reports, page.total, width=out.width, wide=wide):
+        out.print(renderable)
+
+
+def jobs_tables(
+    reports: list[dict[str, Any]], total: int | None, *, width: int, wide: bool = False
+) -> list[RenderableType]:
+    """A page of jobs (``job_report``s), and how many match in all (None: over 10,000).
+
+    The job queue is a column when the jobs are in several, else the title names it; a RUNNABLE job's
+    status says its position. On a console narrower than ``REASONS_INLINE_WIDTH`` the status reasons
+    follow the table (``reasons_after``).
+    """
+    counted = "over 10,000" if total is None else total
+    shown = "" if total == len(reports) else f"The newest {len(reports)} of {counted} (--limit for more). "
+    queues = list(dict.fromkeys(report["jobQueue"] for report in reports))
+    inline = reasons_inline(width, wide=wide)
+    out = table(
+        "Jobs" if len(queues) > 1 else f"Jobs of job queue {queues[0]}",
+        caption=f"{shown}Position: a RUNNABLE job's place in its share's order (1 is next). {JOB_LABEL_NOTE}",
     )
-    for header in ("Job", "Job queue", "Quota share", "Status", "Priority", "Capacity", "Position"):
-        table.add_column(header, no_wrap=header != "Job")
-    table.add_column("Preempted", justify="right")
-    table.add_column("Status reason")
+    headers = [
+        header
+        for header in ("Job", "Job queue", "Quota share", "Status", "Priority", "Capacity", "Preempted")
+        if header != "Job queue" or len(queues) > 1
+    ]
+    if inline:
+        headers.append("Status reason")
+    for header in headers:
+        add_column(out, header, number=header in NUMBERS, whole=header in WHOLE, wide=wide)
     for report in reports:
-        table.add_row(
-            *map(
-                escape,
-                (
-                    report["jobId"],
-                    report["jobQueue"],
-                    report["quotaShareName"],
-                    report["status"],
-                    str(report["schedulingPriority"]),
-                    f"{report['capacityUnit']} x {report['instanceCount']}",
-                    str(report["position"] or "-"),
-                    str(report["preemptedAttemptCount"]),
-                    report["statusReason"],
-                ),
-            )
-        )
-    out = console()
-    out.print(table if reports else "No jobs match.")
+        position = report["position"]
+        cells = {
+            "Job": job_label(report["jobId"], wide=wide),
+            "Job queue": report["jobQueue"],
+            "Quota share": report["quotaShareName"],
+            "Status": report["status"] + ("" if position is None else f" (position {position})"),
+            "Priority": str(report["schedulingPriority"]),
+            "Capacity": f"{report['capacityUnit']} x {report['instanceCount']}",
+            "Preempted": str(report["preemptedAttemptCount"]),
+            "Status reason": report["statusReason"],
+        }
+        out.add_row(*(escape(cells[header]) for header in headers))
+    if inline:
+        return [out]
+    return [out, *reasons_after([(job_label(r["jobId"]), r["statusReason"]) for r in reports])]
 
 
 def jobs_describe(args: argparse.Namespace) -> None:
     with metadata_session() as session:
         row = find_job(session, args.name)
-        report = job_report(row, runnable_positions(session, [row.job_queue_name]), detailed=True)
+        report = job_report(
+            row,
+            runnable_positions(session, [row.job_queue_name]),
+            detailed=True,
+            times=attempt_times(session, [row])[row.job_id],
+        )
     if wants_json(args):
         print_json(report)
         return
-    out = console()
+    wide = wants_wide(args)
+    out = console(wide=wide)
+    for renderable in job_description(report, wide=wide):
+        out.print(renderable)
+
+
+def job_description(report: dict[str, Any], *, wide: bool = False) -> list[RenderableType]:
+    """One job (a detailed ``job_report``): its fields, then its recent preempted attempts."""
     fields = Table.grid(padding=(0, 2))
-    fields.add_column(style="bold")
-    fields.add_column()
+    fields.add_column(style="bold", no_wrap=True)
+    fields.add_column(overflow="fold")
     for label, key in (
         ("Job", "jobId"),
         ("Job name", "jobName"),
@@ -116,6 +168,7 @@ def jobs_describe(args: argparse.Namespace) -> None:
         ("Position in share", "position"),
         ("Submitted at", "submittedAt"),
         ("Started at", "startedAt"),
+        ("Stopped at", "stoppedAt"),
         ("Attempt", "attempt"),
         ("Preempted attempts", "preemptedAttemptCount"),
         ("Task instance", "taskInstance"),
@@ -131,20 +184,27 @@ def jobs_describe(args: argparse.Namespace) -> None:
             "Holding",
             escape(f"{held['capacityUnit']} x {held['instanceCount']} ({held['borrowed']} borrowed)"),
         )
-    out.print(fields)
     attempts = report["recentPreemptedAttempts"]
-    if attempts:
-        table = Table(title="Recent preempted attempts")
-        for header in ("Attempt", "Started at", "Stopped at", "Preempted by", "Rule", "Status reason"):
-            table.add_column(header)
-        for attempt in attempts:
-            table.add_row(
-                *(
-                    escape(str(attempt.get(key) or "-"))
-                    for key in ("attempt", "startedAt", "stoppedAt", "preemptedBy", "rule", "statusReason")
+    if not attempts:
+        return [fields]
+    preempted = table("Recent preempted attempts", caption=JOB_LABEL_NOTE)
+    for header in ("Attempt", "Started at", "Stopped at", "Preempted by", "Rule", "Status reason"):
+        add_column(preempted, header, number=header in NUMBERS, whole=header in WHOLE, wide=wide)
+    for attempt in attempts:
+        preempted.add_row(
+            *(
+                escape(str(value or "-"))
+                for value in (
+                    attempt.get("attempt"),
+                    table_time(attempt.get("startedAt"), wide=wide),
+                    table_time(attempt.get("stoppedAt"), wide=wide),
+                    job_label(attempt.get("preemptedBy"), wide=wide) if attempt.get("preemptedBy") else None,
+                    attempt.get("rule"),
+                    attempt.get("statusReason"),
                 )
             )
-        out.print(table)
+        )
+    return [fields, preempted]
 
 
 def jobs_update_priority(args: argparse.Namespace) -> None:
@@ -206,7 +266,11 @@ def unfinished_job(session: Session, name: str, action: str) -> JobRow:
     return row
 
 
-def job_report(row: JobRow, positions: dict[str, int], *, detailed: bool) -> dict[str, Any]:
+def job_report(
+    row: JobRow, positions: dict[str, int], *, detailed: bool, times: AttemptTimes | None = None
+) -> dict[str, Any]:
+    """A job as ``--output json`` prints it; ``detailed`` (describe) adds its attempt, with its start and end
+    (``times``, kept after the job has finished), capacity held and task instance."""
     report: dict[str, Any] = {
         "jobId": row.job_id,
         "jobName": row.job_name,
@@ -223,7 +287,8 @@ def job_report(row: JobRow, positions: dict[str, int], *, detailed: bool) -> dic
     }
     if detailed:
         report |= {
-            "startedAt": iso(row.started_at),
+            "startedAt": iso(row.started_at if times is None else times.started_at),
+            "stoppedAt": None if times is None else iso(times.stopped_at),
             "attempt": row.attempt,
             "recentPreemptedAttempts": list(row.recent_preempted_attempts),
             "held": {

@@ -4,8 +4,10 @@ Their JSON nests a share's configuration as AWS Batch's DescribeQuotaShare does 
 list, ``resourceSharingConfiguration``, ``preemptionConfiguration``), with the job queue's name and the
 usage per unit (``units``) beside it.
 
-Usage is the engine's own accounting of the jobs that have not finished: ``own`` is what the share holds
-within its own limit, ``borrowed`` what it holds above it (idle capacity lent by other shares).
+Usage is the engine's own accounting of the jobs that have not finished, laid out as the GPU Quotas page
+lays it out (``ledger.views.queue_usage``): ``own`` is what the share holds within its own limit,
+``borrowed`` what it holds above it (idle capacity lent by other shares), ``lent`` the part of its own limit
+other shares hold and ``idle`` the part nobody holds.
 """
 
 from __future__ import annotations
@@ -18,14 +20,30 @@ from rich.markup import escape
 from rich.table import Table
 from sqlalchemy.orm import Session
 
-from airflow_quota.cli.common import console, fail, metadata_session, print_json, wants_json
+from airflow_quota.cli.common import (
+    add_column,
+    console,
+    fail,
+    metadata_session,
+    print_json,
+    table,
+    wants_json,
+    wants_wide,
+)
 from airflow_quota.cli.validate import share_ceilings
 from airflow_quota.engine.model import UNLIMITED_BORROW, QueueState
-from airflow_quota.engine.usage import usage_of
 from airflow_quota.ledger.queue_state import job_queue_names, load_queue_state
+from airflow_quota.ledger.views import queue_usage
 
 #: The job statuses counted per share and unit.
 COUNTED = ("RUNNING", "RUNNABLE")
+#: A share's usage of a unit, as the GPU Quotas page shows it (``ledger.views.ShareUnitUsage``'s fields).
+USAGE = ("own", "borrowed", "lent", "idle")
+USAGE_HEADERS = ("Limit", "Ceiling", "Own", "Borrowed", "Lent", "Idle", "Running", "Runnable")
+USAGE_NOTE = (
+    "Own: held within the share's limit; borrowed: held above it; lent: its own capacity other shares "
+    "hold; idle: its own capacity nobody holds (limit = own + lent + idle)."
+)
 
 
 def shares_list(args: argparse.Namespace) -> None:
@@ -37,13 +55,16 @@ def shares_list(args: argparse.Namespace) -> None:
     if wants_json(args):
         print_json({"quotaShares": [aws_share_json(state, report) for state, report in pairs]})
         return
-    out = console()
+    wide = wants_wide(args)
+    out = console(wide=wide)
     if not reports:
         out.print("No quota shares are applied: apply a quota file with 'airflow quota apply -f FILE'.")
         return
     for queue_name in dict.fromkeys(report["jobQueueName"] for report in reports):
         queue_reports = [report for report in reports if report["jobQueueName"] == queue_name]
-        out.print(usage_table(f"Job queue {queue_name}", queue_reports))
+        out.print(configuration_table(f"Job queue {queue_name}: quota shares", queue_reports, wide=wide))
+        for usage in usage_tables(queue_name, queue_reports, wide=wide):
+            out.print(usage)
 
 
 def shares_describe(args: argparse.Namespace) -> None:
@@ -64,7 +85,8 @@ def shares_describe(args: argparse.Namespace) -> None:
     if wants_json(args):
         print_json(aws_share_json(state, report))
         return
-    out = console()
+    wide = wants_wide(args)
+    out = console(wide=wide)
     fields = Table.grid(padding=(0, 2))
     fields.add_column(style="bold")
     fields.add_column()
@@ -78,7 +100,7 @@ def shares_describe(args: argparse.Namespace) -> None:
     ):
         fields.add_row(label, escape(str(value)))
     out.print(fields)
-    out.print(usage_table("Capacity and usage", [report], with_share=False))
+    out.print(usage_table("Capacity and usage", "Capacity unit", list(report["units"].items()), wide=wide))
 
 
 def queue_states(session: Session, queue: str | None) -> list[QueueState]:
@@ -92,9 +114,17 @@ def queue_states(session: Session, queue: str | None) -> list[QueueState]:
 
 
 def share_reports(state: QueueState) -> list[dict[str, Any]]:
-    """One JSON-shaped report per share of the queue: configuration, ceiling and usage per unit."""
+    """One JSON-shaped report per share of the queue: configuration, ceiling and usage per unit.
+
+    The usage figures (own, borrowed, lent, idle) are ``ledger.views.queue_usage``'s, the GPU Quotas
+    page's: ``limit = own + lent + idle`` and ``own + borrowed`` is what the share uses.
+    """
     queue = state.queue
-    usage = usage_of(state)
+    usage = {
+        (entry.quota_share_name, unit.capacity_unit): entry
+        for unit in queue_usage(state)
+        for entry in unit.shares
+    }
     counts: Counter[tuple[str, str, str]] = Counter(
         (job.share_name, job.unit, job.status.value) for job in state.jobs.values()
     )
@@ -104,13 +134,11 @@ def share_reports(state: QueueState) -> list[dict[str, Any]]:
         ceilings = share_ceilings(share, queue.capacity)
         per_unit = {}
         for unit in units:
-            used = usage.usage(share.name, unit)
-            own = min(used, share.own_limit(unit))
+            entry = usage.get((share.name, unit))
             per_unit[unit] = {
                 "limit": share.capacity_limits.get(unit, 0),
                 "ceiling": ceilings.get(unit, 0),
-                "own": own,
-                "borrowed": used - own,
+                **{key: 0 if entry is None else getattr(entry, key) for key in USAGE},
                 **{status: counts[(share.name, unit, status)] for status in COUNTED},
             }
         reports.append(
@@ -152,28 +180,54 @@ def borrow_limit_text(borrow_limit: int | None) -> str:
     return "none" if borrow_limit == UNLIMITED_BORROW else f"{borrow_limit}%"
 
 
-def usage_table(title: str, reports: list[dict[str, Any]], *, with_share: bool = True) -> Table:
-    """One row per share and unit: its configuration (shares list) and its usage now."""
-    table = Table(title=escape(title), caption="Own: held within the share's limit; borrowed: held above it.")
-    if with_share:
-        for header in ("Quota share", "Strategy", "Borrow limit", "In-share preemption", "State"):
-            table.add_column(header, overflow="fold")
-    table.add_column("Capacity unit", overflow="fold")
-    for header in ("Limit", "Ceiling", "Own", "Borrowed", "Running", "Runnable"):
-        table.add_column(header, justify="right", no_wrap=True, min_width=len(header))
+def configuration_table(title: str, reports: list[dict[str, Any]], *, wide: bool = False) -> Table:
+    """One row per share: how it shares and whether it preempts within itself."""
+    out = table(title)
+    for header in ("Quota share", "Strategy", "Borrow limit", "In-share preemption", "State"):
+        add_column(out, header, wide=wide)
     for report in reports:
-        first = [
-            report["quotaShareName"],
-            report["strategy"],
-            borrow_limit_text(report["borrowLimit"]),
-            report["inSharePreemption"],
-            report["state"],
-        ]
-        units = report["units"]
-        for index, (unit, row) in enumerate(units.items()):
-            share_cells = (first if index == 0 else [""] * len(first)) if with_share else []
-            numbers = [str(row[key]) for key in ("limit", "ceiling", "own", "borrowed", *COUNTED)]
-            table.add_row(
-                *map(escape, share_cells), escape(unit), *numbers, end_section=index == len(units) - 1
+        out.add_row(
+            *map(
+                escape,
+                (
+                    report["quotaShareName"],
+                    report["strategy"],
+                    borrow_limit_text(report["borrowLimit"]),
+                    report["inSharePreemption"],
+                    report["state"],
+                ),
             )
-    return table
+        )
+    return out
+
+
+def usage_tables(queue_name: str, reports: list[dict[str, Any]], *, wide: bool = False) -> list[Table]:
+    """One table per capacity unit of the queue (as the GPU Quotas page has one bar per unit): a row per
+    share with its limit, ceiling and usage now."""
+    units = dict.fromkeys(unit for report in reports for unit in report["units"])
+    return [
+        usage_table(
+            f"Job queue {queue_name}, {unit}: usage",
+            "Quota share",
+            [
+                (report["quotaShareName"], report["units"][unit])
+                for report in reports
+                if unit in report["units"]
+            ],
+            wide=wide,
+        )
+        for unit in units
+    ]
+
+
+def usage_table(
+    title: str, first_header: str, rows: list[tuple[str, dict[str, int]]], *, wide: bool
+) -> Table:
+    """A row per share (or per unit): its limit and ceiling, and its usage now (own, borrowed, lent, idle)."""
+    out = table(title, caption=USAGE_NOTE)
+    add_column(out, first_header, wide=wide)
+    for header in USAGE_HEADERS:
+        add_column(out, header, number=True, wide=wide)
+    for name, row in rows:
+        out.add_row(escape(name), *(str(row[key]) for key in ("limit", "ceiling", *USAGE, *COUNTED)))
+    return out

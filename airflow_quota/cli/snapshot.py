@@ -1,8 +1,8 @@
 """``airflow quota snapshot [--queue Q]``: like AWS Batch's GetJobQueueSnapshot, from the ledger.
 
-Per job queue and share: usage per unit (own and borrowed, RUNNING and RUNNABLE counts) and the front of
-the share: its first RUNNABLE jobs in order (priority descending, then submission order) with their
-position and statusReason.
+Per job queue and share: usage per unit (own, borrowed, lent, idle, RUNNING and RUNNABLE counts) and the
+front of the share: its first RUNNABLE jobs in order (priority descending, then submission order) with
+their position and statusReason.
 """
 
 from __future__ import annotations
@@ -10,11 +10,23 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rich.console import RenderableType
 from rich.markup import escape
-from rich.table import Table
 
-from airflow_quota.cli.common import console, metadata_session, print_json, wants_json
-from airflow_quota.cli.shares import queue_states, share_reports, usage_table
+from airflow_quota.cli.common import (
+    JOB_LABEL_NOTE,
+    add_column,
+    console,
+    job_label,
+    metadata_session,
+    print_json,
+    reasons_after,
+    reasons_inline,
+    table,
+    wants_json,
+    wants_wide,
+)
+from airflow_quota.cli.shares import queue_states, share_reports, usage_tables
 from airflow_quota.engine.model import JobStatus, QueueState
 from airflow_quota.engine.planner import share_order_key
 
@@ -29,25 +41,49 @@ def snapshot(args: argparse.Namespace) -> None:
     if wants_json(args):
         print_json(document)
         return
-    out = console()
+    wide = wants_wide(args)
+    out = console(wide=wide)
     if not states:
         out.print("No job queues are applied: apply a quota file with 'airflow quota apply -f FILE'.")
     for queue in document["jobQueues"]:
-        out.print(usage_table(f"Job queue {queue['jobQueueName']}: usage", queue["quotaShares"]))
-        front = Table(title=escape(f"Job queue {queue['jobQueueName']}: front of each share"))
-        for header in ("Quota share", "Position", "Job", "Priority", "Capacity", "Status reason"):
-            front.add_column(header, no_wrap=header != "Status reason")
-        for share in queue["quotaShares"]:
-            for job in share["frontOfQueue"]:
-                front.add_row(
-                    escape(share["quotaShareName"]),
-                    str(job["position"]),
-                    escape(job["jobId"]),
-                    str(job["schedulingPriority"]),
-                    escape(f"{job['capacityUnit']} x {job['instanceCount']}"),
-                    escape(job["statusReason"]),
-                )
-        out.print(front if front.row_count else "No RUNNABLE jobs.")
+        for renderable in snapshot_tables(queue, width=out.width, wide=wide):
+            out.print(renderable)
+
+
+def snapshot_tables(queue: dict[str, Any], *, width: int, wide: bool = False) -> list[RenderableType]:
+    """A job queue's snapshot (``queue_snapshot``) as tables: usage per unit and share, then each share's
+    front (its status reasons after the table on a console narrower than ``REASONS_INLINE_WIDTH``)."""
+    name = queue["jobQueueName"]
+    usage = usage_tables(name, queue["quotaShares"], wide=wide)
+    inline = reasons_inline(width, wide=wide)
+    front = table(f"Job queue {name}: front of each share", caption=JOB_LABEL_NOTE)
+    headers = (
+        "Quota share",
+        "Position",
+        "Job",
+        "Priority",
+        "Capacity",
+        *(["Status reason"] if inline else []),
+    )
+    for header in headers:
+        add_column(front, header, number=header in ("Position", "Priority"), whole=header == "Job", wide=wide)
+    jobs = [job for share in queue["quotaShares"] for job in share["frontOfQueue"]]
+    for share in queue["quotaShares"]:
+        for job in share["frontOfQueue"]:
+            cells = [
+                share["quotaShareName"],
+                str(job["position"]),
+                job_label(job["jobId"], wide=wide),
+                str(job["schedulingPriority"]),
+                f"{job['capacityUnit']} x {job['instanceCount']}",
+                *([job["statusReason"]] if inline else []),
+            ]
+            front.add_row(*map(escape, cells))
+    if not jobs:
+        return [*usage, "No RUNNABLE jobs."]
+    if inline:
+        return [*usage, front]
+    return [*usage, front, *reasons_after([(job_label(job["jobId"]), job["statusReason"]) for job in jobs])]
 
 
 def queue_snapshot(state: QueueState) -> dict[str, Any]:

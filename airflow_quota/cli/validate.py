@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -17,18 +18,40 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from airflow_quota.cli.common import WIDE_WIDTH, add_column
+from airflow_quota.cli.common import table as cli_table
 from airflow_quota.config_file import load_quota_design
 from airflow_quota.engine.config import ConfigIssue, QuotaConfigError
 from airflow_quota.engine.model import UNLIMITED_BORROW, JobQueue, QuotaShare
 
 
 def validate(args: argparse.Namespace) -> None:
-    sys.exit(run_validate(args.files, as_json=args.json))
+    sys.exit(run_validate(args.files, as_json=args.json, wide=getattr(args, "wide", False)))
 
 
-def run_validate(paths: str | Sequence[str], *, as_json: bool = False, console: Console | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m airflow_quota.cli.validate FILE... [--json] [--wide]``: the same check without Airflow.
+
+    ``airflow quota validate`` runs inside Airflow's CLI, and Airflow writes ``airflow.cfg`` and ``logs/``
+    under AIRFLOW_HOME (``~/airflow`` when unset) when it starts, before any command runs. This entry
+    imports no Airflow module and writes no file.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_quota.cli.validate",
+        description="Check a quota file, or AWS Batch documents, without Airflow (writes no file).",
+    )
+    parser.add_argument("files", metavar="FILE", nargs="+", help="A quota file, or AWS Batch documents")
+    parser.add_argument("--json", action="store_true", help="Print the result as JSON")
+    parser.add_argument("--wide", action="store_true", help="Every value whole, however wide the lines")
+    args = parser.parse_args(argv)
+    return run_validate(args.files, as_json=args.json, wide=args.wide)
+
+
+def run_validate(
+    paths: str | Sequence[str], *, as_json: bool = False, wide: bool = False, console: Console | None = None
+) -> int:
     """Check the quota file (or AWS documents) at ``paths``, print the report, and return the exit code."""
-    console = console or _console()
+    console = console or _console(wide=wide)
     paths = [paths] if isinstance(paths, str) else list(paths)
     path = ", ".join(paths)
     try:
@@ -56,7 +79,8 @@ def run_validate(paths: str | Sequence[str], *, as_json: bool = False, console: 
         )
         return 0
     for queue in queues:
-        console.print(queue_table(queue))
+        for table in queue_tables(queue, wide=wide):
+            console.print(table)
     for warning in warnings:
         console.print(f"[yellow]warning:[/] {escape(str(warning))}", soft_wrap=True)
     counts = [
@@ -69,42 +93,37 @@ def run_validate(paths: str | Sequence[str], *, as_json: bool = False, console: 
     return 0
 
 
-def queue_table(queue: JobQueue) -> Table:
-    """One row per quota share and unit: strategy, own limit, ceiling, in-share preemption, state."""
+def queue_tables(queue: JobQueue, *, wide: bool = False) -> list[Table]:
+    """Two tables: one row per quota share (strategy, borrow limit, in-share preemption, state), then one
+    row per share and unit (limit and ceiling)."""
     capacity = ", ".join(f"{unit} {count}" for unit, count in queue.capacity.items())
-    table = Table(
-        title=escape(f"Job queue {queue.name} (capacity: {capacity})"),
+    shares = cli_table(f"Job queue {queue.name} (capacity: {capacity}): quota shares")
+    for header in ("Quota share", "Strategy", "Borrow limit", "In-share preemption", "State"):
+        add_column(shares, header, wide=wide)
+    limits = cli_table(
+        f"Job queue {queue.name}: capacity limits",
         caption="Ceiling: the most of a unit the share can hold, borrowing included.",
     )
-    for header in ("Quota share", "Strategy", "Borrow limit", "Capacity unit"):
-        table.add_column(header, no_wrap=True)
-    for header in ("Limit", "Ceiling"):
-        table.add_column(header, justify="right")
-    table.add_column("In-share preemption")
-    table.add_column("State")
+    for header in ("Quota share", "Capacity unit", "Limit", "Ceiling"):
+        add_column(limits, header, number=header in ("Limit", "Ceiling"), wide=wide)
     for share in queue.shares:
-        ceilings = share_ceilings(share, queue.capacity)
-        first_row = [
-            share.name,
+        shares.add_row(
+            escape(share.name),
             share.strategy.value,
             _borrow_limit_text(share),
             "ENABLED" if share.in_share_preemption else "DISABLED",
             share.state.value,
-        ]
-        for row_index, (unit, limit) in enumerate(share.capacity_limits.items()):
-            name, strategy, borrow_limit, in_share, state = first_row if row_index == 0 else [""] * 5
-            table.add_row(
-                name,
-                strategy,
-                borrow_limit,
+        )
+        ceilings = share_ceilings(share, queue.capacity)
+        for index, (unit, limit) in enumerate(share.capacity_limits.items()):
+            limits.add_row(
+                escape(share.name) if index == 0 else "",
                 escape(unit),
                 str(limit),
                 str(ceilings[unit]),
-                in_share,
-                state,
-                end_section=row_index == len(share.capacity_limits) - 1,
+                end_section=index == len(share.capacity_limits) - 1,
             )
-    return table
+    return [shares, limits]
 
 
 def share_ceilings(share: QuotaShare, queue_capacity: dict[str, int]) -> dict[str, int]:
@@ -142,10 +161,13 @@ def _queue_json(queue: JobQueue) -> dict[str, Any]:
     }
 
 
-def _console() -> Console:
-    """Rich's console, at least 120 columns wide when the output goes to a file or a pipe, not a terminal."""
+def _console(*, wide: bool = False) -> Console:
+    """Rich's console: the terminal's width (``COLUMNS`` when set; at least 120 columns in a file or a pipe
+    when it is not), all values whole with ``wide``."""
     console = Console(highlight=False)
-    if not console.is_terminal:
+    if wide:
+        console.width = WIDE_WIDTH
+    elif not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = max(console.width, 120)
     return console
 
@@ -169,3 +191,7 @@ def _print_json(report: dict[str, Any]) -> None:
 
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

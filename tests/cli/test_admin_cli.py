@@ -23,7 +23,12 @@ from airflow_quota.engine.model import JobRequest, JobStatus
 from airflow_quota.engine.planner import plan_cycle
 from airflow_quota.ledger.decisions import record_cycle
 from airflow_quota.ledger.job_rows import to_engine_time
-from airflow_quota.ledger.lifecycle import TaskInstanceRef, record_status_change, record_submission
+from airflow_quota.ledger.lifecycle import (
+    TaskInstanceRef,
+    record_finish,
+    record_status_change,
+    record_submission,
+)
 from airflow_quota.ledger.models import AuditRow, JobQueueRow, JobRow, ledger_metadata
 from airflow_quota.ledger.queue_state import load_queue_state
 from tests.db.conftest import AIRFLOW, Database
@@ -229,6 +234,8 @@ def test_jobs_shares_snapshot_and_events_read_the_ledger(migrated: Database, fil
         "ceiling": 2,
         "own": 2,
         "borrowed": 0,
+        "lent": 0,
+        "idle": 0,
         "RUNNING": 1,
         "RUNNABLE": 2,
     }
@@ -237,7 +244,7 @@ def test_jobs_shares_snapshot_and_events_read_the_ledger(migrated: Database, fil
         ("lender", "LEND"),
         ("borrower", "LEND_AND_BORROW"),
     ]
-    for text in ("lender", "LEND", "DISABLED", "Own", "Borrowed"):
+    for text in ("lender", "LEND", "DISABLED", "Own", "Borrowed", "Lent", "Idle"):
         assert text in ok(shares_table)
     lender = json.loads(ok(share_json))  # DescribeQuotaShare's nesting, with the usage beside it
     assert {key: value for key, value in lender.items() if key != "units"} == {
@@ -279,6 +286,15 @@ def test_jobs_shares_snapshot_and_events_read_the_ledger(migrated: Database, fil
     assert sorted(event["kind"] for event in latest) == ["FAILED", "PRIORITY_CHANGED", "TERMINATED"]
     priority = next(event for event in latest if event["kind"] == "PRIORITY_CHANGED")
     assert priority["details"] == {"old": 0, "new": 9000}
+
+    finished_at = now + timedelta(seconds=30)
+    with migrated.session() as session, session.begin():
+        state = load_queue_state(session, QUEUE)
+        record_finish(session, state, "big-1", finished_at, succeeded=True)
+    (finished,) = run_all(migrated, ["jobs", "describe", "big-1", "--output", "json"])
+    big_1 = json.loads(ok(finished))
+    assert big_1["status"] == "SUCCEEDED"
+    assert (big_1["startedAt"], big_1["stoppedAt"]) == (now.isoformat(), finished_at.isoformat())
 
 
 #: Case name -> (command, the start of its one-line error).

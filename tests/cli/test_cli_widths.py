@@ -1,0 +1,361 @@
+"""Every table of ``airflow quota ...`` fits ordinary terminals: rendered through rich's real console at 80,
+100 and 120 columns, each column's header and each job's label stay whole, no line is cut and no value is
+dropped; ``--wide`` shows whole job ids. And ``validate`` without Airflow writes no file.
+
+The tables are the commands' own (the functions the commands print), fed what the commands read: the
+engine's state after a real allocation cycle of the example quota file, and ledger rows.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from rich.console import Console, RenderableType
+
+from airflow_quota.cli.events import events_table
+from airflow_quota.cli.jobs import job_description, job_report, jobs_tables
+from airflow_quota.cli.shares import configuration_table, share_reports, usage_table, usage_tables
+from airflow_quota.cli.snapshot import queue_snapshot, snapshot_tables
+from airflow_quota.cli.validate import queue_tables
+from airflow_quota.config_file import load_quota_design
+from airflow_quota.engine.lifecycle import submit_jobs
+from airflow_quota.engine.model import JobRequest, QueueState
+from airflow_quota.engine.planner import plan_cycle
+from airflow_quota.ledger.models import JobRow
+from airflow_quota.ledger.views import AttemptTimes
+
+EXAMPLE_FILE = Path(__file__).parents[2] / "examples" / "quotas.yaml"
+WIDTHS = (80, 100, 120)
+RUN_ID = "manual__2026-12-01T03:00:00.123456+00:00"
+#: A job as the operator names it (dag/run/task/map index/try), and the label tables show for it.
+BORROWER_ID = f"gpu_quota_demo/{RUN_ID}/train_trial/3/1"
+BORROWER_LABEL = "train_trial[3] #1"
+WAITER_ID = f"gpu_quota_demo/{RUN_ID}/evaluate_checkpoint/-1/2"
+WAITER_LABEL = "evaluate_checkpoint #2"
+STARTED = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
+STOPPED = datetime(2026, 12, 1, 3, 40, tzinfo=UTC)
+LONG_REASON = (
+    "Waiting to borrow: research holds 8 ml.p4d.24xlarge of its ceiling of 8 (4 own, 4 borrowed from "
+    "evaluation); 0 ml.p4d.24xlarge can be borrowed from other shares now"
+)
+
+
+def example_state() -> QueueState:
+    """The example queue after one cycle: research borrows evaluation's p4d units, two jobs wait."""
+    queue = load_quota_design([str(EXAMPLE_FILE)]).config.to_job_queues()[0]
+    submissions = [
+        (BORROWER_ID, JobRequest("train-trial", "research", "ml.p4d.24xlarge", 6, 100), 0.0, 1),
+        (WAITER_ID, JobRequest("evaluate", "research", "ml.p4d.24xlarge", 4, 5), 1.0, 2),
+        (
+            f"gpu_quota_demo/{RUN_ID}/score/0/1",
+            JobRequest("score", "evaluation", "ml.g5.12xlarge", 3),
+            2.0,
+            3,
+        ),
+    ]
+    state = submit_jobs(QueueState(queue, {}), submissions)
+    return plan_cycle(state, 10.0).state
+
+
+def job_row(job_id: str, status: str, reason: str) -> JobRow:
+    dag_id, run_id, task_id, map_index, try_number = (
+        job_id.split("/", 1)[0],
+        RUN_ID,
+        *job_id.rsplit("/", 3)[1:],
+    )
+    return JobRow(
+        job_id=job_id,
+        job_queue_name="gpu-training",
+        quota_share_name="research",
+        job_name="train-trial",
+        capacity_unit="ml.p4d.24xlarge",
+        instance_count=6,
+        scheduling_priority=100,
+        status=status,
+        status_reason=reason,
+        submitted_at=STARTED,
+        started_at=None,
+        preempted_attempt_count=1,
+        recent_preempted_attempts=[
+            {
+                "attempt": 1,
+                "startedAt": STARTED.isoformat(),
+                "stoppedAt": STARTED.isoformat(),
+                "preemptedBy": f"gpu_quota_demo/{RUN_ID}/urgent_eval/-1/1",
+                "rule": "RECLAIM",
+                "statusReason": LONG_REASON,
+            }
+        ],
+        attempt=2,
+        held_capacity_unit=None,
+        held_instance_count=0,
+        borrowed_instance_count=0,
+        dag_id=dag_id,
+        run_id=run_id,
+        task_id=task_id,
+        map_index=int(map_index),
+        try_number=int(try_number),
+    )
+
+
+def validate_tables(wide: bool, width: int) -> list[RenderableType]:
+    return list(queue_tables(example_state().queue, wide=wide))
+
+
+def shares_list_tables(wide: bool, width: int) -> list[RenderableType]:
+    reports = share_reports(example_state())
+    return [configuration_table("quota shares", reports, wide=wide), *usage_tables("q", reports, wide=wide)]
+
+
+def shares_describe_tables(wide: bool, width: int) -> list[RenderableType]:
+    research = next(r for r in share_reports(example_state()) if r["quotaShareName"] == "research")
+    return [usage_table("Capacity and usage", "Capacity unit", list(research["units"].items()), wide=wide)]
+
+
+def snapshot_renderables(wide: bool, width: int) -> list[RenderableType]:
+    return snapshot_tables(queue_snapshot(example_state()), width=width, wide=wide)
+
+
+def jobs_list_tables(wide: bool, width: int) -> list[RenderableType]:
+    rows = [
+        job_row(BORROWER_ID, "SUCCEEDED", "Its task succeeded"),
+        job_row(WAITER_ID, "RUNNABLE", LONG_REASON),
+    ]
+    reports = [job_report(row, {WAITER_ID: 1}, detailed=False) for row in rows]
+    return jobs_tables(reports, 2, width=width, wide=wide)
+
+
+def jobs_describe_tables(wide: bool, width: int) -> list[RenderableType]:
+    row = job_row(BORROWER_ID, "SUCCEEDED", "Its task succeeded")
+    report = job_report(row, {}, detailed=True, times=AttemptTimes(STARTED, STOPPED))
+    return job_description(report, wide=wide)
+
+
+def events_tables(
+    wide: bool, width: int, queues: tuple[str, ...] = ("gpu-training",)
+) -> list[RenderableType]:
+    documents = [
+        {
+            "at": STARTED.isoformat(),
+            "jobQueueName": queue,
+            "kind": kind,
+            "quotaShareName": "research",
+            "jobId": BORROWER_ID,
+            "message": message,
+        }
+        for queue in queues
+        for kind, message in (
+            ("REQUEUED", f"Preempted by gpu_quota_demo/{RUN_ID}/urgent_eval/-1/1; requeued"),
+            ("SUCCEEDED", "Its task succeeded"),
+        )
+    ]
+    return [events_table(documents, wide=wide)]
+
+
+#: Command -> (its tables, the headers they must show whole, the job label they must show whole).
+TABLES: dict[str, tuple[Callable[[bool, int], list[RenderableType]], tuple[str, ...], str | None]] = {
+    "validate": (
+        validate_tables,
+        (
+            "Quota share",
+            "Strategy",
+            "Borrow limit",
+            "In-share preemption",
+            "State",
+            "Capacity unit",
+            "Limit",
+            "Ceiling",
+        ),
+        None,
+    ),
+    "shares list": (
+        shares_list_tables,
+        (
+            "Quota share",
+            "Strategy",
+            "Borrow limit",
+            "In-share preemption",
+            "State",
+            "Limit",
+            "Ceiling",
+            "Own",
+            "Borrowed",
+            "Lent",
+            "Idle",
+            "Running",
+            "Runnable",
+        ),
+        None,
+    ),
+    "shares describe": (
+        shares_describe_tables,
+        ("Capacity unit", "Limit", "Ceiling", "Own", "Borrowed", "Lent", "Idle", "Running", "Runnable"),
+        None,
+    ),
+    "snapshot": (
+        snapshot_renderables,
+        ("Quota share", "Own", "Borrowed", "Lent", "Idle", "Position", "Job", "Priority", "Status reason"),
+        WAITER_LABEL,
+    ),
+    "jobs list": (
+        jobs_list_tables,
+        (
+            "Job",
+            "Quota share",
+            "Status",
+            "Priority",
+            "Capacity",
+            "Preempted",
+            "Status reason",
+        ),
+        BORROWER_LABEL,
+    ),
+    "jobs describe": (
+        jobs_describe_tables,
+        ("Started at", "Stopped at", "Attempt", "Preempted by", "Rule", "Status reason"),
+        "urgent_eval #1",
+    ),
+    "events": (events_tables, ("At", "Kind", "Quota share", "Job", "Message"), BORROWER_LABEL),
+    "events of two job queues": (
+        lambda wide, width: events_tables(wide, width, ("gpu-training", "local-gpus")),
+        ("At", "Job queue", "Kind", "Quota share", "Job", "Message"),
+        BORROWER_LABEL,
+    ),
+}
+
+
+def render(renderables: list[RenderableType], width: int) -> list[str]:
+    out = Console(width=width, file=io.StringIO(), highlight=False, color_system=None)
+    for renderable in renderables:
+        out.print(renderable)
+    text = out.file.getvalue()  # type: ignore[attr-defined]
+    return [line.rstrip() for line in text.splitlines()]
+
+
+def header_is_readable(header: str, lines: list[str]) -> bool:
+    """On one line, or wrapped between its words: each word whole, each next word right below the last."""
+    if any(header in line for line in lines):
+        return True
+    first, *rest = header.split()
+    for row, line in enumerate(lines):
+        for match in re.finditer(rf"(?<!\S){re.escape(first)}(?!\S)", line):
+            below = lines[row + 1 : row + 1 + len(rest)]
+            if len(below) == len(rest) and all(
+                re.match(rf"{re.escape(word)}(?!\S)", text[match.start() :])
+                for text, word in zip(below, rest, strict=True)
+            ):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("command", TABLES)
+def test_every_header_and_job_label_stays_readable_at_ordinary_widths(command: str, width: int) -> None:
+    build, headers, label = TABLES[command]
+    lines = render(build(False, width), width)
+    unreadable = [header for header in headers if not header_is_readable(header, lines)]
+    assert not unreadable, f"{command} at {width} columns cuts {unreadable}:\n" + "\n".join(lines)
+    if label is not None:
+        assert any(label in line for line in lines), f"{command} at {width}:\n" + "\n".join(lines)
+    assert max(map(len, lines)) <= width
+    assert "…" not in "\n".join(lines), "a value was cut instead of wrapped"
+
+
+@pytest.mark.parametrize("width", [100, 120])
+@pytest.mark.parametrize("command", TABLES)
+def test_from_100_columns_every_header_is_on_one_line(command: str, width: int) -> None:
+    build, headers, _ = TABLES[command]
+    lines = render(build(False, width), width)
+    assert [header for header in headers if not any(header in line for line in lines)] == []
+
+
+@pytest.mark.parametrize("command", ["jobs list", "snapshot", "events"])
+def test_wide_shows_whole_job_ids_on_one_line(command: str) -> None:
+    build, _, _ = TABLES[command]
+    text = "\n".join(render(build(True, 1000), 1000))
+    assert f"gpu_quota_demo/{RUN_ID}/" in text
+
+
+def test_wrapped_reasons_keep_every_word() -> None:
+    text = " ".join(" ".join(render(jobs_list_tables(False, 80), 80)).split())
+    for word in LONG_REASON.split():
+        assert word in text
+
+
+def test_usage_lays_out_each_limit_as_own_lent_and_idle() -> None:
+    """Research borrows 2 ml.p4d.24xlarge above its limit of 4: evaluation lends them, prod-retraining
+    (RESERVE) lends nothing."""
+    p4d = {r["quotaShareName"]: r["units"]["ml.p4d.24xlarge"] for r in share_reports(example_state())}
+    figures = {name: (u["limit"], u["own"], u["borrowed"], u["lent"], u["idle"]) for name, u in p4d.items()}
+    assert figures == {
+        "prod-retraining": (2, 0, 0, 0, 2),
+        "evaluation": (2, 0, 0, 2, 0),
+        "research": (4, 4, 2, 0, 0),
+    }
+
+
+def test_a_finished_job_keeps_its_start_and_end_times() -> None:
+    row = job_row(BORROWER_ID, "SUCCEEDED", "Its task succeeded")
+    lines = render(jobs_describe_tables(False, 80), 80)
+    assert any("Started at" in line and STARTED.isoformat() in line for line in lines)
+    assert any("Stopped at" in line and STOPPED.isoformat() in line for line in lines)
+    report = job_report(row, {}, detailed=True, times=AttemptTimes(STARTED, STOPPED))
+    assert (report["startedAt"], report["stoppedAt"]) == (STARTED.isoformat(), STOPPED.isoformat())
+
+
+def tree(root: Path) -> list[str]:
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*"))
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_validate_without_airflow_home_writes_no_file(tmp_path: Path, as_json: bool) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    before = tree(home)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW")}
+    env |= {"HOME": str(home), "COLUMNS": "80"}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "airflow_quota.cli.validate",
+            str(EXAMPLE_FILE),
+            *(["--json"] if as_json else []),
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "is valid" in result.stdout or '"valid": true' in result.stdout
+    assert tree(home) == before
+    assert tree(tmp_path) == ["home"]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_validate_in_a_terminal_of_columns_width_keeps_every_header(tmp_path: Path, width: int) -> None:
+    env = {**os.environ, "COLUMNS": str(width), "HOME": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "airflow_quota.cli.validate", str(EXAMPLE_FILE)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    _, headers, _ = TABLES["validate"]
+    assert [header for header in headers if not header_is_readable(header, lines)] == []
+    assert max(map(len, lines)) <= width
