@@ -246,6 +246,7 @@ QUOTA_COMMANDS: list[ActionCommand | GroupCommand] = [
             ARG_CHECKPOINT_INTERVAL,
             ARG_STOP_SECONDS,
             ARG_START_SECONDS,
+            _arg("--jobs", action="store_true", help="Also show one row per job (--json: a list per run)"),
             ARG_JSON,
         ),
     ),

@@ -27,6 +27,8 @@ def simulator_argv(args: argparse.Namespace) -> list[str]:
             argv += ["--" + option.replace("_", "-"), value]
     if args.compare_static:
         argv.append("--compare-static")
+    if getattr(args, "jobs", False):
+        argv.append("--jobs")
     if args.json:
         argv.append("--json")
     return argv

@@ -27,7 +27,7 @@ EXAMPLES = """examples:
   python -m airflow_quota.sim examples/scenarios/reclaim.yaml
   python -m airflow_quota.sim examples/scenarios/reclaim.yaml --json
   python -m airflow_quota.sim --trace examples/traces/bursty_teams.csv --config examples/traces/quotas.yaml \\
-      --compare-static --stop-seconds 60 --checkpoint-interval 900
+      --compare-static --stop-seconds 60 --checkpoint-interval 900 --jobs
 
 docs/simulator.md describes the files, every event and the exact meaning of each number."""
 
@@ -69,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how long a granted job is STARTING",
     )
+    trace.add_argument(
+        "--jobs",
+        action="store_true",
+        help="also show one row per job (arrival, first start, end, wait, time held, preemptions, work "
+        "lost); with --json, a jobs list in each run",
+    )
     return parser
 
 
@@ -81,8 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         for option in ("config", "queue"):
             if getattr(args, option) is not None:
                 parser.error(f"--{option} belongs to trace mode (--trace)")
-        if args.compare_static:
-            parser.error("--compare-static belongs to trace mode (--trace)")
+        for flag, given in (("--compare-static", args.compare_static), ("--jobs", args.jobs)):
+            if given:
+                parser.error(f"{flag} belongs to trace mode (--trace)")
     else:
         if args.scenario is not None:
             parser.error("give either a scenario file or --trace, not both")
@@ -109,9 +116,9 @@ def _run(args: argparse.Namespace) -> int:
             checkpoint_interval=args.checkpoint_interval,
         )
         if args.json:
-            print(json.dumps(trace_json(report), indent=2))
+            print(json.dumps(trace_json(report, jobs=args.jobs), indent=2))
         else:
-            print_trace(report, console)
+            print_trace(report, console, jobs=args.jobs)
         return 0
     result = simulate(load_scenario(args.scenario))
     if args.json:

@@ -30,6 +30,11 @@ class JobRecord:
     ever_runnable: bool = False
     started_at: float | None = None
     stopped_at: float | None = None
+    first_started_at: float | None = None
+    #: Seconds it held its units, over the attempts that ended (granted until released).
+    held_seconds: float = 0.0
+    #: Unit-seconds its preemptions lost (the figure each completed preemption adds to the metrics).
+    lost_unit_seconds: float = 0.0
     #: The engine's last view of the job once it is SUCCEEDED or FAILED (dropped from the engine state).
     final: Job | None = None
     reported_reason: str = ""

@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from airflow_quota.engine.model import JobStatus, PreemptionRule
 from airflow_quota.sim.metrics import Metrics, WaitStats
-from airflow_quota.sim.result import Change, ChangeKind, SimulationResult
+from airflow_quota.sim.result import Change, ChangeKind, JobOutcome, SimulationResult
 from airflow_quota.sim.scenario import format_seconds
 from airflow_quota.sim.trace import DEFINITIONS, TraceReport, TraceRun
 
@@ -64,8 +65,12 @@ def scenario_json(result: SimulationResult) -> dict[str, Any]:
     }
 
 
-def trace_json(report: TraceReport) -> dict[str, Any]:
+def trace_json(report: TraceReport, *, jobs: bool = False) -> dict[str, Any]:
+    """The trace document; with ``jobs`` each run also lists its jobs (``trace_jobs_json``)."""
     runs = {run.label: _trace_run_json(run) for run in report.runs}
+    if jobs:
+        for run in report.runs:
+            runs[run.label]["jobs"] = trace_jobs_json(run.result)
     return {
         "trace": report.trace_source,
         "config": report.config_source,
@@ -79,6 +84,35 @@ def trace_json(report: TraceReport) -> dict[str, Any]:
         "definitions": dict(DEFINITIONS),
         "runs": runs,
     }
+
+
+def trace_jobs_json(result: SimulationResult) -> list[dict[str, Any]]:
+    """One object per job, in submission order: what ``--jobs`` shows as a table."""
+    return [
+        {
+            "jobName": job.name,
+            "quotaShareName": job.quota_share_name,
+            "schedulingPriority": job.scheduling_priority,
+            "capacityUnit": job.capacity_unit,
+            "instanceCount": job.instance_count,
+            "status": str(job.status),
+            "submittedAt": number(job.submitted_at),
+            "firstStartedAt": number(job.first_started_at),
+            "endedAt": number(_ended_at(job)),
+            "waitSeconds": number(job.runnable_seconds),
+            "heldSeconds": number(job.held_seconds),
+            "preemptedAttemptCount": job.preempted_attempt_count,
+            "lostUnitSeconds": number(job.lost_unit_seconds),
+        }
+        for job in result.jobs.values()
+    ]
+
+
+def _ended_at(job: JobOutcome) -> float | None:
+    """When a SUCCEEDED or FAILED job ended (its latest attempt's end, else its submission); else None."""
+    if not job.status.is_final:
+        return None
+    return job.stopped_at if job.stopped_at is not None else job.submitted_at
 
 
 def _trace_run_json(run: TraceRun) -> dict[str, Any]:
@@ -244,7 +278,21 @@ def _metrics_table(metrics: Metrics, title: str) -> Table:
     return table
 
 
-def print_trace(report: TraceReport, console: Console) -> None:
+#: Printed when preemption costs nothing in a trace run, so the result is not read as the design's merit.
+FREE_PREEMPTION_LINE = (
+    "Preemption is free in this run: stops take 0 s and no work is lost. Set --stop-seconds and "
+    "--checkpoint-interval to give it a cost."
+)
+
+
+def preemption_is_free(report: TraceReport) -> bool:
+    """Stops take no time and a preempted job resumes where it stopped: a preemption loses nothing."""
+    return report.settings.stop_seconds == 0 and report.checkpoint_interval == 0
+
+
+def print_trace(report: TraceReport, console: Console, *, jobs: bool = False) -> None:
+    """The header, the free-preemption line when it applies, the results table, the definitions and, with
+    ``jobs``, one table of jobs per run."""
     settings = report.settings
     console.print(
         Text.assemble(
@@ -256,6 +304,8 @@ def print_trace(report: TraceReport, console: Console) -> None:
             f"checkpoint interval {format_seconds(report.checkpoint_interval)} s",
         )
     )
+    if preemption_is_free(report):
+        console.print(Text(FREE_PREEMPTION_LINE, style="bold yellow"))
     runs = report.runs
     table = Table(title="Results", title_justify="left")
     table.add_column("metric")
@@ -290,6 +340,80 @@ def print_trace(report: TraceReport, console: Console) -> None:
     console.print()
     for name, definition in DEFINITIONS.items():
         console.print(Text.assemble((f"{name}: ", "bold"), definition))
+    if jobs:
+        for run in runs:
+            console.print()
+            console.print(trace_jobs_table(run))
+
+
+#: The ``--jobs`` table's headers, short so that every one stays whole at 80 columns ("unit" only when the
+#: jobs use more than one capacity unit; otherwise the title names it).
+TRACE_JOB_HEADERS = (
+    "job",
+    "share",
+    "prio",
+    "unit",
+    "units",
+    "arrived",
+    "started",
+    "ended",
+    "waited",
+    "held",
+    "pre- empted",
+    "lost unit-s",
+)
+
+
+def trace_jobs_table(run: TraceRun) -> Table:
+    """One row per job of ``run``, the figures of ``trace_jobs_json``; times in simulated seconds.
+
+    Numbers and header words are never cut: narrow terminals fold the job and share names instead.
+    """
+    jobs = list(run.result.jobs.values())
+    units = list(dict.fromkeys(job.capacity_unit for job in jobs))
+    one_unit = len(units) <= 1
+    of_unit = f"; units of {units[0]}" if units and one_unit else ""
+    rows = [_trace_job_row(job, with_unit=not one_unit) for job in jobs]
+    headers = [header for header in TRACE_JOB_HEADERS if header != "unit" or not one_unit]
+    table = Table(
+        title=f"Jobs, {run.description} (times in s{of_unit})",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=0,
+    )
+    for index, header in enumerate(headers):
+        numeric = header not in ("job", "share", "unit")
+        widest = max(len(word) for word in header.split())
+        if numeric:
+            widest = max([widest, *(len(row[index]) for row in rows)])
+        table.add_column(
+            header,
+            justify="right" if numeric else "left",
+            overflow="fold",
+            width=widest if numeric else None,
+            min_width=None if numeric else widest,
+        )
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _trace_job_row(job: JobOutcome, *, with_unit: bool) -> list[str]:
+    return [
+        job.name,
+        job.quota_share_name,
+        str(job.scheduling_priority),
+        *([job.capacity_unit] if with_unit else []),
+        str(job.instance_count),
+        _time(job.submitted_at),
+        _time(job.first_started_at),
+        _time(_ended_at(job)),
+        _time(job.runnable_seconds),
+        _time(job.held_seconds),
+        str(job.preempted_attempt_count),
+        _time(job.lost_unit_seconds),
+    ]
 
 
 def _count(run: TraceRun, status: str) -> int:

@@ -79,7 +79,13 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class JobOutcome:
-    """A job at the end; ``started_at`` and ``stopped_at`` are of its latest attempt (None if none)."""
+    """A job at the end; ``started_at`` and ``stopped_at`` are of its latest attempt (None if none).
+
+    ``first_started_at`` is its first grant; ``held_seconds`` the time it held its units over every attempt
+    (from each grant until the units were released, or the end of the run); ``lost_unit_seconds`` what its
+    completed preemptions lost (instance count x (progress since the last checkpoint + stop time)), the
+    same figures ``Metrics.lost_unit_seconds`` sums per share. ``scheduling_priority`` is its last one.
+    """
 
     name: str
     quota_share_name: str
@@ -90,6 +96,12 @@ class JobOutcome:
     stopped_at: float | None
     submitted_at: float
     runnable_seconds: float
+    scheduling_priority: int = 0
+    capacity_unit: str = ""
+    instance_count: int = 0
+    first_started_at: float | None = None
+    held_seconds: float = 0.0
+    lost_unit_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -216,6 +216,7 @@ class Simulation:
             checkpoint = self._last_checkpoint(record.progress_at_stop)
             lost = record.count * ((record.progress_at_stop - checkpoint) + (self._now - stop_started))
             self.metrics.preempted(record.share, record.unit, lost)
+            record.lost_unit_seconds += lost
             record.progress = stopped_at_progress if self.checkpoint_interval <= 0 else checkpoint
         else:
             record.progress = stopped_at_progress
@@ -239,6 +240,8 @@ class Simulation:
         record.epoch += 1
         self._not_waiting(record)
         record.started_at, record.stopped_at, record.stop_started_at = self._now, None, None
+        if record.first_started_at is None:
+            record.first_started_at = self._now
         self.metrics.held(record.unit, record.count)
         self._note(
             Change(
@@ -289,6 +292,8 @@ class Simulation:
     def _released(self, record: JobRecord) -> None:
         """The attempt ended (work done or stop completed): its units are free, its timers void."""
         record.epoch += 1
+        if record.started_at is not None:
+            record.held_seconds += self._now - record.started_at
         record.running_since = None
         record.stop_started_at = None
         record.stopped_at = self._now
@@ -429,6 +434,13 @@ class Simulation:
             for job in (self._view(record),)
         }
 
+    @staticmethod
+    def _still_held_seconds(record: JobRecord, end: float) -> float:
+        """Seconds of the attempt that still holds units at the end of the run (0 if none does)."""
+        if record.started_at is None or record.stopped_at is not None:
+            return 0.0
+        return end - record.started_at
+
     def _result(self) -> SimulationResult:
         end = self._now
         outcomes: dict[str, JobOutcome] = {}
@@ -447,6 +459,12 @@ class Simulation:
                 stopped_at=record.stopped_at,
                 submitted_at=record.submitted_at,
                 runnable_seconds=record.runnable_seconds,
+                scheduling_priority=job.priority,
+                capacity_unit=record.unit,
+                instance_count=record.count,
+                first_started_at=record.first_started_at,
+                held_seconds=record.held_seconds + self._still_held_seconds(record, end),
+                lost_unit_seconds=record.lost_unit_seconds,
             )
         metrics = self.metrics.result(end, self.state.queue.share_names())
         return SimulationResult(
