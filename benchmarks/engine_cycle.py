@@ -10,7 +10,7 @@ The state is built directly from the engine's dataclasses, seeded, so every run 
   from lenders below their limits (they reclaim: cross-share preemption) and some of high priority in
   shares with in-share preemption, so victim searches really happen; most can never start this cycle.
 
-Two cycles are timed per configuration:
+Three cycles are timed per configuration:
 
 * ``decide``: the cycle on the state above, which grants and preempts;
 * ``steady``: a cycle where nothing changes (the state after the decision cycles settled; the same
