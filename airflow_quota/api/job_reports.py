@@ -14,7 +14,13 @@ from sqlalchemy.orm import Session
 from airflow_quota.api import schemas
 from airflow_quota.engine.model import JobStatus
 from airflow_quota.ledger.models import JobRow
-from airflow_quota.ledger.views import PreemptionNote, latest_preemptions, runnable_positions
+from airflow_quota.ledger.views import (
+    AttemptTimes,
+    PreemptionNote,
+    attempt_times,
+    latest_preemptions,
+    runnable_positions,
+)
 from airflow_quota.operators.links import SageMakerTrainingJobLink
 from airflow_quota.protocol import TRAINING_JOB_KEY
 
@@ -27,9 +33,14 @@ def job_reports(session: Session, rows: list[JobRow]) -> list[schemas.Job]:
         session, [row.job_id for row in rows if row.preempted_attempt_count or row.preempted_by is not None]
     )
     training_jobs = _training_jobs(session, rows)
+    times = attempt_times(session, rows)
     return [
         _job_report(
-            row, positions.get(row.job_id), preemptions.get(row.job_id), training_jobs.get(row.job_id)
+            row,
+            times[row.job_id],
+            positions.get(row.job_id),
+            preemptions.get(row.job_id),
+            training_jobs.get(row.job_id),
         )
         for row in rows
     ]
@@ -37,6 +48,7 @@ def job_reports(session: Session, rows: list[JobRow]) -> list[schemas.Job]:
 
 def _job_report(
     row: JobRow,
+    times: AttemptTimes,
     position: int | None,
     preemption: PreemptionNote | None,
     training_job: schemas.TrainingJob | None,
@@ -53,7 +65,8 @@ def _job_report(
         instanceCount=row.instance_count,
         position=position,
         submittedAt=row.submitted_at,
-        startedAt=row.started_at,
+        startedAt=times.started_at,
+        stoppedAt=times.stopped_at,
         attempt=row.attempt,
         preemptionRetriesBeforeTermination=row.preemption_retries_before_termination,
         lease=schemas.Lease(

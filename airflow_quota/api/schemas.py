@@ -177,7 +177,10 @@ class Job(_Body):
     instanceCount: int
     position: int | None = Field(description="A RUNNABLE job's place in its share's order (1 is next)")
     submittedAt: datetime
-    startedAt: datetime | None
+    startedAt: datetime | None = Field(
+        description="When the current attempt (the last, once finished) was granted; null before the first"
+    )
+    stoppedAt: datetime | None = Field(description="When the job finished (SUCCEEDED or FAILED); else null")
     attempt: int = Field(description="Grants so far (the current attempt), 0 before the first")
     preemptionRetriesBeforeTermination: int | None
     lease: Lease

@@ -541,6 +541,14 @@ def test_terminating_jobs_waiting_and_running(api_server: ApiServer, seeded: See
     assert job["status"] == "RUNNING" and job["statusReason"].endswith("over budget")  # stopped first
     assert job["lease"]["instanceCount"] == 3
     assert last_event(api_server)["details"] == {"stopping": True}
+    started = job["startedAt"]
+    seeded.ledger.stopped(seeded.vision_a)  # its task reports the stop: now it is FAILED
+    stopped = api_server.get(f"{API}/jobs/{seeded.vision_a}").json()
+    # a finished job keeps when its attempt started, and says when it ended
+    assert (stopped["status"], stopped["startedAt"]) == ("FAILED", started) and started is not None
+    assert stopped["stoppedAt"] is not None and stopped["stoppedAt"] > started
+    never_ran = api_server.get(f"{API}/jobs/{seeded.vision_b}").json()
+    assert never_ran["startedAt"] is None and never_ran["stoppedAt"] is not None
 
     before = seeded.rows()
     for body, status, words in (
