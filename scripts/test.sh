@@ -8,7 +8,7 @@ echo "test: ruff"
 .venv/bin/ruff format --check
 echo "test: mypy"
 .venv/bin/mypy
-# The test files run side by side on QUOTA_TEST_WORKERS pytest-xdist workers (tests/conftest.py says how
-# they are grouped); QUOTA_TEST_WORKERS=0 runs them one after another in this process.
+# The test files run side by side on QUOTA_TEST_WORKERS pytest-xdist workers (tests/conftest.py says in
+# which order); QUOTA_TEST_WORKERS=0 runs them one after another in this process.
 echo "test: pytest"
-exec .venv/bin/pytest -n "${QUOTA_TEST_WORKERS:-3}" --dist loadgroup "$@"
+exec .venv/bin/pytest -n "${QUOTA_TEST_WORKERS:-3}" --dist loadfile "$@"

@@ -6,13 +6,11 @@ operator against moto's server, the local backend's real subprocesses. The slow 
 starts real Airflow components or ``airflow`` commands, several processes at once (two allocators, a
 SIGKILL mid-cycle), the SageMaker SDK or a benchmark run against a database.
 
-``scripts/test.sh`` runs the files on pytest-xdist workers with ``--dist loadgroup``.
-
-Each test file is one group, so a worker runs a file's tests together and its module fixtures (a migrated
-database, a running Airflow) are made once. A test marked ``alone`` is a group of its own, for a file whose
-tests are each long and independent (the soak: one per database). Groups are handed out in the order they
-are collected, so the files that start real Airflow come first: a long file started last would leave the
-other workers idle while it runs.
+``scripts/test.sh`` runs the files on pytest-xdist workers with ``--dist loadfile``: a worker runs a file's
+tests together, so its module fixtures (a migrated database, a running Airflow) are made once. Files are
+handed out in the order they are collected, so the files that start real Airflow come first: a long file
+started last would leave the other workers idle while it runs. At most two Airflow installations run at
+once, whatever the number of workers (``tests/airflow/harness.py``, ``AIRFLOW_SLOTS``).
 """
 
 from __future__ import annotations
@@ -24,9 +22,6 @@ _SLOWEST_FIRST = ("airflow", "db")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        group = item.nodeid if item.get_closest_marker("alone") else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=_start_rank)
 
 

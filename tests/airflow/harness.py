@@ -9,17 +9,19 @@ test that fails prints their tails. Nothing here is mocked: this is what a user 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -32,12 +34,44 @@ ALLOCATOR_EXECUTOR = "airflow_quota.allocator.executor.QuotaAllocatorExecutor"
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 
 T = TypeVar("T")
+#: Under pytest-xdist, at most this many Airflow installations run at once, whichever workers start them:
+#: more on a 2-core machine starve each other (heartbeats, api-server calls time out) and fail for that.
+AIRFLOW_SLOTS = int(os.environ.get("QUOTA_TEST_AIRFLOW_SLOTS", "2"))
+SLOTS = Path(tempfile.gettempdir()) / "airflow-quota-test-slots"
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def take_airflow_slot() -> IO[str] | None:
+    """Wait for one of the ``AIRFLOW_SLOTS`` (a file lock, held until the returned file is closed); None,
+    at once, outside pytest-xdist's workers."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return None
+    SLOTS.mkdir(exist_ok=True)
+    while True:
+        for number in range(AIRFLOW_SLOTS):
+            slot = (SLOTS / f"slot-{number}.lock").open("w")
+            try:
+                fcntl.flock(slot, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return slot
+            except BlockingIOError:
+                slot.close()
+        time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def airflow_slot() -> Iterator[None]:
+    """Hold one of the ``AIRFLOW_SLOTS`` while an Airflow started otherwise (``scripts/demo.sh``) runs."""
+    slot = take_airflow_slot()
+    try:
+        yield
+    finally:
+        if slot is not None:
+            slot.close()
 
 
 @dataclass
@@ -47,6 +81,7 @@ class AirflowProcesses:
     parallelism: int = 4
     extra_env: dict[str, str] = field(default_factory=dict)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    slot: IO[str] | None = None
 
     def __post_init__(self) -> None:
         self.api_port = free_port()
@@ -99,6 +134,8 @@ class AirflowProcesses:
 
     def start_process(self, name: str, argv: list[str], **env: str) -> None:
         """Start ``airflow <argv>`` as the process called ``name`` (logs in ``logs/<name>.log``)."""
+        if self.slot is None:
+            self.slot = take_airflow_slot()
         log = (self.home / "logs" / f"{name}.log").open("ab")
         self.processes[name] = subprocess.Popen(
             [AIRFLOW, *argv],
@@ -135,6 +172,9 @@ class AirflowProcesses:
                 process.wait()
         self.processes.clear()
         self.engine.dispose()
+        if self.slot is not None:
+            self.slot.close()
+            self.slot = None
 
     def log_tails(self, lines: int = 40) -> str:
         tails = []

@@ -23,7 +23,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CHAOS_SECONDS = 75
 
 
-@pytest.mark.alone
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_a_short_soak_kills_and_finishes_jobs_and_never_puts_two_trainings_on_one_device(
     backend: str, tmp_path: Path

@@ -13,13 +13,14 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
-from tests.airflow.harness import free_port
+from tests.airflow.harness import airflow_slot, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "scripts" / "demo.sh"
@@ -112,7 +113,14 @@ def victim(event: dict[str, Any]) -> str | None:
     return next((trial for trial in VICTIMS if "demo_nlp_sweep" in job_id and trial in job_id), None)
 
 
+@pytest.fixture
+def a_slot_for_airflow() -> Iterator[None]:
+    with airflow_slot():
+        yield
+
+
 @pytest.mark.airflow
+@pytest.mark.usefixtures("a_slot_for_airflow")
 def test_the_demo_command_shows_borrow_reclaim_and_resume_and_starts_again(tmp_path: Path) -> None:
     home = tmp_path / "airflow-home"
     port = free_port()
