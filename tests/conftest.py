@@ -4,7 +4,7 @@ The fast tier (``./scripts/test.sh -m "not airflow"``, under a minute) is everyt
 process: the engine, the simulator, the ledger and the allocator's cycle on SQLite and PostgreSQL, the
 operator against moto's server, the local backend's real subprocesses. The slow tier, marked ``airflow``,
 starts real Airflow components or ``airflow`` commands, several processes at once (two allocators, a
-SIGKILL mid-cycle), the SageMaker SDK or a benchmark run against a database.
+SIGKILL mid-cycle), the SageMaker SDK or a benchmark run.
 
 ``scripts/test.sh`` runs the files on pytest-xdist workers with ``--dist loadfile``: a worker runs a file's
 tests together, so its module fixtures (a migrated database, a running Airflow) are made once. Files are

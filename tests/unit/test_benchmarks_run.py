@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.airflow  # the slow tier (tests/conftest.py): a benchmark run
 def test_engine_cycle_benchmark_quick_run_prints_its_table() -> None:
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "engine_cycle.py"), "--quick"],
