@@ -69,14 +69,16 @@ def training_request(
     instance_type: str = "ml.p4d.24xlarge",
     instance_count: int = 2,
     max_runtime_s: int = 3600,
+    stop_delay_s: float = 0.3,
     **extra: Any,
 ) -> dict[str, Any]:
-    """A CreateTrainingJob request whose emulated job runs ``duration_s`` and ends with ``outcome``."""
+    """A CreateTrainingJob request whose emulated job runs ``duration_s`` and ends with ``outcome``; once
+    asked to stop, it is ``Stopping`` for ``stop_delay_s``."""
     hyper_parameters = {
         "epochs": "3",
         "emulator.duration_s": str(duration_s),
         "emulator.outcome": outcome,
-        "emulator.stop_delay_s": "0.3",
+        "emulator.stop_delay_s": str(stop_delay_s),
     }
     if failure_reason is not None:
         hyper_parameters["emulator.failure_reason"] = failure_reason
