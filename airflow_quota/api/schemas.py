@@ -267,6 +267,77 @@ class JobQueueSnapshot(_Body):
     capacity: list[UnitUsage]
 
 
+class TimelineBar(_Body):
+    """One job's hold of one unit of capacity (one row of its capacity unit) over one phase."""
+
+    jobId: str
+    quotaShareName: str
+    schedulingPriority: int
+    capacityUnit: str
+    row: int = Field(
+        description="The unit of capacity (0-based row); laid out by the timeline, not a device id"
+    )
+    borrowed: bool = Field(description="This unit is borrowed from another share's idle capacity")
+    attempt: int | None = Field(description="The job's attempt (grant) number")
+    phase: str = Field(
+        description="RUNNING: granted (SCHEDULED, STARTING or RUNNING); STOPPING: preempted or terminated, "
+        "still holding the unit until its training job has stopped"
+    )
+    startedAt: datetime
+    endedAt: datetime | None = Field(description="Null: still held at the window's end")
+    endedBy: str | None = Field(
+        description="What ended the phase: PREEMPTED, TERMINATED, REQUEUED, SUCCEEDED, FAILED, HANDED_OVER"
+    )
+    preemptedBy: str | None = Field(description="A STOPPING phase's preemptor (its job id)")
+    rule: str | None = Field(description="The preemption's rule (RECLAIM, IN_SHARE_PRIORITY, ...)")
+    reason: str = Field(description="Why the phase began, in the audit log's words")
+
+
+class TimelineWait(_Body):
+    startedAt: datetime
+    endedAt: datetime | None = Field(description="Null: still waiting at the window's end")
+    reason: str = Field(description="Why it waited; the engine's statusReason for a wait that goes on")
+
+
+class TimelineJob(_Body):
+    jobId: str
+    jobName: str
+    quotaShareName: str
+    schedulingPriority: int
+    capacityUnit: str
+    instanceCount: int
+    status: str
+    statusReason: str
+    taskInstance: TaskInstanceLink
+    waits: list[TimelineWait] = Field(description="Its waiting periods that overlap the window, oldest first")
+
+
+class TimelineUnit(_Body):
+    capacityUnit: str
+    capacity: int = Field(description="The queue's capacity of the unit now")
+    rows: int = Field(
+        description="Rows to draw: the capacity, or more when a bar needed one (after a change)"
+    )
+    bars: list[TimelineBar]
+
+
+class JobQueueTimeline(_Body):
+    jobQueueName: str
+    since: datetime | None = Field(description="The window's start; null: since the queue's first job")
+    until: datetime = Field(description="The window's end")
+    firstSubmittedAt: datetime | None = Field(description="When the queue's first job was submitted")
+    quotaShareNames: list[str] = Field(description="The queue's shares in quota-file order (colours)")
+    units: list[TimelineUnit]
+    jobs: list[TimelineJob] = Field(description="The jobs with a bar or a wait in the window, by submission")
+    truncated: bool = Field(
+        description="More jobs touched the window than one timeline shows: the oldest left out"
+    )
+
+
+class TaskInstanceTimeline(_Body):
+    timelines: list[JobQueueTimeline] = Field(description="One per job queue the task instance's jobs used")
+
+
 # --- writes -----------------------------------------------------------------------------------------------
 
 

@@ -87,6 +87,8 @@ READS = [
     "/jobs/train/run-1/vision-a/-1/1",
     "/events",
     f"/jobQueues/{QUEUE}/snapshot",
+    f"/jobQueues/{QUEUE}/timeline",
+    "/taskInstances/timeline?dagId=train&runId=run-1&taskId=vision-a",
 ]
 WRITES = [
     ("PATCH", f"/quotaShares/{QUEUE}/research", {"state": "DISABLED"}),
@@ -138,6 +140,8 @@ def test_the_openapi_document_describes_every_endpoint(api_server: ApiServer) ->
             "/jobQueues/{jobQueueName}/snapshot",
             "/jobs/update-priority",
             "/jobs/terminate",
+            "/jobQueues/{jobQueueName}/timeline",
+            "/taskInstances/timeline",
         )
     }
     share_usage = document["components"]["schemas"]["ShareUnitUsage"]["properties"]
@@ -322,6 +326,81 @@ def test_a_job_being_stopped_shows_its_preemptor(api_server: ApiServer, seeded: 
     assert (urgent["used"], urgent["stopping"]) == (2, 2)  # urgent-top counts; urgent-high still holds 2
     (unit,) = api_server.get(f"{API}/jobQueues/{QUEUE}/snapshot").json()["capacity"]
     assert (unit["stopping"], unit["free"]) == (2, 1)
+
+
+def test_the_timeline_shows_the_preemption_as_a_stop_phase_then_the_preemptor(
+    api_server: ApiServer, seeded: Seeded
+) -> None:
+    response = api_server.get(f"{API}/jobQueues/{QUEUE}/timeline", window="all")
+    assert response.status_code == 200, response.text
+    timeline = response.json()
+    assert (timeline["since"], timeline["firstSubmittedAt"]) == (None, "2026-03-01T12:00:10Z")
+    assert timeline["quotaShareNames"] == ["research", "vision", "urgent"]
+    (unit,) = timeline["units"]
+    assert (unit["capacityUnit"], unit["capacity"], unit["rows"]) == (UNIT, 8, 8)
+    bars = [bar for bar in unit["bars"] if bar["jobId"] in (seeded.urgent_low, seeded.urgent_high)]
+    phases = sorted(
+        (bar["startedAt"], bar["jobId"], bar["phase"], bar["endedBy"], bar["preemptedBy"]) for bar in bars
+    )
+    low, high = seeded.urgent_low, seeded.urgent_high
+    assert [phase[1:] for phase in phases] == [
+        (low, "RUNNING", "PREEMPTED", None),
+        (low, "RUNNING", "PREEMPTED", None),
+        (low, "STOPPING", "REQUEUED", high),
+        (low, "STOPPING", "REQUEUED", high),
+        (high, "RUNNING", None, None),
+        (high, "RUNNING", None, None),
+    ]
+    stopping = next(bar for bar in bars if bar["phase"] == "STOPPING")
+    assert (stopping["startedAt"], stopping["rule"]) == ("2026-03-01T12:00:50Z", "IN_SHARE_PRIORITY")
+    resumed_by = next(bar for bar in bars if bar["jobId"] == high)
+    assert resumed_by["startedAt"] >= stopping["endedAt"]  # the capacity passes on only once stopped
+    vision = [bar for bar in unit["bars"] if bar["jobId"] == seeded.vision_a]
+    assert sorted(bar["borrowed"] for bar in vision) == [False, False, True]
+    waiting = {job["jobName"]: job["waits"] for job in timeline["jobs"]}
+    assert waiting["urgent-low"][1]["reason"] == (
+        f"Requeued after its preemption by {high}; Waiting for capacity: quota share urgent is using 2 of "
+        f"its 2 {UNIT} and this job needs 2; a RESERVE share does not borrow"
+    )
+    assert waiting["research-big"][-1]["endedAt"] is None
+    assert waiting["research-big"][-1]["reason"].startswith("Waiting since its submission; MISCONFIGURATION")
+
+    # The default window is the last hour up to now: this March history has only the waits still going on.
+    recent = api_server.get(f"{API}/jobQueues/{QUEUE}/timeline").json()
+    assert recent["units"][0]["bars"] == [bar for bar in unit["bars"] if bar["endedAt"] is None]
+    since = api_server.get(f"{API}/jobQueues/{QUEUE}/timeline", since=stopping["endedAt"]).json()
+    # The stop phase ends at since, so it touches the window; the RUNNING phase before it does not.
+    assert {bar["phase"] for bar in since["units"][0]["bars"] if bar["jobId"] == low} == {"STOPPING"}
+
+    # One task instance's own story.
+    mine = api_server.get(f"{API}/taskInstances/timeline", dagId="train", runId="run-1", taskId="urgent-low")
+    (own,) = mine.json()["timelines"]
+    assert {bar["jobId"] for bar in own["units"][0]["bars"]} == {low}
+    assert [job["jobId"] for job in own["jobs"]] == [low]
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "status", "says"),
+    [
+        (f"/jobQueues/{QUEUE}/timeline", {"window": "2h"}, 422, "15m"),
+        (f"/jobQueues/{QUEUE}/timeline", {"window": "1h", "since": "2026-03-01T12:00:00"}, 422, "not both"),
+        (
+            f"/jobQueues/{QUEUE}/timeline",
+            {"since": "2026-03-02", "until": "2026-03-01"},
+            422,
+            "earlier since",
+        ),
+        ("/jobQueues/nope/timeline", {}, 404, "job queue nope is not applied"),
+        ("/taskInstances/timeline", {"dagId": "train", "runId": "run-1", "taskId": "x"}, 404, "has no job"),
+        ("/taskInstances/timeline", {"dagId": "train"}, 422, "runId"),
+    ],
+)
+def test_a_bad_timeline_request_says_what_to_change(
+    api_server: ApiServer, seeded: Seeded, path: str, params: dict[str, str], status: int, says: str
+) -> None:
+    response = api_server.get(f"{API}{path}", **params)
+    assert response.status_code == status, response.text
+    assert says in response.text
 
 
 def test_events_newest_limit_and_since(api_server: ApiServer, seeded: Seeded) -> None:

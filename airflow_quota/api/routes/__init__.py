@@ -1,5 +1,6 @@
 """The REST API over the quota ledger, served by the Airflow api-server under ``/quota/api``: one module per
-resource (job queues, quota shares, jobs, the audit log), each an ``APIRouter`` gathered in ``router``.
+resource (job queues, quota shares, jobs, the audit log, timelines), each an ``APIRouter`` gathered in
+``router``.
 
 Every route needs a user of Airflow's auth manager (a ``Bearer`` JWT from ``POST /auth/token``, or the UI's
 session cookie) with pool permissions (``api/access.py``): none gives 401, too few 403. Writes go through the
@@ -12,9 +13,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from airflow_quota.api.routes import events, job_queues, jobs, shares
+from airflow_quota.api.routes import events, job_queues, jobs, shares, timeline
 from airflow_quota.api.schemas import ERRORS
 
 router = APIRouter(responses=ERRORS)
-for resource in (job_queues, shares, jobs, events):
+for resource in (job_queues, shares, jobs, events, timeline):
     router.include_router(resource.router)

@@ -1,0 +1,227 @@
+"""The timeline replayed from the ledger's audit log, on SQLite and PostgreSQL, one table of stories.
+
+Each story drives the ledger as the allocator does (submissions, cycles planned by the engine, stops,
+ends), each step in its own transaction a few seconds apart; the timeline over a window must then show
+exactly the expected bars (which job on which row, borrowed or not, in which phase, from which step to
+which, ended by what, preempted by whom) and waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+import pytest
+
+from airflow_quota.ledger.lifecycle import (
+    record_finish,
+    record_stop_completed,
+    record_termination,
+)
+from airflow_quota.ledger.models import ledger_metadata
+from airflow_quota.ledger.timeline import TaskInstanceKey, queue_timeline
+from tests.db.conftest import Database
+from tests.db.test_store import BORROWER, LENDER, QUEUE, Ledger, quota_file
+
+pytestmark = pytest.mark.db
+
+#: A step: ("submit", job, share, gpus), ("cycle",), ("stopped", job), ("succeeded", job), ("terminate", job).
+Step = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Story:
+    name: str
+    steps: list[Step]
+    #: The window, as step indexes (None: from the first job / up to the last step).
+    since: int | None
+    #: (job, row, phase, borrowed, start step, end step or None, ended by, preempted by)
+    bars: list[tuple[str, int, str, bool, int, int | None, str | None, str | None]]
+    #: job -> [(start step, end step or None, reason starts with)]
+    waits: dict[str, list[tuple[int, int | None, str]]]
+
+
+BORROW_THEN_RECLAIM: list[Step] = [
+    ("submit", "b1", "borrower", "3"),  # 0
+    ("cycle",),  # 1: b1 granted 3, one borrowed from lender
+    ("submit", "l1", "lender", "2"),  # 2
+    ("cycle",),  # 3: lender reclaims: b1 preempted by l1, still holding while it stops
+    ("stopped", "b1"),  # 4: b1 stopped, requeued
+    ("cycle",),  # 5: l1 granted its 2; b1 (3) does not fit in the 2 left
+    ("succeeded", "l1"),  # 6
+    ("cycle",),  # 7: b1 resumes on 3 again
+]
+
+STORIES = [
+    Story(
+        "a borrow then a reclaim: a stop phase linked to the preemptor, then a resume bar",
+        BORROW_THEN_RECLAIM,
+        None,
+        bars=[
+            ("b1", 0, "RUNNING", False, 1, 3, "PREEMPTED", None),
+            ("b1", 1, "RUNNING", False, 1, 3, "PREEMPTED", None),
+            ("b1", 2, "RUNNING", True, 1, 3, "PREEMPTED", None),
+            ("b1", 0, "STOPPING", False, 3, 4, "REQUEUED", "l1"),
+            ("b1", 1, "STOPPING", False, 3, 4, "REQUEUED", "l1"),
+            ("b1", 2, "STOPPING", True, 3, 4, "REQUEUED", "l1"),
+            ("l1", 0, "RUNNING", False, 5, 6, "SUCCEEDED", None),
+            ("l1", 1, "RUNNING", False, 5, 6, "SUCCEEDED", None),
+            ("b1", 0, "RUNNING", False, 7, None, None, None),
+            ("b1", 1, "RUNNING", False, 7, None, None, None),
+            ("b1", 2, "RUNNING", True, 7, None, None, None),
+        ],
+        waits={
+            "b1": [(0, 1, "Waiting since its submission"), (4, 7, "Requeued after its preemption by l1")],
+            "l1": [(2, 5, "Waiting since its submission")],
+        },
+    ),
+    Story(
+        "a window after the stop keeps only what overlaps it",
+        BORROW_THEN_RECLAIM,
+        5,
+        bars=[
+            ("l1", 0, "RUNNING", False, 5, 6, "SUCCEEDED", None),
+            ("l1", 1, "RUNNING", False, 5, 6, "SUCCEEDED", None),
+            ("b1", 0, "RUNNING", False, 7, None, None, None),
+            ("b1", 1, "RUNNING", False, 7, None, None, None),
+            ("b1", 2, "RUNNING", True, 7, None, None, None),
+        ],
+        waits={
+            "b1": [(4, 7, "Requeued after its preemption by l1")],
+            "l1": [(2, 5, "Waiting since its submission")],
+        },
+    ),
+    Story(
+        "a terminated job stops with no preemptor and ends FAILED; the next one takes the freed row",
+        [
+            ("submit", "a", "lender", "1"),  # 0
+            ("cycle",),  # 1
+            ("terminate", "a"),  # 2
+            ("stopped", "a"),  # 3
+            ("submit", "b", "lender", "1"),  # 4
+            ("cycle",),  # 5
+        ],
+        None,
+        bars=[
+            ("a", 0, "RUNNING", False, 1, 2, "TERMINATED", None),
+            ("a", 0, "STOPPING", False, 2, 3, "FAILED", None),
+            ("b", 0, "RUNNING", False, 5, None, None, None),
+        ],
+        waits={"a": [(0, 1, "Waiting since")], "b": [(4, 5, "Waiting since")]},
+    ),
+    Story(
+        "a job still waiting shows the engine's reason for it",
+        [("submit", "big", "lender", "5"), ("cycle",)],
+        None,
+        bars=[],
+        waits={"big": [(0, None, "Waiting since its submission; MISCONFIGURATION")]},
+    ),
+]
+
+
+@pytest.fixture
+def ledger(database: Database) -> Iterator[Ledger]:
+    ledger_metadata.create_all(database.engine)
+    with database.engine.begin() as connection:
+        for table in reversed(ledger_metadata.sorted_tables):
+            connection.execute(table.delete())
+    yield Ledger(database)
+
+
+def play(ledger: Ledger, steps: list[Step]) -> list[datetime]:
+    """Run the steps; each one's time (the ledger's clock when it was written)."""
+    times = []
+    for step in steps:
+        kind, *args = step
+        if kind == "submit":
+            ledger.submit(args[0], args[1], int(args[2]))
+        elif kind == "cycle":
+            ledger.cycle()
+        elif kind == "stopped":
+            ledger.event(
+                lambda session, state, now, job=args[0]: record_stop_completed(session, state, job, now)
+            )
+        elif kind == "succeeded":
+            ledger.event(
+                lambda session, state, now, job=args[0]: record_finish(
+                    session, state, job, now, succeeded=True
+                )
+            )
+        elif kind == "terminate":
+            ledger.event(
+                lambda session, state, now, job=args[0]: record_termination(session, state, job, now)
+            )
+        else:
+            raise AssertionError(f"unknown step {step}")
+        times.append(ledger.now)
+    return times
+
+
+@pytest.mark.parametrize("story", STORIES, ids=[story.name for story in STORIES])
+def test_the_timeline_tells_the_story(ledger: Ledger, story: Story) -> None:
+    ledger.apply(quota_file(LENDER, BORROWER, capacity=4))
+    times = play(ledger, story.steps)
+    at = {index: time for index, time in enumerate(times)} | {None: None}
+    since = None if story.since is None else times[story.since]
+    with ledger.database.session() as session:
+        timeline = queue_timeline(session, QUEUE, since, ledger.now)
+
+    (unit,) = timeline.units
+    assert (unit.capacity_unit, unit.capacity, unit.rows) == ("gpu", 4, 4)
+    shown = sorted(
+        (
+            (
+                bar.job_id,
+                bar.row,
+                bar.phase.value,
+                bar.borrowed,
+                bar.start,
+                bar.end,
+                bar.ended_by,
+                bar.preempted_by,
+            )
+            for bar in unit.bars
+        ),
+        key=lambda bar: (bar[4], bar[2] == "RUNNING", bar[0], bar[1]),
+    )
+    expected = sorted(
+        (
+            (job, row, phase, borrowed, at[start], at[end], ended_by, preempted_by)
+            for job, row, phase, borrowed, start, end, ended_by, preempted_by in story.bars
+        ),
+        key=lambda bar: (bar[4], bar[2] == "RUNNING", bar[0], bar[1]),
+    )
+    assert shown == expected
+    waits = {
+        job.row.job_id: [(wait.start, wait.end, wait.reason) for wait in job.waits] for job in timeline.jobs
+    }
+    assert set(waits) == set(story.waits)
+    for job_id, expected_waits in story.waits.items():
+        assert [(start, end) for start, end, _ in waits[job_id]] == [
+            (at[start], at[end]) for start, end, _ in expected_waits
+        ]
+        for (_, _, reason), (_, _, wanted) in zip(waits[job_id], expected_waits, strict=True):
+            assert reason.startswith(wanted), (job_id, reason)
+
+
+def test_a_stopping_bar_is_linked_to_the_preemptor_and_says_the_rule(ledger: Ledger) -> None:
+    ledger.apply(quota_file(LENDER, BORROWER, capacity=4))
+    play(ledger, BORROW_THEN_RECLAIM[:4])
+    with ledger.database.session() as session:
+        timeline = queue_timeline(session, QUEUE, None, ledger.now)
+    stopping = [bar for bar in timeline.units[0].bars if bar.phase.value == "STOPPING"]
+    assert {(bar.job_id, bar.preempted_by, bar.rule, bar.end) for bar in stopping} == {
+        ("b1", "l1", "RECLAIM", None)
+    }
+    assert stopping[0].reason.startswith("b1 (borrower) preempted by l1 (lender)")
+
+
+def test_a_task_instance_keeps_its_own_jobs_on_the_queue_rows(ledger: Ledger) -> None:
+    ledger.apply(quota_file(LENDER, BORROWER, capacity=4))
+    play(ledger, BORROW_THEN_RECLAIM)
+    key = TaskInstanceKey("train", "run-1", "l1")
+    with ledger.database.session() as session:
+        timeline = queue_timeline(session, QUEUE, None, ledger.now, task_instance=key)
+    assert [job.row.job_id for job in timeline.jobs] == ["l1"]
+    assert {(bar.job_id, bar.row) for bar in timeline.units[0].bars} == {("l1", 0), ("l1", 1)}
