@@ -1,5 +1,6 @@
-"""moto's server with our SageMaker emulator (``moto_sagemaker``) as a subprocess on a free port, and the
-environment that points AWS clients (boto3, the amazon provider's default connection) at it.
+"""moto's server with our SageMaker and AWS Batch emulators (``moto_sagemaker``, ``aws_batch.moto_batch``) as
+a subprocess on a free port, and the environment that points AWS clients (boto3, the amazon provider's
+default connection) at it.
 
 Used by the tests' session fixture and by the benchmarks. The server's output is drained for as long as
 it runs: left in an unread pipe, it fills the pipe's buffer and the server blocks on its next write,
@@ -47,7 +48,7 @@ def emulator_connection(endpoint_url: str) -> dict[str, str]:
 def moto_server_process() -> Iterator[str]:
     """Start the emulator, yield its endpoint URL, stop it on exit."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.sagemaker.moto_sagemaker", "--port", "0"],
+        [sys.executable, "-m", "tests.aws_batch.moto_batch", "--port", "0"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -1,0 +1,1 @@
+"""AWS Batch quota shares and service jobs, against moto's server extended by ``moto_batch``."""

@@ -1,0 +1,170 @@
+"""One moto server (with our AWS Batch and SageMaker emulators) per test session, and Batch clients whose
+every answer is checked against botocore's output shape for its operation.
+
+The server runs in a subprocess (``tests.sagemaker.moto_process``) on 127.0.0.1 and a free port; dummy
+credentials and ``AWS_ENDPOINT_URL`` make sure nothing here can reach AWS. Each test builds its own design
+(job queue names carry the test's ``unique`` suffix) from a quota file, through ``export_design``'s
+request bodies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from airflow_quota.aws_batch.export import export_design
+from airflow_quota.engine.config import parse_quota_config
+from tests.aws_batch.output_shapes import answer_problems
+from tests.sagemaker.conftest import training_request
+from tests.sagemaker.moto_process import (
+    OFFLINE_AWS_ENVIRONMENT,
+    REGION,
+    emulator_connection,
+    moto_server_process,
+)
+
+ACCOUNT_ID = "123456789012"
+UNIT = "ml.g5.xlarge"
+
+os.environ.update(OFFLINE_AWS_ENVIRONMENT)
+
+
+@pytest.fixture(scope="session")
+def endpoint_url() -> Iterator[str]:
+    with moto_server_process() as url:
+        pointing = emulator_connection(url)
+        saved = {name: os.environ.get(name) for name in pointing}
+        os.environ.update(pointing)
+        try:
+            yield url
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+@dataclass
+class AnswerLog:
+    """Every Batch answer a test's clients parsed, by operation, and what departed from its shape."""
+
+    checked: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def check(self, operation: str, response_dict: dict[str, Any]) -> None:
+        if response_dict["status_code"] >= 300:
+            return
+        body = response_dict["body"]
+        answer = json.loads(body) if body else {}
+        self.checked[operation] = self.checked.get(operation, 0) + 1
+        self.problems += answer_problems(operation, answer)
+
+
+@pytest.fixture
+def answers() -> Iterator[AnswerLog]:
+    log = AnswerLog()
+    yield log
+    assert not log.problems, "answers outside botocore's output shapes:\n" + "\n".join(log.problems)
+
+
+@pytest.fixture
+def batch(endpoint_url: str, answers: AnswerLog) -> Any:
+    """A boto3 Batch client against the emulator; each answer goes through ``answers``."""
+    import boto3
+
+    client = boto3.client("batch", endpoint_url=endpoint_url, region_name=REGION)
+
+    def check(operation_model: Any, response_dict: dict[str, Any], **_: Any) -> None:
+        answers.check(operation_model.name, response_dict)
+
+    client.meta.events.register("before-parse.batch.*", check)
+    return client
+
+
+@pytest.fixture
+def sagemaker(endpoint_url: str) -> Any:
+    import boto3
+
+    return boto3.client("sagemaker", endpoint_url=endpoint_url, region_name=REGION)
+
+
+@pytest.fixture
+def unique() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def share(
+    name: str, strategy: str, max_capacity: int, *, borrow_limit: int | None = None, **extra: Any
+) -> dict[str, Any]:
+    """A CreateQuotaShare body without ``jobQueue`` (a quota share of our quota file)."""
+    sharing: dict[str, Any] = {"strategy": strategy}
+    if borrow_limit is not None:
+        sharing["borrowLimit"] = borrow_limit
+    return {
+        "quotaShareName": name,
+        "capacityLimits": [{"capacityUnit": UNIT, "maxCapacity": max_capacity}],
+        "resourceSharingConfiguration": sharing,
+        "preemptionConfiguration": {"inSharePreemption": extra.pop("inSharePreemption", "DISABLED")},
+        **extra,
+    }
+
+
+def quota_file(queue_name: str, capacity: int, *shares: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "jobQueues": [
+            {
+                "jobQueueName": queue_name,
+                "capacityLimits": [{"capacityUnit": UNIT, "maxCapacity": capacity}],
+                "quotaShares": list(shares),
+            }
+        ]
+    }
+
+
+def create_design(batch: Any, document: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Create in the emulator every resource ``airflow quota export --format aws`` prints for ``document``."""
+    bundle = export_design(parse_quota_config(document, "test"), region=REGION, account_id=ACCOUNT_ID)
+    for body in bundle["serviceEnvironments"]:
+        batch.create_service_environment(**body)
+    for body in bundle["schedulingPolicies"]:
+        batch.create_scheduling_policy(**body)
+    for body in bundle["jobQueues"]:
+        batch.create_job_queue(**body)
+    for body in bundle["quotaShares"]:
+        batch.create_quota_share(**body)
+    return bundle
+
+
+def submit(
+    batch: Any,
+    queue_name: str,
+    job_name: str,
+    share_name: str,
+    count: int,
+    *,
+    duration_s: str = "30",
+    training_job_name: str | None = None,
+    **extra: Any,
+) -> str:
+    """SubmitServiceJob of a training job on ``count`` instances that trains ``duration_s`` (per attempt,
+    as ``emulator.duration_s`` reads it); returns the job id. SageMaker's names are per account, so the
+    training job's name is ``job_name`` and a random suffix unless given."""
+    payload = training_request(instance_type=UNIT, instance_count=count, stop_delay_s=0.3)
+    payload["HyperParameters"]["emulator.duration_s"] = duration_s
+    payload["TrainingJobName"] = training_job_name or f"{job_name}-{uuid.uuid4().hex[:8]}"
+    answer = batch.submit_service_job(
+        jobName=job_name,
+        jobQueue=queue_name,
+        serviceJobType="SAGEMAKER_TRAINING",
+        serviceRequestPayload=json.dumps(payload),
+        quotaShareName=share_name,
+        **extra,
+    )
+    return str(answer["jobId"])

@@ -1,0 +1,268 @@
+"""AWS Batch quota shares and service jobs against the emulator, through a plain boto3 client.
+
+Every answer these clients parse is checked against botocore's output shape (the ``answers`` fixture
+fails the test otherwise), and the scheduling seen here is our engine's: borrowing idle capacity,
+reclaiming it when the lender's job arrives (the borrower's training job stopped, the preemption in its
+``preemptionSummary``, its next attempt a new training job), priorities, idempotent submission and
+termination.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from airflow_quota.aws_batch.design import import_design
+from airflow_quota.engine.config import parse_quota_config
+from tests.aws_batch.conftest import AnswerLog, create_design, quota_file, share, submit
+
+
+def wait_for(what: str, condition: Callable[[], Any], timeout_s: float = 30.0) -> Any:
+    """Poll ``condition`` (each poll is a call to the emulator, which moves its scheduler) until truthy."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def status(batch: Any, job_id: str) -> str:
+    return str(batch.describe_service_job(jobId=job_id)["status"])
+
+
+def training_job_name(arn: str) -> str:
+    return arn.rsplit("/", 1)[1]
+
+
+@pytest.fixture
+def lending_queue(batch: Any, unique: str) -> str:
+    """A job queue of 4 instances: ``research`` (2, LEND) lends to ``nlp`` (2, LEND_AND_BORROW)."""
+    name = f"gpu-{unique}"
+    create_design(
+        batch,
+        quota_file(name, 4, share("research", "LEND", 2), share("nlp", "LEND_AND_BORROW", 2)),
+    )
+    return name
+
+
+def test_borrower_is_reclaimed_when_the_lenders_job_arrives(
+    batch: Any, sagemaker: Any, lending_queue: str, answers: AnswerLog
+) -> None:
+    # nlp's job needs all 4 instances: 2 of its own and 2 borrowed from research, which is idle.
+    borrower = submit(batch, lending_queue, "nlp-trial", "nlp", 4, duration_s="60,1")
+    wait_for("the borrower to run", lambda: status(batch, borrower) == "RUNNING")
+    first_attempt = batch.describe_service_job(jobId=borrower)["latestAttempt"]["serviceResourceId"]["value"]
+    assert (
+        sagemaker.describe_training_job(TrainingJobName=training_job_name(first_attempt))["TrainingJobStatus"]
+        == "InProgress"
+    )
+
+    # research's job comes back for its own 2: the borrower's training job is stopped.
+    lender = submit(batch, lending_queue, "research-train", "research", 2, duration_s="2")
+    described = wait_for(
+        "the borrower's preemption to be reported",
+        lambda: (d := batch.describe_service_job(jobId=borrower)).get("preemptionSummary") and d,
+    )
+    assert described["status"] == "RUNNABLE"
+    summary = described["preemptionSummary"]
+    assert summary["preemptedAttemptCount"] == 1
+    preempted = summary["recentPreemptedAttempts"][0]
+    assert preempted["serviceResourceId"] == {"name": "TrainingJobArn", "value": first_attempt}
+    assert "RECLAIM" in preempted["statusReason"] and lender in preempted["statusReason"]
+    assert preempted["stoppedAt"] >= preempted["startedAt"]
+    assert (
+        sagemaker.describe_training_job(TrainingJobName=training_job_name(first_attempt))["TrainingJobStatus"]
+        == "Stopped"
+    )
+    wait_for("the lender to run", lambda: status(batch, lender) == "RUNNING")
+
+    # While it waits, the snapshot lists the borrower first in its share and research's usage.
+    snapshot = batch.get_job_queue_snapshot(jobQueue=lending_queue)
+    assert snapshot["frontOfQuotaShares"]["quotaShares"]["nlp"][0]["jobArn"].endswith(borrower)
+    usage = snapshot["queueUtilization"]["quotaShareUtilization"]["topCapacityUtilization"]
+    assert usage == [
+        {"quotaShareName": "research", "capacityUsage": [{"capacityUnit": "ml.g5.xlarge", "quantity": 2.0}]}
+    ]
+
+    # Once research's job is done, the borrower runs again, on a new training job, and succeeds.
+    wait_for("the lender to succeed", lambda: status(batch, lender) == "SUCCEEDED")
+    wait_for("the borrower to succeed", lambda: status(batch, borrower) == "SUCCEEDED")
+    final = batch.describe_service_job(jobId=borrower)
+    arns = [attempt["serviceResourceId"]["value"] for attempt in final["attempts"]]
+    assert arns[0] == first_attempt and len(arns) == 2 and arns[1] != first_attempt
+    assert final["latestAttempt"]["serviceResourceId"]["value"] == arns[1]
+    assert final["stoppedAt"] >= final["startedAt"] >= final["createdAt"]
+    assert answers.checked["DescribeServiceJob"] > 5 and answers.checked["GetJobQueueSnapshot"] == 1
+
+
+def test_a_job_out_of_preemption_retries_fails(batch: Any, lending_queue: str) -> None:
+    borrower = submit(
+        batch,
+        lending_queue,
+        "nlp-once",
+        "nlp",
+        4,
+        preemptionConfiguration={"preemptionRetriesBeforeTermination": 0},
+    )
+    wait_for("the borrower to start", lambda: status(batch, borrower) in ("STARTING", "RUNNING"))
+    submit(batch, lending_queue, "research-train", "research", 2)
+    failed = wait_for(
+        "the borrower to fail",
+        lambda: (d := batch.describe_service_job(jobId=borrower))["status"] == "FAILED" and d,
+    )
+    assert "preemptionRetriesBeforeTermination=0" in failed["statusReason"]
+    assert failed["preemptionSummary"]["preemptedAttemptCount"] == 1
+
+
+def test_a_raised_priority_starts_first(batch: Any, unique: str) -> None:
+    queue = f"gpu-{unique}"
+    create_design(batch, quota_file(queue, 1, share("team", "RESERVE", 1)))
+    running = submit(batch, queue, "first", "team", 1, duration_s="2")
+    early = submit(batch, queue, "early", "team", 1, duration_s="1")
+    late = submit(batch, queue, "late", "team", 1, duration_s="1", schedulingPriority=0)
+    front = batch.get_job_queue_snapshot(jobQueue=queue)["frontOfQueue"]["jobs"]
+    assert [job["jobArn"].rsplit("/", 1)[1] for job in front] == [early, late]
+
+    batch.update_service_job(jobId=late, schedulingPriority=10)
+    assert batch.describe_service_job(jobId=late)["schedulingPriority"] == 10
+    front = batch.get_job_queue_snapshot(jobQueue=queue)["frontOfQueue"]["jobs"]
+    assert [job["jobArn"].rsplit("/", 1)[1] for job in front] == [late, early]
+    wait_for("the first job to end", lambda: status(batch, running) == "SUCCEEDED")
+    wait_for("the raised job to start", lambda: status(batch, late) != "RUNNABLE")
+    assert status(batch, early) == "RUNNABLE"
+
+
+def test_the_same_client_token_submits_once(batch: Any, lending_queue: str) -> None:
+    training_job = f"retried-{lending_queue}"
+    first = submit(
+        batch,
+        lending_queue,
+        "retried",
+        "nlp",
+        1,
+        training_job_name=training_job,
+        clientToken="dag.task.run.-1",
+    )
+    again = submit(
+        batch,
+        lending_queue,
+        "retried",
+        "nlp",
+        1,
+        training_job_name=training_job,
+        clientToken="dag.task.run.-1",
+    )
+    assert again == first
+    listed = batch.list_service_jobs(
+        jobQueue=lending_queue, filters=[{"name": "JOB_NAME", "values": ["retried"]}]
+    )["jobSummaryList"]
+    assert [job["jobId"] for job in listed] == [first]
+
+    with pytest.raises(ClientError, match=r"clientToken dag\.task\.run\.-1 was already used") as refused:
+        submit(batch, lending_queue, "retried", "nlp", 2, clientToken="dag.task.run.-1")
+    assert refused.value.response["Error"]["Code"] == "ClientException"
+
+
+def test_terminate_stops_a_running_job_and_fails_a_waiting_one(
+    batch: Any, sagemaker: Any, unique: str
+) -> None:
+    queue = f"gpu-{unique}"
+    create_design(batch, quota_file(queue, 1, share("team", "RESERVE", 1)))
+    running = submit(batch, queue, "running", "team", 1)
+    waiting = submit(batch, queue, "waiting", "team", 1)
+    wait_for("the first job to run", lambda: status(batch, running) == "RUNNING")
+    training_job = batch.describe_service_job(jobId=running)["latestAttempt"]["serviceResourceId"]["value"]
+
+    batch.terminate_service_job(jobId=waiting, reason="not needed")
+    ended = batch.describe_service_job(jobId=waiting)
+    assert (ended["status"], ended["statusReason"], ended["isTerminated"]) == ("FAILED", "not needed", True)
+    assert "attempts" not in ended or ended["attempts"] == []
+
+    batch.terminate_service_job(jobId=running, reason="cancelled by the user")
+    assert batch.describe_service_job(jobId=running)["isTerminated"] is True
+    ended = wait_for(
+        "the running job to fail",
+        lambda: (d := batch.describe_service_job(jobId=running))["status"] == "FAILED" and d,
+    )
+    assert ended["statusReason"] == "cancelled by the user"
+    assert (
+        sagemaker.describe_training_job(TrainingJobName=training_job_name(training_job))["TrainingJobStatus"]
+        == "Stopped"
+    )
+    assert "preemptionSummary" not in ended
+
+
+def test_the_designs_answers_import_as_the_quota_file(batch: Any, unique: str) -> None:
+    """What Describe*/List* answer about a design created from export's bodies imports back unchanged."""
+    queue = f"gpu-{unique}"
+    document = quota_file(
+        queue,
+        4,
+        share("research", "LEND", 2, inSharePreemption="ENABLED"),
+        share("nlp", "LEND_AND_BORROW", 2, borrow_limit=50),
+    )
+    bundle = create_design(batch, document)
+    answers = [
+        ("se.json", batch.describe_service_environments(serviceEnvironments=[queue])),
+        ("jq.json", batch.describe_job_queues(jobQueues=[queue])),
+        ("sp.json", batch.describe_scheduling_policies(arns=[bundle["jobQueues"][0]["schedulingPolicyArn"]])),
+        ("shares.json", batch.list_quota_shares(jobQueue=queue)),
+    ]
+    one_share = batch.list_quota_shares(jobQueue=queue)["quotaShares"][1]
+    answers.append(("nlp.json", batch.describe_quota_share(quotaShareArn=one_share["quotaShareArn"])))
+    cleaned = [
+        (name, {k: v for k, v in answer.items() if k != "ResponseMetadata"}) for name, answer in answers
+    ]
+    design = import_design(cleaned)
+    assert design.config == parse_quota_config(document, "test")
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda b, q: submit(b, q, "job", "nobody", 1),
+            "quotaShareName 'nobody' is not a quota share of job queue gpu-.*: use one of research, nlp",
+        ),
+        (
+            lambda b, q: submit(b, q, "job", "nlp", 1, shareIdentifier="nlp"),
+            "give quotaShareName, not shareIdentifier",
+        ),
+        (lambda b, q: submit(b, q, "job", "nlp", 1, schedulingPriority=10000), "give 0 to 9999"),
+        (lambda b, q: submit(b, "nowhere", "job", "nlp", 1), "Job queue nowhere does not exist"),
+        (lambda b, q: b.describe_service_job(jobId="no-such-job"), "Service job no-such-job does not exist"),
+        (
+            lambda b, q: b.create_quota_share(**share("late", "LEND", 1, borrow_limit=10), jobQueue=q),
+            "borrowLimit is only allowed with the LEND_AND_BORROW strategy",
+        ),
+    ],
+    ids=["unknown share", "share identifier", "priority", "unknown queue", "unknown job", "borrow limit"],
+)
+def test_a_wrong_request_is_a_client_exception_saying_what_to_fix(
+    batch: Any, lending_queue: str, call: Callable[[Any, str], Any], message: str
+) -> None:
+    with pytest.raises(ClientError, match=message) as refused:
+        call(batch, lending_queue)
+    assert refused.value.response["Error"]["Code"] == "ClientException"
+
+
+def test_a_queue_without_a_quota_share_policy_takes_no_quota_share(batch: Any, unique: str) -> None:
+    environment = batch.create_service_environment(
+        serviceEnvironmentName=f"se-{unique}",
+        serviceEnvironmentType="SAGEMAKER_TRAINING",
+        capacityLimits=[{"capacityUnit": "ml.g5.xlarge", "maxCapacity": 1}],
+    )
+    batch.create_job_queue(
+        jobQueueName=f"gpu-{unique}",
+        priority=1,
+        jobQueueType="SAGEMAKER_TRAINING",
+        serviceEnvironmentOrder=[{"order": 1, "serviceEnvironment": environment["serviceEnvironmentArn"]}],
+    )
+    with pytest.raises(ClientError, match="has no scheduling policy with a quotaSharePolicy"):
+        batch.create_quota_share(**share("team", "RESERVE", 1), jobQueue=f"gpu-{unique}")
