@@ -62,6 +62,12 @@ ARG_CHECKPOINT_INTERVAL = _arg(
 )
 ARG_STOP_SECONDS = _arg("--stop-seconds", metavar="SECONDS", help="How long a stop takes in the trace replay")
 ARG_START_SECONDS = _arg("--start-seconds", metavar="SECONDS", help="How long a granted job is STARTING")
+ARG_REPORT = _arg(
+    "--report",
+    metavar="FILE.html",
+    help="Also write one self-contained HTML page: GPU timeline, capacity held per share over time, waits "
+    "per share (needs the 'report' extra: pip install 'airflow-quota[report]')",
+)
 
 # The ledger's commands (they read and write the quota tables of the Airflow metadata DB).
 ARG_APPLY_FILE = _arg(
@@ -247,6 +253,7 @@ QUOTA_COMMANDS: list[ActionCommand | GroupCommand] = [
             ARG_STOP_SECONDS,
             ARG_START_SECONDS,
             _arg("--jobs", action="store_true", help="Also show one row per job (--json: a list per run)"),
+            ARG_REPORT,
             ARG_JSON,
         ),
     ),

@@ -21,7 +21,7 @@ def simulator_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--trace", args.trace]
     if args.config:
         argv += ["--config", args.config]
-    for option in ("queue", "checkpoint_interval", "stop_seconds", "start_seconds"):
+    for option in ("queue", "checkpoint_interval", "stop_seconds", "start_seconds", "report"):
         value = getattr(args, option, None)
         if value is not None:
             argv += ["--" + option.replace("_", "-"), value]

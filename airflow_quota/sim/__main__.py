@@ -14,11 +14,20 @@ import sys
 from rich.console import Console
 
 from airflow_quota.engine.config import QuotaConfigError
-from airflow_quota.sim.report import print_scenario, print_trace, scenario_json, trace_json
+from airflow_quota.sim.html_report import ReportError, ReportRun, write_html_report
+from airflow_quota.sim.report import (
+    free_preemption_line,
+    preemption_is_free,
+    print_scenario,
+    print_trace,
+    scenario_json,
+    scenario_preemption_is_free,
+    trace_json,
+)
 from airflow_quota.sim.result import SimulationError
 from airflow_quota.sim.runner import simulate
-from airflow_quota.sim.scenario import Settings, load_scenario
-from airflow_quota.sim.trace import run_trace
+from airflow_quota.sim.scenario import Settings, format_seconds, load_scenario
+from airflow_quota.sim.trace import TraceReport, run_trace
 
 #: Columns of text output when stdout is not a terminal.
 OUTPUT_WIDTH = 140
@@ -27,7 +36,7 @@ EXAMPLES = """examples:
   python -m airflow_quota.sim examples/scenarios/reclaim.yaml
   python -m airflow_quota.sim examples/scenarios/reclaim.yaml --json
   python -m airflow_quota.sim --trace examples/traces/bursty_teams.csv --config examples/traces/quotas.yaml \\
-      --compare-static --stop-seconds 60 --checkpoint-interval 900 --jobs
+      --compare-static --stop-seconds 60 --checkpoint-interval 900 --jobs --report bursty.html
 
 docs/simulator.md describes the files, every event and the exact meaning of each number."""
 
@@ -42,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("scenario", nargs="?", help="scenario file (YAML or JSON)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument(
+        "--report",
+        metavar="FILE.html",
+        help="also write one self-contained HTML page: the GPU timeline of the run (and of the static "
+        "partition with --compare-static), capacity held per share over time, waits per share "
+        "(needs the 'report' extra: pip install 'airflow-quota[report]')",
+    )
     trace = parser.add_argument_group("trace mode")
     trace.add_argument("--trace", metavar="CSV", help="CSV of jobs to replay (needs --config)")
     trace.add_argument("--config", metavar="QUOTA_FILE", help="quota file holding the job queue")
@@ -97,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--trace needs --config QUOTA_FILE (the quota file holding the job queue)")
     try:
         return _run(args)
-    except (QuotaConfigError, SimulationError) as error:
+    except (QuotaConfigError, SimulationError, ReportError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
 
@@ -115,17 +131,47 @@ def _run(args: argparse.Namespace) -> int:
             settings=Settings(stop_seconds=args.stop_seconds, start_seconds=args.start_seconds),
             checkpoint_interval=args.checkpoint_interval,
         )
+        if args.report is not None:
+            _write_trace_report(args.report, report)
         if args.json:
             print(json.dumps(trace_json(report, jobs=args.jobs), indent=2))
         else:
             print_trace(report, console, jobs=args.jobs)
         return 0
     result = simulate(load_scenario(args.scenario))
+    if args.report is not None:
+        stop = result.settings.stop_seconds
+        write_html_report(
+            args.report,
+            [ReportRun("scenario", "scenario", result)],
+            title=f"Simulation of {result.source}",
+            details=[
+                f"Job queue {result.queue.name}; stopSeconds {format_seconds(stop)}, "
+                f"startSeconds {format_seconds(result.settings.start_seconds)}; times in simulated seconds."
+            ],
+            warnings=[free_preemption_line(trace=False)] if scenario_preemption_is_free(result) else [],
+        )
     if args.json:
         print(json.dumps(scenario_json(result), indent=2))
     else:
         print_scenario(result, console)
     return 0
+
+
+def _write_trace_report(path: str, report: TraceReport) -> None:
+    settings = report.settings
+    write_html_report(
+        path,
+        [ReportRun(run.label, run.description, run.result) for run in report.runs],
+        title=f"Trace {report.trace_source} on job queue {report.queue_name}",
+        details=[
+            f"{report.job_count} jobs; quota file {report.config_source}.",
+            f"stopSeconds {format_seconds(settings.stop_seconds)}, startSeconds "
+            f"{format_seconds(settings.start_seconds)}, checkpoint interval "
+            f"{format_seconds(report.checkpoint_interval)} s; times in simulated seconds from the trace's 0.",
+        ],
+        warnings=[free_preemption_line(trace=True)] if preemption_is_free(report) else [],
+    )
 
 
 def _seconds(text: str) -> float:

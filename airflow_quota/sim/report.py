@@ -178,6 +178,8 @@ def print_scenario(result: SimulationResult, console: Console) -> None:
             f"startSeconds {format_seconds(settings.start_seconds)}",
         )
     )
+    if scenario_preemption_is_free(result):
+        console.print(Text(FREE_PREEMPTION_SCENARIO_LINE, style="bold yellow"))
     for step in result.steps:
         console.print(Text(f"\nt={format_seconds(step.at)}", style="bold"))
         for change in step.changes:
@@ -283,6 +285,23 @@ FREE_PREEMPTION_LINE = (
     "Preemption is free in this run: stops take 0 s and no work is lost. Set --stop-seconds and "
     "--checkpoint-interval to give it a cost."
 )
+
+
+#: The same for a scenario, whose stops take its settings.stopSeconds and which has no checkpoints.
+FREE_PREEMPTION_SCENARIO_LINE = (
+    "Preemption is free in this run: stops take 0 s (settings.stopSeconds) and a preempted job resumes "
+    "exactly where it stopped. Set settings.stopSeconds to give it a cost."
+)
+
+
+def free_preemption_line(*, trace: bool) -> str:
+    """The warning line for a run whose preemptions cost nothing (trace mode, or a scenario)."""
+    return FREE_PREEMPTION_LINE if trace else FREE_PREEMPTION_SCENARIO_LINE
+
+
+def scenario_preemption_is_free(result: SimulationResult) -> bool:
+    """A scenario preempted jobs and its stops took no time (a scenario has no checkpoint loss)."""
+    return result.settings.stop_seconds == 0 and result.metrics.preemptions_total > 0
 
 
 def preemption_is_free(report: TraceReport) -> bool:

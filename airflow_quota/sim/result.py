@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from airflow_quota.engine.model import JobQueue, JobStatus
+from airflow_quota.sim.holds import Hold
 from airflow_quota.sim.metrics import Metrics
 from airflow_quota.sim.scenario import ScenarioEvent, Settings, format_seconds
 
@@ -113,3 +114,5 @@ class SimulationResult:
     jobs: dict[str, JobOutcome]
     metrics: Metrics
     end: float
+    #: Every granted attempt in grant order: who held which units when (the report's timeline).
+    holds: tuple[Hold, ...] = ()

@@ -37,6 +37,7 @@ from airflow_quota.engine.model import (
 )
 from airflow_quota.engine.planner import plan_cycle
 from airflow_quota.sim.clock import Timer, Timers
+from airflow_quota.sim.holds import HoldEnd, HoldRecorder
 from airflow_quota.sim.jobs import JobRecord
 from airflow_quota.sim.metrics import MetricsRecorder
 from airflow_quota.sim.queue_updates import queue_updated, share_updated
@@ -94,6 +95,7 @@ class Simulation:
         self.configuration: QueueConfiguration = scenario.configuration
         self.state = QueueState(self.configuration.queue)
         self.metrics = MetricsRecorder(self.configuration.queue.capacity)
+        self.holds = HoldRecorder()
         self.records: dict[str, JobRecord] = {}
         self.steps: list[Step] = []
         self._timers = Timers(self.records)
@@ -194,6 +196,7 @@ class Simulation:
         reason = FINISHED_WHILE_STOPPING[job.stop_cause] if job.stop_cause is not None else ""
         self.state = finish_job(self.state, record.name, succeeded=True, reason=reason)
         self._released(record)
+        self.holds.released(record.name, self._now, HoldEnd.SUCCEEDED)
         self._final(record)
         self._note(Change(ChangeKind.FINISHED, record.name, reason))
 
@@ -221,7 +224,9 @@ class Simulation:
         else:
             record.progress = stopped_at_progress
         after = self.state.jobs[record.name]
-        if after.status is JobStatus.RUNNABLE:
+        requeued = after.status is JobStatus.RUNNABLE
+        self.holds.released(record.name, self._now, HoldEnd.REQUEUED if requeued else HoldEnd.FAILED)
+        if requeued:
             self._waiting(record)
             self._note(Change(ChangeKind.REQUEUED, record.name, after.status_reason))
         else:
@@ -243,6 +248,10 @@ class Simulation:
         if record.first_started_at is None:
             record.first_started_at = self._now
         self.metrics.held(record.unit, record.count)
+        priority = self.state.jobs[record.name].priority
+        self.holds.granted(
+            record.name, record.share, record.unit, record.count, grant.borrowed, priority, self._now
+        )
         self._note(
             Change(
                 ChangeKind.GRANTED,
@@ -263,6 +272,7 @@ class Simulation:
         for victim_id in preemption.victim_ids:
             record = self.records[victim_id]
             self._stopping(record)
+            self.holds.stopping(victim_id, self._now, by=preemption.preemptor_id, rule=str(preemption.rule))
             self._note(
                 Change(
                     ChangeKind.PREEMPTED,
@@ -389,6 +399,7 @@ class Simulation:
         job = self.state.jobs[record.name]
         if granted:
             self._stopping(record)
+            self.holds.stopping(record.name, self._now)
             self._note(Change(ChangeKind.TERMINATING, record.name, job.status_reason))
         else:
             self._final(record)
@@ -475,4 +486,5 @@ class Simulation:
             jobs=outcomes,
             metrics=metrics,
             end=end,
+            holds=self.holds.holds(),
         )

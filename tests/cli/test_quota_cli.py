@@ -175,7 +175,7 @@ def test_simulate_is_registered(tmp_path: Path) -> None:
     result = airflow(tmp_path, "quota", "simulate", "--help")
 
     assert result.returncode == 0, result.stderr
-    for option in ("--trace", "--config", "--compare-static", "--json"):
+    for option in ("--trace", "--config", "--compare-static", "--json", "--report"):
         assert option in result.stdout
 
 
