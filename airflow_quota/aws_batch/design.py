@@ -9,8 +9,9 @@ its ``quotaShares`` are CreateQuotaShare's bodies without ``jobQueue`` and ``tag
 ``import_design`` (here) reads any mix of Create* request bodies (as ``--cli-input-json`` takes them) and the
 answers of DescribeServiceEnvironments, DescribeSchedulingPolicies, DescribeJobQueues, ListQuotaShares and
 DescribeQuotaShare. Each document is first checked by botocore's own validator; ARNs are resolved to
-names; ``status`` and ``statusReason`` are ignored; what our file cannot express (tags, a DISABLED queue or
-service environment, ``jobStateTimeLimitActions``) is returned as a note at its field's path. Every refusal
+names; ``status`` and ``statusReason`` are ignored; a job queue's ``airflow-quota:scheduler`` tag is its
+``scheduler``; what our file cannot express (other tags, a DISABLED queue or service environment,
+``jobStateTimeLimitActions``) is returned as a note at its field's path. Every refusal
 names the field's path in the AWS document and the fix. ``aws_batch.export`` writes the four request
 bodies back; ``aws_batch.portability`` says what AWS Batch treats differently.
 """
@@ -40,6 +41,8 @@ from airflow_quota.engine.config import (
 from airflow_quota.engine.messages import join_path
 
 SAGEMAKER_TRAINING = "SAGEMAKER_TRAINING"
+#: The job queue's tag that carries our ``scheduler`` (AWS Batch has no field for who schedules a queue).
+SCHEDULER_TAG = "airflow-quota:scheduler"
 
 #: Keys of an answer that are about the call, not the design.
 _CALL_KEYS = frozenset({"nextToken", "ResponseMetadata"})
@@ -398,13 +401,16 @@ def _join(
             our_shares.append(
                 {key: _unit_first(share.body[key]) for key in _SHARE_FIELDS if key in share.body}
             )
-        queues.append(
-            {
-                "jobQueueName": name,
-                "capacityLimits": _unit_first(environment.body.get("capacityLimits")),
-                "quotaShares": our_shares,
-            }
-        )
+        our_queue: dict[str, Any] = {
+            "jobQueueName": name,
+            "capacityLimits": _unit_first(environment.body.get("capacityLimits")),
+            "quotaShares": our_shares,
+        }
+        scheduler = (body.get("tags") or {}).get(SCHEDULER_TAG)
+        if scheduler is not None:
+            our_queue["scheduler"] = scheduler
+            origins[f"{path}.scheduler"] = join_path(where, f"tags.{SCHEDULER_TAG}")
+        queues.append(our_queue)
     for environment in by_kind["serviceEnvironments"]:
         if environment.name not in environment_user:
             notes.append(
@@ -513,7 +519,10 @@ def _policy_issue(
 
 def _not_expressed(resource: Resource, what: str) -> list[ConfigIssue]:
     notes = []
-    if resource.body.get("tags"):
+    tags = resource.body.get("tags") or {}
+    if resource.kind == "jobQueues" and isinstance(tags, Mapping):
+        tags = {key: value for key, value in tags.items() if key != SCHEDULER_TAG}  # kept: the scheduler
+    if tags:
         notes.append(ConfigIssue(join_path(resource.where, "tags"), f"the {what}'s tags are not kept"))
     if resource.kind != "quotaShares" and resource.body.get("state") == "DISABLED":
         notes.append(

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_quota.aws_batch.botocore_model import KINDS, request_shape, shape_issues
-from airflow_quota.aws_batch.design import SAGEMAKER_TRAINING
+from airflow_quota.aws_batch.design import SAGEMAKER_TRAINING, SCHEDULER_TAG
 from airflow_quota.engine.config import ConfigIssue, QuotaConfig
 
 #: What export writes for a job queue's priority: it orders job queues sharing one service environment,
@@ -45,6 +45,8 @@ def export_design(
                     f"arn:{partition}:batch:{region}:{account_id}:scheduling-policy/{name}"
                 ),
                 "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": name}],
+                # Who schedules the queue, when the file says: AWS Batch has no field for it.
+                **({} if queue.scheduler is None else {"tags": {SCHEDULER_TAG: queue.scheduler}}),
             }
         )
         for share in queue.quota_shares:

@@ -88,6 +88,10 @@ _EXPECTED: dict[str, str] = {
         "may borrow on top of it), or -1 for no limit"
     ),
     "inSharePreemption": "ENABLED or DISABLED",
+    "scheduler": (
+        "AIRFLOW (our allocator schedules this job queue; the default) or AWS_BATCH (AWS Batch schedules "
+        "it: tasks submit AWS Batch service jobs to its quota shares)"
+    ),
     "state": "ENABLED or DISABLED",
     "schedulingPriority": f"a whole number from {MIN_PRIORITY} to {MAX_PRIORITY} (higher runs first)",
     "instanceCount": f"a whole number from 1 to {MAX_CAPACITY}",
@@ -210,10 +214,32 @@ class JobQueueConfig(_AwsModel):
         )
 
 
+#: Who schedules a job queue's jobs: our allocator in Airflow, or AWS Batch itself (service jobs).
+QueueScheduler = Literal["AIRFLOW", "AWS_BATCH"]
+DEFAULT_SCHEDULER: QueueScheduler = "AIRFLOW"
+
+
 class JobQueueWithShares(JobQueueConfig):
-    """A job queue of the quota file: its capacity and the quota shares that divide it."""
+    """A job queue of the quota file: its capacity, the quota shares that divide it, and who schedules it
+    (``scheduler``; left out, our allocator)."""
 
     quota_shares: list[QuotaShareConfig] = Field(alias="quotaShares", min_length=1)
+    #: None when absent (read as AIRFLOW), so a file that does not say is written back as it was.
+    scheduler: QueueScheduler | None = None
+
+    @field_validator("scheduler", mode="before")
+    @classmethod
+    def _given_if_written(cls, scheduler: object) -> object:
+        if scheduler is None:
+            raise PydanticCustomError(
+                "quota_scheduler_empty",
+                f"scheduler is empty: it must be {_EXPECTED['scheduler']}; or leave scheduler out",
+            )
+        return scheduler
+
+    @property
+    def scheduled_by(self) -> QueueScheduler:
+        return self.scheduler or DEFAULT_SCHEDULER
 
     def to_job_queue(self) -> JobQueue:
         return self.with_shares(self.quota_shares)

@@ -108,7 +108,8 @@ UNITS = ["ml.g5.xlarge", "ml.p4d.24xlarge", "ml.g5.12xlarge", "local-gpu"]
 @st.composite
 def quota_designs(draw: st.DrawFn) -> dict[str, Any]:
     """Valid quota files: 1-3 job queues of 1-3 units, 1-4 shares whose limits fit the queue's capacity,
-    every strategy, borrowLimit absent, -1 or a percentage, optional preemptionConfiguration and state."""
+    every strategy, borrowLimit absent, -1 or a percentage, optional preemptionConfiguration and state, and
+    an optional scheduler."""
     queues = []
     local_used = False
     for queue_index in range(draw(st.integers(1, 3))):
@@ -142,15 +143,17 @@ def quota_designs(draw: st.DrawFn) -> dict[str, Any]:
             if draw(st.booleans()):
                 share["state"] = draw(st.sampled_from(["ENABLED", "DISABLED"]))
             shares.append(share)
-        queues.append(
-            {
-                "jobQueueName": f"queue-{queue_index}",
-                "capacityLimits": [
-                    {"capacityUnit": unit, "maxCapacity": count} for unit, count in capacity.items()
-                ],
-                "quotaShares": shares,
-            }
-        )
+        queue: dict[str, Any] = {
+            "jobQueueName": f"queue-{queue_index}",
+            "capacityLimits": [
+                {"capacityUnit": unit, "maxCapacity": count} for unit, count in capacity.items()
+            ],
+            "quotaShares": shares,
+        }
+        scheduler = draw(st.sampled_from([None, "AIRFLOW", "AWS_BATCH"]))
+        if scheduler is not None:
+            queue["scheduler"] = scheduler
+        queues.append(queue)
     return {"jobQueues": queues}
 
 
