@@ -92,6 +92,14 @@ ARG_REASON = _arg("--reason", metavar="TEXT", required=True, help="Why: becomes 
 ARG_SINCE = _arg("--since", metavar="ISO-TIME", help="Only events at or after this time (UTC when no zone)")
 ARG_LIMIT = _arg("--limit", metavar="N", help="At most the newest N events (default 50, at most 1000)")
 ARG_JOBS_LIMIT = _arg("--limit", metavar="N", help="At most the newest N jobs (default 100, at most 1000)")
+ARG_HISTORY_SINCE = _arg(
+    "--since",
+    metavar="ISO-TIME",
+    required=True,
+    help="Jobs first submitted at or after this time (UTC when no zone)",
+)
+ARG_HISTORY_UNTIL = _arg("--until", metavar="ISO-TIME", help="... and before this time (default: now)")
+ARG_TRACE_OUTPUT = _arg("-o", "--output", metavar="FILE", help="Write the trace (CSV) here (default: stdout)")
 ARG_ONCE = _arg("--once", action="store_true", help="Run one allocation cycle, print what it did, and exit")
 ARG_INTERVAL = _arg(
     "--interval",
@@ -183,6 +191,20 @@ LEDGER_COMMANDS: list[ActionCommand | GroupCommand] = [
         help="The quota audit log, newest last",
         func=lazy_load_command("airflow_quota.cli.events.events"),
         args=(ARG_LEDGER_QUEUE, ARG_SINCE, ARG_LIMIT, ARG_OUTPUT, ARG_WIDE),
+    ),
+    ActionCommand(
+        name="history",
+        help="Export the ledger's jobs as a simulator trace, to replay under another quota design",
+        description=(
+            "Write the jobs of one job queue first submitted from --since (to --until) as the CSV that "
+            "'airflow quota simulate --trace' reads: submitTime (seconds from the first job's submission), "
+            "jobName, quotaShareName, schedulingPriority as submitted, capacityUnit, instanceCount and "
+            "duration (seconds it held capacity over all its attempts; empty while it has not ended). Then "
+            "'airflow quota simulate --trace FILE --config NEW.yaml --compare-static --report out.html' "
+            "shows that history under another design."
+        ),
+        func=lazy_load_command("airflow_quota.cli.history.history"),
+        args=(ARG_HISTORY_SINCE, ARG_HISTORY_UNTIL, ARG_LEDGER_QUEUE, ARG_TRACE_OUTPUT),
     ),
     ActionCommand(
         name="allocator",

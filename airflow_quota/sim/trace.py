@@ -6,7 +6,8 @@ empty means the job runs until the end) and, optionally, preemptionRetriesBefore
 validated like a job request; problems are reported by line and column. The queue comes from a normal
 quota file (the first job queue, or the one named). With ``compare_static`` the same trace is replayed
 with every share set to RESERVE, the fixed partition that Airflow pools give, so both can be shown side
-by side. Runs skip the per-step timeline, so thousands of jobs take seconds.
+by side. Runs skip the per-step timeline, so thousands of jobs take seconds. ``write_trace`` writes
+``TraceJob``s in this format (``airflow quota history`` exports the ledger's real jobs with it).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import csv
 import math
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 from airflow_quota.config_file import read_mapping_file
 from airflow_quota.engine.config import ConfigIssue, JobRequestError, parse_quota_config, validate_job_request
@@ -80,6 +82,58 @@ class TraceReport:
     settings: Settings
     checkpoint_interval: float
     runs: tuple[TraceRun, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One row of a trace, as ``write_trace`` writes it (``duration`` None: it runs until the end)."""
+
+    submit_time: float
+    job_name: str
+    quota_share_name: str
+    scheduling_priority: int
+    capacity_unit: str
+    instance_count: int
+    duration: float | None
+    preemption_retries_before_termination: int | None = None
+
+
+#: The columns ``write_trace`` writes, in order.
+TRACE_COLUMNS = (
+    "submitTime",
+    "jobName",
+    "quotaShareName",
+    "schedulingPriority",
+    "capacityUnit",
+    "instanceCount",
+    "duration",
+    "preemptionRetriesBeforeTermination",
+)
+
+
+def write_trace(jobs: Iterable[TraceJob], handle: IO[str]) -> None:
+    """Write ``jobs`` as a trace CSV that ``load_trace`` reads back (seconds to the microsecond)."""
+    writer = csv.writer(handle, lineterminator="\n")
+    writer.writerow(TRACE_COLUMNS)
+    for job in jobs:
+        retries = job.preemption_retries_before_termination
+        writer.writerow(
+            (
+                _seconds_text(job.submit_time),
+                job.job_name,
+                job.quota_share_name,
+                job.scheduling_priority,
+                job.capacity_unit,
+                job.instance_count,
+                "" if job.duration is None else _seconds_text(job.duration),
+                "" if retries is None else retries,
+            )
+        )
+
+
+def _seconds_text(value: float) -> str:
+    text = f"{value:.6f}".rstrip("0").rstrip(".")
+    return text or "0"
 
 
 def run_trace(

@@ -1,0 +1,65 @@
+"""``airflow quota history --since ISO-TIME [--until ISO-TIME] [--queue NAME] [-o FILE]``: the ledger's real
+jobs as a simulator trace (``ledger/history.py``), to replay under another design with ``airflow quota
+simulate --trace FILE --config NEW.yaml``. The CSV goes to FILE (or stdout); what was exported, and the
+stop time the real preemptions took, go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+from rich.console import Console
+
+from airflow_quota.cli.common import fail, iso, metadata_session, parse_time
+from airflow_quota.ledger.history import HistoryError, HistoryTrace, export_history
+from airflow_quota.sim.trace import write_trace
+
+
+def history(args: argparse.Namespace) -> None:
+    since = parse_time(args.since, "--since")
+    until = None if args.until is None else parse_time(args.until, "--until")
+    if until is not None and until <= since:
+        fail(f"--until {args.until} is not after --since {args.since}: give a later --until")
+    with metadata_session() as session:
+        try:
+            trace = export_history(session, since=since, until=until, job_queue_name=args.queue)
+        except HistoryError as error:
+            fail(str(error))
+    target = args.output
+    if target in (None, "-"):
+        write_trace(trace.jobs, sys.stdout)
+    else:
+        try:
+            with open(target, "w", encoding="utf-8", newline="") as handle:
+                write_trace(trace.jobs, handle)
+        except OSError as error:
+            fail(f"cannot write the trace to {target}: {error}")
+    Console(stderr=True, highlight=False, soft_wrap=True).print(summary(trace, target), markup=False)
+
+
+def summary(trace: HistoryTrace, target: str | None) -> str:
+    """What was exported and how to replay it, for stderr."""
+    if not trace.jobs:
+        return "No job that held capacity was submitted in that time: the trace has its header only."
+    lines = [
+        f"Exported {len(trace.jobs)} jobs of job queue {trace.job_queue_name}; "
+        f"submitTime 0 is {iso(trace.origin)}."
+    ]
+    if trace.left_out:
+        lines.append(f"Left out {trace.left_out} jobs that ended without ever being granted.")
+    stop = "0"
+    if trace.stop_seconds:
+        median = statistics.median(trace.stop_seconds)
+        stop = f"{median:.3g}"
+        lines.append(
+            f"The {len(trace.stop_seconds)} preemptions' stops took {median:.3g} s (median; "
+            f"{min(trace.stop_seconds):.3g} to {max(trace.stop_seconds):.3g} s)."
+        )
+    file = target if target not in (None, "-") else "jobs.csv"
+    lines.append(
+        f"Replay: airflow quota simulate --trace {file} --config QUOTA_FILE --queue {trace.job_queue_name} "
+        f"--stop-seconds {stop} --compare-static --report report.html"
+    )
+    return "\n".join(lines)
