@@ -1,0 +1,180 @@
+"""QuotaTrainingOperator's AWS Batch strategy: on a job queue AWS Batch schedules (``scheduler: AWS_BATCH``
+in the quota file), the training job is an AWS Batch service job.
+
+No allocator, lease or admission trigger is involved: AWS Batch admits, preempts and re-queues. The task
+submits one ``SAGEMAKER_TRAINING`` service job through the amazon provider's Batch hook
+(``service_job_request``: the CreateTrainingJob request the SageMaker strategy builds, checkpoint
+configuration included so AWS's re-queued attempts resume, the quota share, ``schedulingPriority`` even
+when 0, ``preemptionConfiguration``, a timeout and tags) and waits deferred on ``BatchServiceJobTrigger``
+(``triggers/batch_service_job.py``), which follows DescribeServiceJob. A killed task terminates the job.
+
+Re-attaching: the service job's ``clientToken`` is ``<task key>-s<generation>``, the same for every try of
+the task instance, so a try that crashed after its SubmitServiceJob and its retry name one job. The
+generation moves on only when the caller knows that job ended (a retry after a failed training job must
+submit a new one); ``ServiceJobs.submit`` answers whether it found an existing job.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from botocore.validate import ParamValidator
+
+from airflow_quota.aws_batch.botocore_model import batch_model
+from airflow_quota.backends.sagemaker import (
+    TAG_PREFIX,
+    TaskIdentity,
+    TrainingRequestError,
+    build_request,
+    checkpoint_s3_uri,
+    quota_tags,
+)
+
+SERVICE_JOB_TYPE: Final = "SAGEMAKER_TRAINING"
+#: Service-job statuses after which nothing changes.
+FINAL_STATUSES: Final = frozenset({"SUCCEEDED", "FAILED"})
+#: SubmitServiceJob ``tags`` holds at most 50.
+_MAX_SERVICE_JOB_TAGS: Final = 50
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceJobSpec:
+    """What the operator asks of AWS Batch beside the training request."""
+
+    job_queue: str
+    quota_share_name: str
+    scheduling_priority: int = 0
+    preemption_retries_before_termination: int | None = None
+    attempt_duration_seconds: int | None = None
+
+
+def client_token(identity: TaskIdentity, generation: int = 0) -> str:
+    """The same for every try of one task instance (until ``generation`` moves on); at most 64 characters."""
+    return f"{identity.task_key}-s{generation}"
+
+
+def service_job_request(
+    training_request: Mapping[str, Any], identity: TaskIdentity, spec: ServiceJobSpec, generation: int = 0
+) -> dict[str, Any]:
+    """The SubmitServiceJob request for this task instance; botocore's validator checks it.
+
+    The payload's ``TrainingJobName`` is the task key (AWS Batch names each attempt's training job from
+    it), and its ``CheckpointConfig.S3Uri`` the task's checkpoint prefix, shared by every attempt and try.
+    Airflow's retries handle a failed job, so AWS Batch retries none (``retryStrategy.attempts: 1``).
+    """
+    tags = service_job_tags(identity, spec)
+    payload = build_request(
+        training_request,
+        name=identity.task_key,
+        checkpoint_uri=checkpoint_s3_uri(training_request, identity),
+        tags=tags,
+    )
+    request: dict[str, Any] = {
+        "jobName": identity.task_key,
+        "jobQueue": spec.job_queue,
+        "serviceJobType": SERVICE_JOB_TYPE,
+        "serviceRequestPayload": json.dumps(payload, sort_keys=True),
+        "quotaShareName": spec.quota_share_name,
+        "schedulingPriority": spec.scheduling_priority,  # sent when 0 too: 0 is a priority
+        "retryStrategy": {"attempts": 1},
+        "tags": tags,
+        "clientToken": client_token(identity, generation),
+    }
+    if spec.preemption_retries_before_termination is not None:
+        request["preemptionConfiguration"] = {
+            "preemptionRetriesBeforeTermination": spec.preemption_retries_before_termination
+        }
+    if spec.attempt_duration_seconds is not None:
+        request["timeoutConfig"] = {"attemptDurationSeconds": spec.attempt_duration_seconds}
+    problems = request_problems(request)
+    if problems:
+        raise TrainingRequestError(problems)
+    return request
+
+
+def service_job_tags(identity: TaskIdentity, spec: ServiceJobSpec) -> dict[str, str]:
+    """The task's quota tags (queue, share, DAG, run, task, map index) without a lease or attempt (AWS
+    Batch, not our allocator, hands out the capacity) and without the try: every try of the task instance
+    sends the same request, so that its ``clientToken`` re-attaches."""
+    tags = quota_tags(
+        identity, job_queue=spec.job_queue, quota_share_name=spec.quota_share_name, attempt=0, lease_id=""
+    )
+    per_grant = {f"{TAG_PREFIX}{key}" for key in ("attempt", "lease-id", "try-number")}
+    return {key: value for key, value in tags.items() if key not in per_grant}
+
+
+def request_problems(request: Mapping[str, Any]) -> list[str]:
+    """What botocore's validator refuses in a SubmitServiceJob request, one line per problem."""
+    shape = batch_model().operation_model("SubmitServiceJob").input_shape
+    report = ParamValidator().validate(dict(request), shape)
+    problems = report.generate_report().splitlines() if report.has_errors() else []
+    if len(request.get("tags") or {}) > _MAX_SERVICE_JOB_TAGS:
+        problems.append(f"tags: SubmitServiceJob takes at most {_MAX_SERVICE_JOB_TAGS} tags")
+    return [problem.strip() for problem in problems]
+
+
+class ServiceJobs:
+    """AWS Batch service jobs of one AWS connection and region, through the amazon provider's Batch hook."""
+
+    def __init__(self, aws_conn_id: str | None = "aws_default", region_name: str | None = None) -> None:
+        self.aws_conn_id = aws_conn_id
+        self.region_name = region_name
+        self._hook: Any = None
+
+    @property
+    def client(self) -> Any:
+        """The hook's boto3 Batch client (the hook is built on first use: it reads the connection)."""
+        if self._hook is None:
+            from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
+
+            self._hook = BatchClientHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
+        return self._hook.conn
+
+    def submit(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+        """SubmitServiceJob; returns the job's description and whether this call created it (False: the
+        ``clientToken`` named a job submitted before, which is re-attached to)."""
+        known = {job["jobId"] for job in self._jobs_named(str(request["jobName"]), str(request["jobQueue"]))}
+        answer = self.client.submit_service_job(**request)
+        return self.describe(str(answer["jobId"])), answer["jobId"] not in known
+
+    def describe(self, job_id: str) -> dict[str, Any]:
+        answer = dict(self.client.describe_service_job(jobId=job_id))
+        answer.pop("ResponseMetadata", None)
+        return answer
+
+    def terminate(self, job_id: str, reason: str) -> None:
+        """TerminateServiceJob (a job already ended is left as it is)."""
+        self.client.terminate_service_job(jobId=job_id, reason=reason)
+
+    def update_priority(self, job_id: str, scheduling_priority: int) -> None:
+        self.client.update_service_job(jobId=job_id, schedulingPriority=scheduling_priority)
+
+    def _jobs_named(self, job_name: str, job_queue: str) -> list[dict[str, Any]]:
+        answer = self.client.list_service_jobs(
+            jobQueue=job_queue, filters=[{"name": "JOB_NAME", "values": [job_name]}]
+        )
+        return list(answer.get("jobSummaryList", []))
+
+
+def preemptions_of(description: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each preempted attempt a DescribeServiceJob answer lists: its training job ARN, when it started and
+    stopped (epoch milliseconds) and why."""
+    summary = description.get("preemptionSummary") or {}
+    return [
+        {
+            "training_job_arn": (attempt.get("serviceResourceId") or {}).get("value"),
+            "started_at": attempt.get("startedAt"),
+            "stopped_at": attempt.get("stoppedAt"),
+            "status_reason": attempt.get("statusReason"),
+        }
+        for attempt in summary.get("recentPreemptedAttempts", [])
+    ]
+
+
+def latest_training_job_arn(description: Mapping[str, Any]) -> str | None:
+    latest = (description.get("latestAttempt") or {}).get("serviceResourceId") or {}
+    value = latest.get("value")
+    return str(value) if value else None

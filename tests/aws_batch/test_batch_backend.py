@@ -1,0 +1,149 @@
+"""The operator's AWS Batch strategy against the emulator: the SubmitServiceJob request it builds, a
+retried try re-attaching through ``clientToken``, and the monitoring trigger following a preemption and
+terminating the job when killed. Calls go through the amazon provider's Batch hook and Airflow's
+``aws_default`` connection (pointed at the emulator)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from airflow_quota.backends.sagemaker import TaskIdentity, TrainingRequestError
+from airflow_quota.operators.batch_backend import (
+    ServiceJobs,
+    ServiceJobSpec,
+    client_token,
+    service_job_request,
+)
+from airflow_quota.triggers.batch_service_job import KILLED_REASON, BatchServiceJobTrigger
+from tests.aws_batch.conftest import UNIT, create_design, quota_file, share, submit
+from tests.aws_batch.test_emulator import status, wait_for
+from tests.sagemaker.conftest import training_request
+
+
+def identity(unique: str, try_number: int = 1) -> TaskIdentity:
+    return TaskIdentity("train_dag", f"manual__{unique}", "finetune", -1, try_number)
+
+
+def request_for(
+    unique: str, spec: ServiceJobSpec, *, try_number: int = 1, duration_s: str = "1", **kw: Any
+) -> dict[str, Any]:
+    training = training_request(instance_type=UNIT, instance_count=kw.pop("count", 1), stop_delay_s=0.3)
+    training["HyperParameters"]["emulator.duration_s"] = duration_s
+    return service_job_request(training, identity(unique, try_number), spec, **kw)
+
+
+@pytest.fixture
+def queue(batch: Any, unique: str) -> str:
+    name = f"gpu-{unique}"
+    create_design(
+        batch, quota_file(name, 4, share("research", "LEND", 2), share("nlp", "LEND_AND_BORROW", 2))
+    )
+    return name
+
+
+def test_the_request_carries_the_quota_fields_and_priority_0() -> None:
+    spec = ServiceJobSpec("gpu", "nlp", scheduling_priority=0, preemption_retries_before_termination=3)
+    request = request_for("r1", spec)
+    task = identity("r1")
+
+    assert request["schedulingPriority"] == 0
+    assert request["quotaShareName"] == "nlp" and request["jobQueue"] == "gpu"
+    assert request["preemptionConfiguration"] == {"preemptionRetriesBeforeTermination": 3}
+    assert request["clientToken"] == f"{task.task_key}-s0" == client_token(identity("r1", try_number=2))
+    payload = json.loads(request["serviceRequestPayload"])
+    assert payload["CheckpointConfig"]["S3Uri"] == f"s3://team-a-models/llm/checkpoints/{task.task_key}/"
+    assert payload["ResourceConfig"]["InstanceType"] == UNIT
+    assert request["tags"]["airflow-quota:quota-share"] == "nlp"
+    assert {tag["Key"]: tag["Value"] for tag in payload["Tags"]}["airflow-quota:task-id"] == "finetune"
+
+
+def _any(value: Any) -> Any:
+    return value
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        # Values as a DAG may render them from templates: text, a fraction.
+        (ServiceJobSpec("gpu", "nlp", preemption_retries_before_termination=_any("3")), "preemptionRetries"),
+        (ServiceJobSpec("gpu", "nlp", attempt_duration_seconds=_any(1.5)), "attemptDurationSeconds"),
+    ],
+    ids=["retries as text", "fractional timeout"],
+)
+def test_a_request_botocore_refuses_is_a_training_request_error(spec: ServiceJobSpec, problem: str) -> None:
+    with pytest.raises(TrainingRequestError) as refused:
+        request_for("r2", spec)
+    assert problem in str(refused.value) and "Invalid type" in str(refused.value)
+
+
+def test_a_retried_try_reattaches_and_a_new_generation_submits_again(queue: str, unique: str) -> None:
+    jobs = ServiceJobs()
+    spec = ServiceJobSpec(queue, "nlp")
+    first, created = jobs.submit(request_for(unique, spec, try_number=1, duration_s="30"))
+    assert created and first["status"] in ("RUNNABLE", "STARTING", "RUNNING")
+
+    again, created = jobs.submit(request_for(unique, spec, try_number=2, duration_s="30"))
+    assert (again["jobId"], created) == (first["jobId"], False)
+
+    jobs.terminate(first["jobId"], "ended for the test")
+    fresh, created = jobs.submit(request_for(unique, spec, try_number=2, duration_s="30", generation=1))
+    assert created and fresh["jobId"] != first["jobId"]
+    jobs.terminate(fresh["jobId"], "ended for the test")
+
+
+def test_the_trigger_follows_a_preemption_to_the_end(
+    batch: Any, queue: str, unique: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = ServiceJobs()
+    borrower, _ = jobs.submit(request_for(unique, ServiceJobSpec(queue, "nlp"), count=4, duration_s="60,1"))
+    job_id = borrower["jobId"]
+    wait_for("the borrower to run", lambda: status(batch, job_id) == "RUNNING")
+    first_attempt = jobs.describe(job_id)["latestAttempt"]["serviceResourceId"]["value"]
+    submit(batch, queue, "research-train", "research", 2, duration_s="1")
+
+    trigger = BatchServiceJobTrigger(job_id=job_id, poll_interval=0.2)
+
+    async def first_event() -> dict[str, Any]:
+        async for event in trigger.run():
+            return dict(event.payload)
+        raise AssertionError("the trigger ended without an event")
+
+    capsys.readouterr()
+    event = asyncio.run(asyncio.wait_for(first_event(), timeout=60))
+
+    assert event["status"] == "SUCCEEDED" and event["attempts"] == 2
+    [preemption] = event["preemptions"]
+    assert preemption["training_job_arn"] == first_attempt
+    assert "RECLAIM" in preemption["status_reason"]
+    assert event["training_job_arn"] not in (None, first_attempt)
+    logged = capsys.readouterr().out  # the trigger's log (Airflow's structlog writes it to stdout here)
+    assert f"attempt on training job {first_attempt} preempted" in logged
+    assert f"attempt 2 runs training job {event['training_job_arn']}" in logged
+    assert "SUCCEEDED" in logged
+
+
+def test_killing_the_trigger_terminates_the_service_job(batch: Any, queue: str, unique: str) -> None:
+    jobs = ServiceJobs()
+    job, _ = jobs.submit(request_for(unique, ServiceJobSpec(queue, "research"), duration_s="60"))
+    wait_for("the job to start", lambda: status(batch, job["jobId"]) in ("STARTING", "RUNNING"))
+
+    asyncio.run(BatchServiceJobTrigger(job_id=job["jobId"]).on_kill())
+
+    ended = wait_for(
+        "the job to fail", lambda: (d := jobs.describe(job["jobId"]))["status"] == "FAILED" and d
+    )
+    assert ended["isTerminated"] is True and ended["statusReason"] == KILLED_REASON
+
+
+def test_the_trigger_serializes_what_it_needs() -> None:
+    trigger = BatchServiceJobTrigger(
+        job_id="j-1", aws_conn_id="aws_batch", region_name="eu-west-1", poll_interval=5
+    )
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "airflow_quota.triggers.batch_service_job.BatchServiceJobTrigger"
+    rebuilt = BatchServiceJobTrigger(**kwargs)
+    assert rebuilt.serialize() == (classpath, kwargs)
