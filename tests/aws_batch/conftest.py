@@ -159,6 +159,7 @@ def submit(
     payload = training_request(instance_type=UNIT, instance_count=count, stop_delay_s=0.3)
     payload["HyperParameters"]["emulator.duration_s"] = duration_s
     payload["TrainingJobName"] = training_job_name or f"{job_name}-{uuid.uuid4().hex[:8]}"
+    payload["CheckpointConfig"] = {"S3Uri": f"s3://team-a-models/llm/checkpoints/{job_name}/"}
     answer = batch.submit_service_job(
         jobName=job_name,
         jobQueue=queue_name,

@@ -266,3 +266,32 @@ def test_a_queue_without_a_quota_share_policy_takes_no_quota_share(batch: Any, u
     )
     with pytest.raises(ClientError, match="has no scheduling policy with a quotaSharePolicy"):
         batch.create_quota_share(**share("team", "RESERVE", 1), jobQueue=f"gpu-{unique}")
+
+
+def test_in_share_preemption_stops_the_lower_priority_job_and_its_retry_resumes_from_the_checkpoint(
+    batch: Any, sagemaker: Any, unique: str
+) -> None:
+    queue = f"gpu-{unique}"
+    create_design(batch, quota_file(queue, 2, share("team", "RESERVE", 2, inSharePreemption="ENABLED")))
+    low = submit(batch, queue, "sweep", "team", 2, duration_s="60,1", schedulingPriority=1)
+    wait_for("the low-priority job to run", lambda: status(batch, low) == "RUNNING")
+
+    high = submit(batch, queue, "urgent", "team", 2, duration_s="1", schedulingPriority=100)
+    preempted = wait_for(
+        "the low-priority job's preemption",
+        lambda: (d := batch.describe_service_job(jobId=low)).get("preemptionSummary") and d,
+    )
+    reason = preempted["preemptionSummary"]["recentPreemptedAttempts"][0]["statusReason"]
+    assert reason == f"Preempted by {high} (IN_SHARE_PRIORITY)"
+    wait_for("the low-priority job to succeed", lambda: status(batch, low) == "SUCCEEDED", timeout_s=60)
+    assert status(batch, high) == "SUCCEEDED"
+
+    # Both attempts train from the same checkpoint prefix: the second resumes where the first stopped.
+    attempts = batch.describe_service_job(jobId=low)["attempts"]
+    checkpoints = {
+        sagemaker.describe_training_job(TrainingJobName=training_job_name(a["serviceResourceId"]["value"]))[
+            "CheckpointConfig"
+        ]["S3Uri"]
+        for a in attempts
+    }
+    assert len(attempts) == 2 and checkpoints == {"s3://team-a-models/llm/checkpoints/sweep/"}
