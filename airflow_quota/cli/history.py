@@ -44,22 +44,33 @@ def summary(trace: HistoryTrace, target: str | None) -> str:
     if not trace.jobs:
         return "No job that held capacity was submitted in that time: the trace has its header only."
     lines = [
-        f"Exported {len(trace.jobs)} jobs of job queue {trace.job_queue_name}; "
+        f"Exported {_jobs(len(trace.jobs))} of job queue {trace.job_queue_name}; "
         f"submitTime 0 is {iso(trace.origin)}."
     ]
     if trace.left_out:
-        lines.append(f"Left out {trace.left_out} jobs that ended without ever being granted.")
+        lines.append(f"Left out {_jobs(trace.left_out)} that ended without ever being granted.")
     stop = "0"
-    if trace.stop_seconds:
-        median = statistics.median(trace.stop_seconds)
-        stop = f"{median:.3g}"
-        lines.append(
-            f"The {len(trace.stop_seconds)} preemptions' stops took {median:.3g} s (median; "
-            f"{min(trace.stop_seconds):.3g} to {max(trace.stop_seconds):.3g} s)."
-        )
+    stops = trace.stop_seconds
+    if stops:
+        stop = _seconds(statistics.median(stops))
+        if len(stops) == 1:
+            lines.append(f"The one preemption's stop took {stop} s.")
+        else:
+            lines.append(
+                f"The {len(stops)} preemptions' stops took {stop} s (median; from {_seconds(min(stops))} "
+                f"to {_seconds(max(stops))} s)."
+            )
     file = target if target not in (None, "-") else "jobs.csv"
     lines.append(
         f"Replay: airflow quota simulate --trace {file} --config QUOTA_FILE --queue {trace.job_queue_name} "
         f"--stop-seconds {stop} --compare-static --report report.html"
     )
     return "\n".join(lines)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f}".removesuffix(".0")
+
+
+def _jobs(count: int) -> str:
+    return f"{count} job" if count == 1 else f"{count} jobs"
