@@ -139,6 +139,8 @@ def test_a_scenario_with_free_preemptions_says_so_on_the_page(
 
     assert FREE_PREEMPTION_SCENARIO_LINE in page
     assert FREE_PREEMPTION_SCENARIO_LINE not in costly
+    assert main([str(free)]) == 0
+    assert "Preemption is free in this run" in capsys.readouterr().out  # the text output says it too
 
 
 QUOTAS = """
