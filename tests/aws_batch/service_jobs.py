@@ -3,9 +3,10 @@
 ``ServiceJobs.tick(now)`` is one round of the emulated AWS Batch scheduler, run before every answer:
 
 1. each job holding capacity looks at its attempt's SageMaker training job: ``InProgress`` makes it
-   STARTING (secondary status ``Starting``) or RUNNING; ``Completed`` SUCCEEDED; ``Failed`` or a stop
-   nobody asked for FAILED; a job being preempted whose training job has ``Stopped`` is requeued at its
-   place (``engine.complete_stop``), its attempt listed in ``preemptionSummary``;
+   STARTING (secondary status ``Starting``) or RUNNING, or, past ``timeoutConfig.attemptDurationSeconds``,
+   stops it and fails the job; ``Completed`` SUCCEEDED; ``Failed`` or a stop nobody asked for FAILED;
+   a job being preempted whose training job has ``Stopped`` is requeued at its place
+   (``engine.complete_stop``), its attempt listed in ``preemptionSummary``;
 2. the engine's ``plan_cycle`` decides for each job queue: a grant creates the attempt's training job
    (``<TrainingJobName>-a<N>``, the payload otherwise unchanged, so its checkpoint configuration resumes
    the work), a preemption stops the victims' training jobs.
@@ -362,6 +363,12 @@ class ServiceJobs:
             status, secondary, failure = self.training_jobs.status(attempt.training_job_name)
             if status in ("InProgress", "Stopping"):
                 if engine_job.is_stopping:
+                    continue
+                limit = (job.body.get("timeoutConfig") or {}).get("attemptDurationSeconds")
+                if limit is not None and now - attempt.started_at / 1000 >= limit:
+                    reason = f"Attempt ran longer than timeoutConfig.attemptDurationSeconds ({limit} s)"
+                    state = lifecycle.terminate_job(state, job_id, reason)
+                    self.training_jobs.stop(attempt.training_job_name)
                     continue
                 wanted = JobStatus.STARTING if secondary == "Starting" else JobStatus.RUNNING
                 if status == "InProgress" and wanted is not engine_job.status:

@@ -295,3 +295,30 @@ def test_in_share_preemption_stops_the_lower_priority_job_and_its_retry_resumes_
         for a in attempts
     }
     assert len(attempts) == 2 and checkpoints == {"s3://team-a-models/llm/checkpoints/sweep/"}
+
+
+def test_an_attempt_past_its_timeout_is_stopped_and_fails_the_job(
+    batch: Any, sagemaker: Any, unique: str
+) -> None:
+    queue = f"gpu-{unique}"
+    create_design(batch, quota_file(queue, 1, share("team", "RESERVE", 1)))
+    job = submit(
+        batch, queue, "slow", "team", 1, duration_s="60", timeoutConfig={"attemptDurationSeconds": 1}
+    )
+    failed = wait_for(
+        "the job to fail", lambda: (d := batch.describe_service_job(jobId=job))["status"] == "FAILED" and d
+    )
+    assert failed["statusReason"] == "Attempt ran longer than timeoutConfig.attemptDurationSeconds (1 s)"
+    training_job = training_job_name(failed["latestAttempt"]["serviceResourceId"]["value"])
+    assert sagemaker.describe_training_job(TrainingJobName=training_job)["TrainingJobStatus"] == "Stopped"
+
+
+def test_a_payload_sagemaker_refuses_fails_the_job_saying_why(batch: Any, unique: str) -> None:
+    queue = f"gpu-{unique}"
+    create_design(batch, quota_file(queue, 1, share("team", "RESERVE", 1)))
+    job = submit(batch, queue, "bad", "team", 1, training_job_name="not_a_sagemaker_name")
+    failed = wait_for(
+        "the job to fail", lambda: (d := batch.describe_service_job(jobId=job))["status"] == "FAILED" and d
+    )
+    assert failed["statusReason"].startswith("CreateTrainingJob: ValidationException: 1 validation error")
+    assert "attempts" not in failed or failed["attempts"] == []
