@@ -147,3 +147,17 @@ def test_the_trigger_serializes_what_it_needs() -> None:
     assert classpath == "airflow_quota.triggers.batch_service_job.BatchServiceJobTrigger"
     rebuilt = BatchServiceJobTrigger(**kwargs)
     assert rebuilt.serialize() == (classpath, kwargs)
+
+
+def test_a_priority_change_reaches_aws_batch(batch: Any, unique: str) -> None:
+    queue = f"gpu-{unique}"
+    create_design(batch, quota_file(queue, 1, share("team", "RESERVE", 1)))
+    jobs = ServiceJobs()
+    running, _ = jobs.submit(request_for(unique, ServiceJobSpec(queue, "team"), duration_s="30"))
+    waiting, _ = jobs.submit(request_for(f"{unique}-2", ServiceJobSpec(queue, "team"), duration_s="1"))
+    assert waiting["schedulingPriority"] == 0
+
+    jobs.update_priority(waiting["jobId"], 50)
+    assert jobs.describe(waiting["jobId"])["schedulingPriority"] == 50
+    for job in (running, waiting):
+        jobs.terminate(job["jobId"], "ended for the test")
