@@ -164,12 +164,12 @@ def _allocate_queue(part: QueuePart, queue_name: str, waiting: list[Waiting]) ->
     record_cycle(part.session, planning, plan, part.now)
     granted = [grantable.get(decision.job_id) for decision in plan.decisions if isinstance(decision, Grant)]
     part.load([each for each in granted if each is not None and each.settled])  # one query for all
-    for decision in plan.decisions:
+    for decision in plan.decisions:  # the jobs they name are in ``plan.decided`` as decided
         if isinstance(decision, Grant):
-            grant(part, plan.state, decision, grantable.get(decision.job_id))
+            grant(part, plan.decided, decision, grantable.get(decision.job_id))
         else:
-            preempt(part, plan.state, decision)
-    part.report.states[queue_name] = plan.state
+            preempt(part, plan.decided, decision)
+    part.report.states[queue_name] = plan.decided
 
 
 def _claim_acted_on(part: QueuePart, state: QueueState, waiting: list[Waiting]) -> list[Waiting]:

@@ -60,7 +60,8 @@ class CycleReport:
     settling: list[str] = field(default_factory=list)
     #: Granted in the ledger but no claimed task instance to resume (picked up again next cycle).
     unresumed: list[str] = field(default_factory=list)
-    #: Job queues whose state the cycle ended with (for metrics).
+    #: Job queues whose state the cycle ended with, for metrics: the jobs as its decisions left them (the
+    #: waiting jobs' new statusReasons are in the ledger, not here: ``CyclePlan.decided``).
     states: dict[str, QueueState] = field(default_factory=dict)
     #: Job queues whose part of the cycle failed, and why: rolled back alone (nothing of it was written,
     #: its tasks keep waiting), the other queues' parts kept; the next cycle tries it again.

@@ -6,6 +6,7 @@ the simulator, the benchmarks and a GPU machine that has no Airflow installed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -167,18 +168,46 @@ class Job:
     preempted_attempt_count: int = 0
 
     def with_reason(self, status_reason: str) -> Job:
-        """This job with another statusReason, copied slot by slot.
+        """This job with another statusReason."""
+        copy = self._copy()
+        _set_status_reason(copy, status_reason)
+        return copy
 
-        A cycle writes one for nearly every waiting job of a new queue; a frozen dataclass's ``__init__``
-        (and so ``dataclasses.replace``) sets each field through ``object.__setattr__``, three times
-        slower than the slots' own setters used here.
+    def granted(self, started: OrderKey) -> Job:
+        """This job granted by a cycle: SCHEDULED from ``started``, no statusReason, reserving nothing."""
+        copy = self._copy()
+        _set_status(copy, JobStatus.SCHEDULED)
+        _set_status_reason(copy, "")
+        _set_started(copy, started)
+        _set_awaiting_victims(copy, frozenset())
+        return copy
+
+    def being_stopped(self, cause: StopCause, preempted_by: str, status_reason: str) -> Job:
+        """This job chosen as a victim: being stopped for ``preempted_by``."""
+        copy = self._copy()
+        _set_stop_cause(copy, cause)
+        _set_preempted_by(copy, preempted_by)
+        _set_status_reason(copy, status_reason)
+        return copy
+
+    def reserving(self, victim_ids: frozenset[str]) -> Job:
+        """This job as a preemptor waiting for ``victim_ids`` to stop."""
+        copy = self._copy()
+        _set_awaiting_victims(copy, victim_ids)
+        return copy
+
+    def _copy(self) -> Job:
+        """This job copied slot by slot, for the copies a cycle makes (``with_reason``, ``granted``...).
+
+        A frozen dataclass's ``__init__`` (and so ``dataclasses.replace``) sets each field through
+        ``object.__setattr__``, three times slower than the slots' own setters used here.
         """
         copy: Job = _new_object(Job)
         _set_job_id(copy, self.job_id)
         _set_request(copy, self.request)
         _set_submitted(copy, self.submitted)
         _set_status(copy, self.status)
-        _set_status_reason(copy, status_reason)
+        _set_status_reason(copy, self.status_reason)
         _set_started(copy, self.started)
         _set_stop_cause(copy, self.stop_cause)
         _set_preempted_by(copy, self.preempted_by)
@@ -225,7 +254,7 @@ class Job:
 
 
 _new_object = object.__new__
-#: The setters of Job's slots, for ``Job.with_reason``; a field added to Job must be copied there too.
+#: The setters of Job's slots, for ``Job._copy``; a field added to Job must be copied there too.
 _JOB_FIELDS = (
     "job_id",
     "request",
@@ -238,7 +267,7 @@ _JOB_FIELDS = (
     "awaiting_victims",
     "preempted_attempt_count",
 )
-assert Job.__slots__ == _JOB_FIELDS, "Job.with_reason must copy every field of Job"
+assert Job.__slots__ == _JOB_FIELDS, "Job._copy must copy every field of Job"
 (
     _set_job_id,
     _set_request,
@@ -286,7 +315,41 @@ Decision = Grant | Preemption
 
 @dataclass(frozen=True, slots=True)
 class CyclePlan:
-    """What one allocation cycle decided, in order, and the state it leads to."""
+    """What one allocation cycle decided, in order, and the state it leads to.
+
+    The state comes in two parts, so that a cycle does not copy a frozen ``Job`` for each statusReason
+    it rewrites (nearly every waiting job's, in a new queue's first cycle): ``decided``, the jobs as the
+    decisions left them, and ``status_reasons``, the new statusReason of each RUNNABLE job whose reason
+    the cycle changed (job id -> reason; the ``decided`` job still carries its old one). ``state`` is the
+    two folded into one ``QueueState``, built on first use; readers that only need what changed (the
+    ledger) read the parts.
+    """
 
     decisions: tuple[Decision, ...]
-    state: QueueState
+    decided: QueueState
+    status_reasons: Mapping[str, str] = field(default_factory=dict)
+    _state: list[QueueState] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    @property
+    def state(self) -> QueueState:
+        """The state the cycle leads to: ``decided`` with ``status_reasons`` applied."""
+        if not self._state:
+            if self.status_reasons:
+                jobs = dict(self.decided.jobs)
+                for job_id, reason in self.status_reasons.items():
+                    jobs[job_id] = jobs[job_id].with_reason(reason)
+                self._state.append(QueueState(self.decided.queue, jobs))
+            else:
+                self._state.append(self.decided)
+        return self._state[0]
+
+    def changed_jobs(self, before: QueueState) -> dict[str, Job]:
+        """The jobs of ``state`` that differ from ``before`` (by job id), without building all of it."""
+        changed = {
+            job_id: job
+            for job_id, job in self.decided.jobs.items()
+            if (old := before.jobs.get(job_id)) is not job and old != job
+        }
+        for job_id, reason in self.status_reasons.items():
+            changed[job_id] = (changed.get(job_id) or self.decided.jobs[job_id]).with_reason(reason)
+        return changed

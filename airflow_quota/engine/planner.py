@@ -17,16 +17,17 @@ statusReason names the job that needed its units), its units count as held until
 then made again with them free. A preemptor granted its reservation in step 1 is never a victim in that
 cycle (taking its grant back would free nothing: its units are promised to it).
 
-The waiting jobs are sorted and grouped once per cycle (``_Queued``); a job's turn then costs a few
-dictionary look-ups unless it can start or preempt, and jobs of one share, unit and size share one
-statusReason.
+What a cycle costs follows the jobs it can act on. The waiting jobs are grouped by share, unit and size
+and sorted once per cycle (``_Queued``); a share with no room within its own limits passes all its jobs
+to step 3 at once, a share that can neither borrow nor preempt is left out of step 3, and a job's turn
+costs a few dictionary look-ups unless it can start or preempt. Jobs of one group share one statusReason,
+which the plan keeps beside the jobs (``CyclePlan.status_reasons``) instead of copying each job.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from dataclasses import replace
 from operator import attrgetter
 
 from airflow_quota.engine.model import (
@@ -42,10 +43,12 @@ from airflow_quota.engine.model import (
     StopCause,
 )
 from airflow_quota.engine.reasons import (
+    StartableLimits,
+    WaitingReasons,
     awaiting_victims_reason,
     capacity_lowered_reason,
-    never_fits_reason,
-    waiting_reason,
+    misconfiguration,
+    startable_limits,
     withheld_reason,
 )
 from airflow_quota.engine.usage import UnitTotals, Usage
@@ -70,46 +73,71 @@ def plan_cycle(state: QueueState, now: float) -> CyclePlan:
 
 
 class _Queued:
-    """The cycle's input, sorted and grouped once: who waits (in share order), who reserves, who holds."""
+    """The cycle's input, grouped and sorted once: who waits (by share, unit and size; per share in share
+    order), who reserves, who holds."""
 
     def __init__(self, state: QueueState) -> None:
         self.state = state
         queue = state.queue
-        #: RUNNABLE jobs waiting to start (all shares, in share order), preemptors holding a reservation
-        #: (by submission), and the jobs holding capacity.
-        self.waiting: list[Job] = []
-        self.reserved: list[Job] = []
-        self.holding: list[Job] = []
-        for job in state.jobs.values():
-            status = job.status
-            if status is JobStatus.RUNNABLE:
-                (self.reserved if job.awaiting_victims else self.waiting).append(job)
-            elif status in HOLDING_CAPACITY:
-                self.holding.append(job)
-        self.reserved.sort(key=attrgetter("submitted", "job_id"))
-        # share_order_key as two sorts with keys computed in C: the second is stable, and so is reverse.
-        self.waiting.sort(key=attrgetter("submitted", "job_id"))
-        self.waiting.sort(key=attrgetter("request.scheduling_priority"), reverse=True)
-
         shares = {share.name: share for share in queue.shares}
         totals = UnitTotals.of(queue)
-        #: Per (share, unit, size): the AWS misconfiguration code when such a job can never start.
+        #: RUNNABLE jobs waiting to start, by (share, unit, size); preemptors holding a reservation (by
+        #: submission); the jobs holding capacity.
+        self.groups: dict[GroupKey, list[Job]] = {}
+        self.reserved: list[Job] = []
+        self.holding: list[Job] = []
+        #: Per group: the AWS misconfiguration code when such a job can never start.
         self.misconfigurations: dict[GroupKey, str | None] = {}
-        #: Each waiting job's group, in the order of ``waiting``.
-        self.groups: list[GroupKey] = []
-        #: Per share, its waiting jobs that can start some day, in share order.
+        #: Per share, its waiting jobs that can start some day, in share order ...
         self.by_share: dict[str, list[Job]] = defaultdict(list)
-        misconfigurations = self.misconfigurations
-        for job in self.waiting:
-            request = job.request
-            group = (request.quota_share_name, request.capacity_unit, request.instance_count)
-            self.groups.append(group)
-            if group not in misconfigurations:
-                misconfigurations[group] = never_fits_reason(
-                    queue, shares.get(group[0]), group[1], group[2], totals
-                )
-            if misconfigurations[group] is None:
-                self.by_share[group[0]].append(job)
+        #: ... and the smallest of them per unit.
+        self.smallest: dict[str, dict[str, int]] = defaultdict(dict)
+        # Per group: its jobs, and its share's list in ``by_share`` (None when they can never start).
+        lists: dict[GroupKey, tuple[list[Job], list[Job] | None]] = {}
+        limits: dict[tuple[str, str], StartableLimits] = {}
+        runnable = JobStatus.RUNNABLE
+        for job in state.jobs.values():
+            status = job.status
+            if status is runnable:
+                if job.awaiting_victims:
+                    self.reserved.append(job)
+                    continue
+                request = job.request
+                key = (request.quota_share_name, request.capacity_unit, request.instance_count)
+                found = lists.get(key)
+                if found is None:
+                    share_name, unit = where = key[:2]
+                    share_limits = limits.get(where)
+                    if share_limits is None:
+                        share = shares.get(share_name)
+                        share_limits = limits[where] = startable_limits(queue, share, unit, totals)
+                    never = self.misconfigurations[key] = misconfiguration(share_limits, key[2])
+                    group = self.groups[key] = []
+                    found = lists[key] = group, self.by_share[key[0]] if never is None else None
+                group, startable = found
+                group.append(job)
+                if startable is not None:
+                    startable.append(job)
+            elif status in HOLDING_CAPACITY:
+                self.holding.append(job)
+        self.reserved.sort(key=_SUBMISSION)
+        for share_name, unit, count in self.groups:
+            if self.misconfigurations[(share_name, unit, count)] is None:
+                smallest = self.smallest[share_name]
+                if count < smallest.get(unit, count + 1):
+                    smallest[unit] = count
+        for jobs in self.by_share.values():
+            # share_order_key as two sorts with keys computed in C: the second is stable, and so is
+            # reverse. The first needs the job id only where two jobs have one submission key.
+            jobs.sort(key=_SUBMITTED)
+            if len(set(map(_SUBMITTED, jobs))) < len(jobs):
+                jobs.sort(key=_SUBMISSION)
+            jobs.sort(key=_PRIORITY, reverse=True)
+
+
+_SUBMISSION = attrgetter("submitted", "job_id")
+_SUBMITTED = attrgetter("submitted")
+_PRIORITY = attrgetter("request.scheduling_priority")
 
 
 class _Cycle:
@@ -124,8 +152,14 @@ class _Cycle:
         self.queue = queued.state.queue
         self.now = now
         self.jobs: dict[str, Job] = dict(queued.state.jobs)
+        #: The new statusReasons of RUNNABLE jobs, where they changed (the jobs themselves are not copied).
+        self.status_reasons: dict[str, str] = {}
+        #: The groups of the waiting jobs this cycle granted or let preempt (``finish`` looks at each job).
+        self.decided_groups: set[GroupKey] = set()
         self.usage = Usage(self.queue, [*queued.holding, *queued.reserved])
         self.decisions: list[Decision] = []
+        #: How many times a decision was made or taken back in this cycle.
+        self.changes = 0
         #: The jobs that could be stopped: holding capacity and not being stopped (and not granted their
         #: reservation in this cycle).
         self.running = Candidates()
@@ -153,64 +187,120 @@ class _Cycle:
                 self._grant(job)
 
     def admit_within_own_limits(self) -> dict[str, list[Job]]:
-        """Step 2; returns, per share and in share order, the jobs left for step 3."""
+        """Step 2; returns, per share and in share order, the jobs left for step 3.
+
+        A share with no room within its own limits for its smallest waiting job on any unit passes all
+        its jobs on at once (its usage changes only by its own decisions during its turn).
+        """
         deferred: dict[str, list[Job]] = {}
         usage = self.usage.share_usage
         for share_name, jobs in sorted(self.queued.by_share.items()):
             own_limits = self.usage.shares[share_name].capacity_limits
+            smallest = self.queued.smallest[share_name]
+            if not self._room_within_own_limits(share_name, own_limits, smallest):
+                deferred[share_name] = jobs
+                continue
             left: list[Job] = []
-            for job in jobs:
+            for index, job in enumerate(jobs):
                 request = job.request
                 unit = request.capacity_unit
                 if usage.get((share_name, unit), 0) + request.instance_count <= own_limits.get(unit, 0):
+                    changes = self.changes
                     self._admit(job)
+                    if changes != self.changes and not self._room_within_own_limits(
+                        share_name, own_limits, smallest
+                    ):
+                        left.extend(jobs[index + 1 :])
+                        break
                 else:
                     left.append(job)
             deferred[share_name] = left
         return deferred
 
+    def _room_within_own_limits(
+        self, share_name: str, own_limits: dict[str, int], smallest: dict[str, int]
+    ) -> bool:
+        """Whether the share's smallest waiting job on some unit fits within its own limit there."""
+        usage = self.usage.share_usage
+        return any(
+            usage.get((share_name, unit), 0) + count <= own_limits.get(unit, 0)
+            for unit, count in smallest.items()
+        )
+
     def admit_borrowers(self, deferred: dict[str, list[Job]]) -> None:
-        """Step 3: merge the shares' remaining queues by submission order of their heads."""
+        """Step 3: merge the shares' remaining queues by submission order of their heads.
+
+        The share whose head comes first goes on, with no heap operation, while its next job comes before
+        every other share's head (the heap's two children of its root).
+        """
         heads: list[tuple[OrderKey, str, str, int]] = []
+        no_orphans = not any(self.orphans.values())
         for share_name, jobs in deferred.items():
+            share = self.usage.shares[share_name]
+            if no_orphans and not share.borrows and not share.in_share_preemption:
+                # None of its jobs can start: they would pass its own limit (its ceiling), its usage can
+                # only grow in the cycle (no share takes from one that does not borrow), and it has no
+                # victims to take. Leaving a whole share out keeps the order of the others' jobs.
+                continue
             if jobs:
                 heads.append((jobs[0].submitted, jobs[0].job_id, share_name, 0))
         heapq.heapify(heads)
+        failures = self.failures
         while heads:
             _, _, share_name, index = heads[0]
             jobs = deferred[share_name]
-            self._admit(jobs[index])
-            index += 1
-            if index < len(jobs):
+            others = heads[1:3]
+            bound = min(others)[:2] if others else None
+            while True:
+                job = jobs[index]
+                # Most turns end here, on a failed search (``_admit`` asks again): no call for them.
+                request = job.request
+                failed_on_unit = failures.get(request.capacity_unit)
+                failed = failed_on_unit.get(share_name) if failed_on_unit else None
+                if not failed or not _covered(failed, request.instance_count, request.scheduling_priority):
+                    self._admit(job)
+                index += 1
+                if index == len(jobs):
+                    heapq.heappop(heads)
+                    break
                 following = jobs[index]
-                heapq.heapreplace(heads, (following.submitted, following.job_id, share_name, index))
-            else:
-                heapq.heappop(heads)
+                key = (following.submitted, following.job_id)
+                if bound is not None and key > bound:
+                    heapq.heapreplace(heads, (*key, share_name, index))
+                    break
 
     def finish(self) -> CyclePlan:
-        jobs, queued = self.jobs, self.queued
+        """The plan: the decisions, the jobs they changed, and every waiting job's statusReason where it
+        changed (beside the jobs: ``CyclePlan.status_reasons``)."""
+        jobs, queued, withheld = self.jobs, self.queued, self.withheld
         for job in queued.reserved:
             self._explain_reserved(jobs[job.job_id])
-        reasons: dict[GroupKey, str] = {}
-        misconfigurations = queued.misconfigurations
-        for job, group in zip(queued.waiting, queued.groups, strict=True):
-            job_id = job.job_id
-            current = jobs[job_id]
-            if current is not job:  # granted, or preempting: decided in this cycle
-                if current.status is JobStatus.RUNNABLE:
-                    self._explain_reserved(current)
+        reasons = self.status_reasons
+        waiting_reasons = WaitingReasons(self.usage)
+        for group, waiting in queued.groups.items():
+            reason = queued.misconfigurations[group]
+            if group not in self.decided_groups:  # the common case: one reason for the whole group
+                reason = reason or waiting_reasons.reason(self.usage.shares[group[0]], group[1], group[2])
+                for job in waiting:
+                    if job.status_reason != reason:
+                        reasons[job.job_id] = reason
                 continue
-            if job_id in self.withheld:
-                reason = withheld_reason(self.withheld[job_id], job)
-            elif group in reasons:
-                reason = reasons[group]
-            else:
-                reason = reasons[group] = misconfigurations[group] or waiting_reason(
-                    self.usage, self.usage.shares[group[0]], job
-                )
-            if reason != job.status_reason:
-                jobs[job_id] = job.with_reason(reason)
-        return CyclePlan(tuple(self.decisions), QueueState(self.queue, jobs))
+            for job in waiting:
+                job_id = job.job_id
+                current = jobs[job_id]
+                if current is not job:  # granted, or preempting: decided in this cycle
+                    if current.status is JobStatus.RUNNABLE:
+                        self._explain_reserved(current)
+                    continue
+                if job_id in withheld:
+                    job_reason = withheld_reason(withheld[job_id], job)
+                else:
+                    if reason is None:
+                        reason = waiting_reasons.reason(self.usage.shares[group[0]], group[1], group[2])
+                    job_reason = reason
+                if job_reason != job.status_reason:
+                    reasons[job_id] = job_reason
+        return CyclePlan(tuple(self.decisions), QueueState(self.queue, jobs), reasons)
 
     def _explain_reserved(self, job: Job) -> None:
         """The statusReason of a RUNNABLE preemptor: the victims it waits for, or why it still waits."""
@@ -224,7 +314,7 @@ class _Cycle:
                 job, self.usage.capacity(job.unit), self.usage.occupancy.get(job.unit, 0)
             )
         if reason != job.status_reason:
-            self.jobs[job.job_id] = job.with_reason(reason)
+            self.status_reasons[job.job_id] = reason
 
     # -- one job -------------------------------------------------------------------------------------
 
@@ -235,10 +325,8 @@ class _Cycle:
         count, priority = request.instance_count, request.scheduling_priority
         failed_on_unit = self.failures.get(unit)
         failed = failed_on_unit.get(share_name) if failed_on_unit else None
-        if failed:
-            for failed_count, failed_priority in failed:
-                if failed_count <= count and failed_priority >= priority:
-                    return
+        if failed and _covered(failed, count, priority):
+            return
         if self.usage.fits(share_name, unit, count):
             self._grant(job)
             return
@@ -278,6 +366,7 @@ class _Cycle:
         reclaim candidate) or makes the lending pool grow (less borrowed, or more lent).
         """
         self.decisions.append(decision)
+        self.changes += 1
         unit = decision.capacity_unit
         if pool_grew or self.usage.borrowing[unit] & shares_changed:
             self.failures.pop(unit, None)
@@ -287,19 +376,15 @@ class _Cycle:
             failures.pop(share_name, None)
 
     def _grant(self, job: Job) -> None:
+        request = job.request
+        self.decided_groups.add((request.quota_share_name, request.capacity_unit, request.instance_count))
         share = self.usage.shares[job.share_name]
         if not job.holds_reservation:
             self.usage.add_to_share(job.share_name, job.unit, job.count)
             self.usage.add_occupancy(job.unit, job.count)
         used_after = self.usage.usage(job.share_name, job.unit)
         borrowed = max(0, min(job.count, used_after - share.own_limit(job.unit)))
-        granted = replace(
-            job,
-            status=JobStatus.SCHEDULED,
-            status_reason="",
-            started=(self.now, self.next_start_seq),
-            awaiting_victims=frozenset(),
-        )
+        granted = job.granted((self.now, self.next_start_seq))
         self.next_start_seq += 1
         self.jobs[job.job_id] = granted
         if not job.holds_reservation:
@@ -311,6 +396,7 @@ class _Cycle:
         """Withdraw grants of this cycle, not yet emitted, whose units ``needed_by`` needs: the jobs wait
         again, as they came into the cycle."""
         taken_back = {job.job_id for job in granted}
+        self.changes += 1
         self.decisions = [
             decision
             for decision in self.decisions
@@ -326,6 +412,8 @@ class _Cycle:
             self.failures.pop(job.unit, None)  # room came back on the unit
 
     def _preempt(self, preemptor: Job, choice: VictimChoice) -> None:
+        request = preemptor.request
+        self.decided_groups.add((request.quota_share_name, request.capacity_unit, request.instance_count))
         overdraft_before = self.usage.overdraft(preemptor.unit)
         held_by_victims = 0
         for victim in choice.victims:
@@ -336,20 +424,26 @@ class _Cycle:
             reason = victim.status_reason
             if victim.stop_cause is not StopCause.TERMINATED:
                 reason = f"Being stopped: preempted by {preemptor.job_id} ({choice.rule})"
-            self.jobs[victim.job_id] = replace(
-                victim,
-                stop_cause=victim.stop_cause or StopCause.PREEMPTED,
-                preempted_by=preemptor.job_id,
-                status_reason=reason,
+            self.jobs[victim.job_id] = victim.being_stopped(
+                victim.stop_cause or StopCause.PREEMPTED, preemptor.job_id, reason
             )
             self.running.remove(victim)
             self.orphans[victim.unit].pop(victim.job_id, None)
         self.usage.add_to_share(preemptor.share_name, preemptor.unit, preemptor.count)
         self.usage.add_occupancy(preemptor.unit, max(0, preemptor.count - held_by_victims))
         victim_ids = tuple(victim.job_id for victim in choice.victims)
-        self.jobs[preemptor.job_id] = replace(preemptor, awaiting_victims=frozenset(victim_ids))
+        self.jobs[preemptor.job_id] = preemptor.reserving(frozenset(victim_ids))
         changed = {preemptor.share_name} | {victim.share_name for victim in choice.victims}
         pool_grew = self.usage.overdraft(preemptor.unit) < overdraft_before
         self._decided(
             Preemption(preemptor.job_id, victim_ids, choice.rule, preemptor.unit), changed, pool_grew
         )
+
+
+def _covered(failed: list[tuple[int, int]], count: int, priority: int) -> bool:
+    """Whether a failed attempt (count, priority) of the share on the unit rules out a job needing
+    ``count`` at ``priority``: it needed no more and had no lower priority."""
+    for failed_count, failed_priority in failed:
+        if failed_count <= count and failed_priority >= priority:
+            return True
+    return False

@@ -25,13 +25,30 @@ def never_fits_reason(
     QUOTA_MANAGEMENT_LIMIT_EXCEEDED (more than the share can ever hold: the smaller of its ceiling and its
     own limit plus the other lending shares' limits plus unowned capacity).
     """
+    return misconfiguration(startable_limits(queue, share, unit, totals), count)
+
+
+#: The most units of one unit a job of one share may ask for: what the queue has (None: it lacks the
+#: unit), and what the share can ever hold (None: it has no limit for the unit).
+StartableLimits = tuple[int | None, int | None]
+
+
+def startable_limits(
+    queue: JobQueue, share: QuotaShare | None, unit: str, totals: dict[str, UnitTotals] | None = None
+) -> StartableLimits:
+    """What ``never_fits_reason`` compares a job's count with, for every job of ``share`` on ``unit``."""
     capacity = queue.capacity.get(unit)
+    if capacity is None or share is None or not share.has_limit_for(unit):
+        return capacity, None
+    return capacity, most_share_can_hold(capacity, share, unit, (totals or UnitTotals.of(queue))[unit])
+
+
+def misconfiguration(limits: StartableLimits, count: int) -> str | None:
+    """The AWS misconfiguration code of a job of ``count`` units under ``limits``; None when it fits."""
+    capacity, most = limits
     if capacity is None or count > capacity:
         return SERVICE_ENVIRONMENT_MAX_RESOURCE
-    if share is None or not share.has_limit_for(unit):
-        return QUOTA_MANAGEMENT_LIMIT_EXCEEDED
-    unit_totals = (totals or UnitTotals.of(queue))[unit]
-    if count > most_share_can_hold(capacity, share, unit, unit_totals):
+    if most is None or count > most:
         return QUOTA_MANAGEMENT_LIMIT_EXCEEDED
     return None
 
@@ -49,29 +66,43 @@ def most_share_can_hold(capacity: int, share: QuotaShare, unit: str, totals: Uni
 
 def waiting_reason(usage: Usage, share: QuotaShare, job: Job) -> str:
     """A plain-words statusReason for a RUNNABLE job that could not start in this cycle."""
-    unit, count = job.unit, job.count
-    used, own = usage.usage(share.name, unit), share.own_limit(unit)
-    in_use = f"quota share {share.name} is using {used} of its {own} {unit}"
-    if used + count <= own:
+    return WaitingReasons(usage).reason(share, job.unit, job.count)
+
+
+class WaitingReasons:
+    """``waiting_reason`` for the many jobs of one cycle's end: what depends on the share and unit alone
+    (usage, limits, what can be borrowed) is worked out once per share and unit."""
+
+    def __init__(self, usage: Usage) -> None:
+        self.usage = usage
+        self._terms: dict[tuple[str, str], tuple[int, int, str, int | None]] = {}
+
+    def reason(self, share: QuotaShare, unit: str, count: int) -> str:
+        terms = self._terms.get((share.name, unit))
+        if terms is None:
+            used, own = self.usage.usage(share.name, unit), share.own_limit(unit)
+            in_use = f"quota share {share.name} is using {used} of its {own} {unit}"
+            terms = self._terms[(share.name, unit)] = (used, own, in_use, share.ceiling(unit))
+        used, own, in_use, ceiling = terms
+        if used + count <= own:
+            return (
+                f"Waiting for capacity: {in_use} and this job needs {count}; the free units are still held "
+                f"by jobs being stopped or lent to other shares"
+            )
+        if not share.borrows:
+            return (
+                f"Waiting for capacity: {in_use} and this job needs {count}; a {share.strategy} share "
+                f"does not borrow"
+            )
+        if ceiling is not None and used + count > ceiling:
+            return (
+                f"Waiting for capacity: {in_use} and this job needs {count}, which would pass the share's "
+                f"borrow ceiling of {ceiling}"
+            )
         return (
-            f"Waiting for capacity: {in_use} and this job needs {count}; the free units are still held "
-            f"by jobs being stopped or lent to other shares"
+            f"Waiting for capacity to borrow: {in_use} and this job needs {count}; "
+            f"{self.usage.borrowable_by(share.name, unit)} {unit} can be borrowed from other shares now"
         )
-    if not share.borrows:
-        return (
-            f"Waiting for capacity: {in_use} and this job needs {count}; a {share.strategy} share "
-            f"does not borrow"
-        )
-    ceiling = share.ceiling(unit)
-    if ceiling is not None and used + count > ceiling:
-        return (
-            f"Waiting for capacity: {in_use} and this job needs {count}, which would pass the share's "
-            f"borrow ceiling of {ceiling}"
-        )
-    return (
-        f"Waiting for capacity to borrow: {in_use} and this job needs {count}; "
-        f"{usage.borrowable_by(share.name, unit)} {unit} can be borrowed from other shares now"
-    )
 
 
 #: statusReason prefix of a job that could have started, but whose units a later decision of the same

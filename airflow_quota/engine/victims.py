@@ -21,9 +21,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from heapq import merge
 from itertools import chain
 from operator import itemgetter
 
@@ -65,11 +64,15 @@ class Candidates:
     def __init__(self) -> None:
         self._ranked: dict[tuple[str, str], list[Ranked]] = defaultdict(list)
         self._units: dict[tuple[str, str], int] = defaultdict(int)
+        #: The same jobs per unit, all shares together, in victim order (a reclaim reads the borrowers').
+        self._by_unit: dict[str, list[Ranked]] = defaultdict(list)
 
     def add(self, job: Job) -> None:
         request = job.request
         where = (request.capacity_unit, request.quota_share_name)
-        insort(self._ranked[where], (rank_key(job), job))
+        ranked = (rank_key(job), job)
+        insort(self._ranked[where], ranked)
+        insort(self._by_unit[request.capacity_unit], ranked)
         self._units[where] += request.instance_count
 
     def remove(self, job: Job) -> None:
@@ -77,14 +80,21 @@ class Candidates:
         request = job.request
         where = (request.capacity_unit, request.quota_share_name)
         ranked = self._ranked[where]
-        index = bisect_left(ranked, rank_key(job), key=_RANK)
+        key = rank_key(job)
+        index = bisect_left(ranked, key, key=_RANK)
         if index < len(ranked) and ranked[index][1].job_id == job.job_id:
             del ranked[index]
             self._units[where] -= request.instance_count
+            by_unit = self._by_unit[request.capacity_unit]
+            del by_unit[bisect_left(by_unit, key, key=_RANK)]
 
     def of_share(self, unit: str, share_name: str) -> list[Ranked]:
         """The share's jobs on ``unit``, in victim order."""
         return self._ranked.get((unit, share_name), [])
+
+    def of_shares(self, unit: str, share_names: Collection[str]) -> Iterator[Job]:
+        """The jobs on ``unit`` of the shares ``share_names``, in victim order."""
+        return (job for _, job in self._by_unit.get(unit, ()) if job.request.quota_share_name in share_names)
 
     def units(self, unit: str, share_name: str) -> int:
         return self._units.get((unit, share_name), 0)
@@ -110,31 +120,32 @@ def choose_victims(
     ranked_orphans = sorted(orphans, key=lambda job: victim_order_key(job, share_name, True))
     orphan_ids = frozenset(job.job_id for job in orphans)
     own_lower: list[Job] = []
+    own_lower_units = 0  # all of them count in the share: none is being stopped
     if share.in_share_preemption:
         own = candidates.of_share(unit, share_name)
         own_lower = [job for _, job in own[: bisect_left(own, (preemptor.priority,), key=_RANK)]]
+        own_lower_units = sum(job.request.instance_count for job in own_lower)
 
     own_limit = share.own_limit(unit)
     used = usage.usage(share_name, unit)
     if used < own_limit and usage.others_borrowing(share_name, unit):
-        own_freed = usage.removal([*orphans, *own_lower])
+        own_freed = _with_own(usage.removal(orphans), share_name, own_lower_units)
         # Only the share's own jobs lower its usage: without room for the job there, no reclaim can do.
         if used - own_freed.by_share.get(share_name, 0) + preemptor.count <= own_limit:
-            borrowers = sorted(usage.borrowing[unit] - {share_name})
+            borrowers = usage.borrowing[unit] - {share_name}
             physical = own_freed.physical + sum(candidates.units(unit, name) for name in borrowers)
             # And none without the room physically. (The whole fit rule is left to the search: with
             # every borrowing share changed it costs more than the search itself.)
             if usage.occupancy.get(unit, 0) - physical + preemptor.count <= usage.capacity(unit):
-                borrowed = (job for _, job in merge(*(candidates.of_share(unit, n) for n in borrowers)))
+                borrowed = candidates.of_shares(unit, borrowers)
                 ranked = chain(ranked_orphans, borrowed, own_lower)
                 found = _search(usage, preemptor, ranked, None, orphan_ids, within_own_limit=True)
                 if found:
                     return VictimChoice(PreemptionRule.RECLAIM, found)
     if share.in_share_preemption:
         in_share = [*ranked_orphans, *own_lower]
-        found = _search(
-            usage, preemptor, in_share, usage.removal(in_share), orphan_ids, within_own_limit=False
-        )
+        everyone = _with_own(usage.removal(ranked_orphans), share_name, own_lower_units)
+        found = _search(usage, preemptor, in_share, everyone, orphan_ids, within_own_limit=False)
         if found:
             return VictimChoice(PreemptionRule.IN_SHARE_PRIORITY, found)
     if orphans:
@@ -149,6 +160,15 @@ def choose_victims(
         if found:
             return VictimChoice(PreemptionRule.ADOPT_STOPPING, found)
     return None
+
+
+def _with_own(removal: Removal, share_name: str, units: int) -> Removal:
+    """``removal`` and ``units`` more of ``share_name``'s own jobs, none of them being stopped."""
+    if not units:
+        return removal
+    by_share = dict(removal.by_share)
+    by_share[share_name] = by_share.get(share_name, 0) + units
+    return Removal(by_share, removal.physical + units)
 
 
 def _search(

@@ -9,18 +9,18 @@ from sqlalchemy.orm import Session
 
 from airflow_quota.engine.model import CyclePlan, Grant, Preemption, QueueState
 from airflow_quota.ledger.audit import add_audit_row
-from airflow_quota.ledger.job_rows import write_changed_jobs
+from airflow_quota.ledger.job_rows import write_jobs
 from airflow_quota.ledger.models import AuditKind, JobRow
 
 
 def record_cycle(session: Session, before: QueueState, plan: CyclePlan, now: datetime) -> None:
     """Write the jobs the cycle changed and one audit row per grant and per preempted job."""
-    rows = write_changed_jobs(session, before, plan.state, now)
-    for decision in plan.decisions:
+    rows = write_jobs(session, plan.changed_jobs(before), now)
+    for decision in plan.decisions:  # the jobs they name are in ``plan.decided`` as decided
         if isinstance(decision, Grant):
-            _record_grant(session, plan.state, rows[decision.job_id], decision, now)
+            _record_grant(session, plan.decided, rows[decision.job_id], decision, now)
         else:
-            _record_preemption(session, plan.state, rows, decision, now)
+            _record_preemption(session, plan.decided, rows, decision, now)
 
 
 def _record_grant(session: Session, state: QueueState, row: JobRow, grant: Grant, now: datetime) -> None:

@@ -99,6 +99,11 @@ def write_changed_jobs(
         for job_id, job in after.jobs.items()
         if (old := before.jobs.get(job_id)) is not job and old != job
     }
+    return write_jobs(session, changed, now)
+
+
+def write_jobs(session: Session, changed: dict[str, Job], now: datetime) -> dict[str, JobRow]:
+    """Write each job of ``changed`` (by job id) into its row; return the rows by job id."""
     rows: dict[str, JobRow] = {}
     for job_id in changed:
         held = session.identity_map.get(identity_key(JobRow, job_id))

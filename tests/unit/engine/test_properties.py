@@ -832,6 +832,13 @@ class Run:
             f"{list(shuffled.decisions)}"
         )
         assert shuffled.state == plan.state, "(f) jobs inserted in another order give another state"
+        # The plan's parts (the jobs as decided, the statusReasons beside them) are its state, folded.
+        changed = {job_id: job for job_id, job in plan.state.jobs.items() if before.jobs.get(job_id) != job}
+        assert plan.changed_jobs(before) == changed, "(f) the plan's parts do not make its state"
+        beside = [plan.decided.jobs[job_id] for job_id in plan.status_reasons]
+        assert all(job.status is JobStatus.RUNNABLE for job in beside), (
+            "(f) a statusReason beside the jobs names a job that is not RUNNABLE"
+        )
 
         holds = check_turns(before, plan, f"cycle at {self.now}")
         check_decisions(before, plan, f"cycle at {self.now}", holds)
