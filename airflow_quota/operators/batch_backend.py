@@ -12,6 +12,11 @@ Re-attaching: the service job's ``clientToken`` is ``<task key>-s<generation>``,
 the task instance, so a try that crashed after its SubmitServiceJob and its retry name one job. The
 generation moves on only when the caller knows that job ended (a retry after a failed training job must
 submit a new one); ``ServiceJobs.submit`` answers whether it found an existing job.
+
+``BatchBackend`` is the strategy the operator calls: ``prepare`` (the SageMaker strategy's: a request
+dict, a ``ModelTrainer`` or a factory), ``launch`` (submit, or re-attach to the job the task's store
+names while it has not ended), ``monitor`` (the trigger), ``finish`` (the task's result, or its failure)
+and ``request_stop``.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from botocore.validate import ParamValidator
 
@@ -32,10 +37,20 @@ from airflow_quota.backends.sagemaker import (
     checkpoint_s3_uri,
     quota_tags,
 )
+from airflow_quota.operators.task_store import read_document
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_quota.operators.backend import PreparedRequest, TaskLog, TrainingJobConfig
+    from airflow_quota.operators.sagemaker_backend import SageMakerBackend
+    from airflow_quota.triggers.batch_service_job import BatchServiceJobTrigger
 
 SERVICE_JOB_TYPE: Final = "SAGEMAKER_TRAINING"
 #: Service-job statuses after which nothing changes.
 FINAL_STATUSES: Final = frozenset({"SUCCEEDED", "FAILED"})
+#: ``task_state_store`` key of the task's service job: ``{"job_id", "generation"}`` (kept across tries).
+SERVICE_JOB_KEY = "quota.service_job"
 #: SubmitServiceJob ``tags`` holds at most 50.
 _MAX_SERVICE_JOB_TAGS: Final = 50
 
@@ -178,3 +193,105 @@ def latest_training_job_arn(description: Mapping[str, Any]) -> str | None:
     latest = (description.get("latestAttempt") or {}).get("serviceResourceId") or {}
     value = latest.get("value")
     return str(value) if value else None
+
+
+class BatchBackend:
+    """The operator's strategy on a job queue AWS Batch schedules. One per worker process (it holds the
+    AWS session); ``log`` is the task's logger."""
+
+    def __init__(
+        self,
+        *,
+        sagemaker: SageMakerBackend,
+        aws_conn_id: str | None,
+        region_name: str | None,
+        poll_interval: float,
+        log: TaskLog,
+    ) -> None:
+        self.sagemaker = sagemaker
+        self.aws_conn_id = aws_conn_id
+        self.region_name = region_name
+        self.poll_interval = poll_interval
+        self.log = log
+        self.jobs = ServiceJobs(aws_conn_id, region_name)
+
+    def prepare(self, config: TrainingJobConfig, context: Context) -> PreparedRequest:
+        """The CreateTrainingJob request, rendered and validated as the SageMaker strategy does."""
+        return self.sagemaker.prepare(config, context)
+
+    def launch(self, context: Context, prepared: PreparedRequest, spec: ServiceJobSpec) -> dict[str, Any]:
+        """The task's service job: the one its store names while that has not ended, else a new one
+        (submitted under the next generation's ``clientToken``). Returns its DescribeServiceJob answer."""
+        store, identity = context["task_state_store"], task_identity(context)
+        kept = read_document(store.get(SERVICE_JOB_KEY)) or {}
+        generation = 0
+        if kept.get("job_id"):
+            described = self.jobs.describe(str(kept["job_id"]))
+            if described["status"] not in FINAL_STATUSES:
+                self.log.info("Re-attaching to service job %s (%s)", described["jobId"], described["status"])
+                return described
+            generation = int(kept.get("generation", 0)) + 1
+        while True:
+            described, created = self.jobs.submit(
+                service_job_request(prepared.document, identity, spec, generation)
+            )
+            store.set(SERVICE_JOB_KEY, {"job_id": described["jobId"], "generation": generation})
+            if created or described["status"] not in FINAL_STATUSES:
+                break
+            generation += 1  # the token named a job that has ended: this try trains again
+        self.log.info(
+            "%s service job %s in quota share %s of job queue %s (%s x %d, priority %d): %s",
+            "Submitted" if created else "Re-attached to",
+            described["jobId"],
+            spec.quota_share_name,
+            spec.job_queue,
+            prepared.capacity_unit,
+            prepared.instance_count,
+            spec.scheduling_priority,
+            described["status"],
+        )
+        return described
+
+    def monitor(self, job_id: str) -> BatchServiceJobTrigger:
+        from airflow_quota.triggers.batch_service_job import BatchServiceJobTrigger
+
+        return BatchServiceJobTrigger(
+            job_id=job_id,
+            aws_conn_id=self.aws_conn_id,
+            region_name=self.region_name,
+            poll_interval=self.poll_interval,
+        )
+
+    def finish(self, event: Mapping[str, Any]) -> dict[str, Any]:
+        """The task's result (its XCom) once the service job SUCCEEDED; raise when it did not."""
+        from airflow.sdk.exceptions import AirflowException
+
+        job_id = event.get("job_id")
+        for preemption in event.get("preemptions") or []:
+            self.log.warning(
+                "Service job %s: the attempt on training job %s was preempted: %s",
+                job_id,
+                preemption.get("training_job_arn"),
+                preemption.get("status_reason"),
+            )
+        if event.get("status") != "SUCCEEDED":
+            raise AirflowException(
+                f"Service job {job_id} is {event.get('status')}: {event.get('status_reason')}"
+            )
+        self.log.info("Service job %s succeeded on training job %s", job_id, event.get("training_job_arn"))
+        return {
+            "service_job_id": job_id,
+            "service_job_arn": event.get("job_arn"),
+            "training_job_arn": event.get("training_job_arn"),
+            "attempts": event.get("attempts"),
+            "preemptions": list(event.get("preemptions") or []),
+        }
+
+    def request_stop(self, job_id: str, reason: str) -> None:
+        self.jobs.terminate(job_id, reason)
+
+
+def task_identity(context: Context) -> TaskIdentity:
+    ti = context["ti"]
+    map_index = -1 if ti.map_index is None else int(ti.map_index)
+    return TaskIdentity(ti.dag_id, ti.run_id, ti.task_id, map_index, int(ti.try_number))

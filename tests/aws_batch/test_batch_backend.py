@@ -7,21 +7,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import pytest
+from airflow.sdk.exceptions import AirflowException
 
 from airflow_quota.backends.sagemaker import TaskIdentity, TrainingRequestError
 from airflow_quota.operators.batch_backend import (
+    SERVICE_JOB_KEY,
+    BatchBackend,
     ServiceJobs,
     ServiceJobSpec,
     client_token,
     service_job_request,
 )
+from airflow_quota.operators.sagemaker_backend import SageMakerBackend
 from airflow_quota.triggers.batch_service_job import KILLED_REASON, BatchServiceJobTrigger
 from tests.aws_batch.conftest import UNIT, create_design, quota_file, share, submit
 from tests.aws_batch.test_emulator import status, wait_for
 from tests.sagemaker.conftest import training_request
+from tests.sagemaker.task_runtime import TaskInstanceStandIn, TaskStateStoreStandIn
 
 
 def identity(unique: str, try_number: int = 1) -> TaskIdentity:
@@ -161,3 +167,87 @@ def test_a_priority_change_reaches_aws_batch(batch: Any, unique: str) -> None:
     assert jobs.describe(waiting["jobId"])["schedulingPriority"] == 50
     for job in (running, waiting):
         jobs.terminate(job["jobId"], "ended for the test")
+
+
+# --- the strategy the operator calls, with the task runtime's stand-ins ---------------------------------
+
+
+def strategy() -> BatchBackend:
+    log = logging.getLogger("airflow.task")
+    sagemaker = SageMakerBackend(
+        aws_conn_id="aws_default",
+        region_name=None,
+        verify=None,
+        botocore_config=None,
+        input_data_config=None,
+        poll_interval=0.2,
+        stop_poll_interval=0.1,
+        stop_timeout=30,
+        settle_seconds=0,
+        log=log,
+    )
+    return BatchBackend(
+        sagemaker=sagemaker, aws_conn_id="aws_default", region_name=None, poll_interval=0.2, log=log
+    )
+
+
+def run_trigger(trigger: BatchServiceJobTrigger) -> dict[str, Any]:
+    async def first() -> dict[str, Any]:
+        return dict((await anext(trigger.run())).payload)
+
+    return asyncio.run(asyncio.wait_for(first(), 60))
+
+
+def test_a_task_launches_one_service_job_its_retries_reattach_and_it_ends_with_the_jobs_result(
+    batch: Any, queue: str, unique: str
+) -> None:
+    backend = strategy()
+    spec = ServiceJobSpec(queue, "research", scheduling_priority=0)
+    store = TaskStateStoreStandIn()
+    first_try = {"ti": TaskInstanceStandIn("train_dag", f"manual__{unique}"), "task_state_store": store}
+    training = training_request(instance_type=UNIT, instance_count=1, duration_s=1.5)
+    prepared = backend.prepare(training, first_try)
+
+    job = backend.launch(first_try, prepared, spec)
+    retry = {
+        "ti": TaskInstanceStandIn("train_dag", f"manual__{unique}", try_number=2),
+        "task_state_store": store,
+    }
+    assert backend.launch(retry, backend.prepare(training, retry), spec)["jobId"] == job["jobId"]
+    crashed_before_keeping_it = {**retry, "task_state_store": TaskStateStoreStandIn()}
+    assert backend.launch(crashed_before_keeping_it, prepared, spec)["jobId"] == job["jobId"]
+
+    result = backend.finish(run_trigger(backend.monitor(job["jobId"])))
+    assert result["service_job_id"] == job["jobId"] and result["attempts"] == 1
+    assert result["training_job_arn"].endswith("-a1") and result["preemptions"] == []
+
+    # Its job has ended: a later try trains again, as a new service job (the next clientToken).
+    third = {
+        "ti": TaskInstanceStandIn("train_dag", f"manual__{unique}", try_number=3),
+        "task_state_store": store,
+    }
+    again = backend.launch(third, prepared, spec)
+    assert again["jobId"] != job["jobId"] and store.get(SERVICE_JOB_KEY)["generation"] == 1
+    backend.request_stop(again["jobId"], "ended for the test")
+
+
+def test_a_failed_service_job_fails_the_task_with_its_reason(batch: Any, queue: str, unique: str) -> None:
+    backend = strategy()
+    context = {
+        "ti": TaskInstanceStandIn("train_dag", f"manual__{unique}"),
+        "task_state_store": TaskStateStoreStandIn(),
+    }
+    training = training_request(
+        instance_type=UNIT,
+        instance_count=1,
+        duration_s=0.5,
+        outcome="Failed",
+        failure_reason="AlgorithmError: OOM",
+    )
+    job = backend.launch(context, backend.prepare(training, context), ServiceJobSpec(queue, "research"))
+
+    with pytest.raises(
+        AirflowException,
+        match=f"Service job {job['jobId']} is FAILED: Training job Failed: AlgorithmError: OOM",
+    ):
+        backend.finish(run_trigger(backend.monitor(job["jobId"])))
