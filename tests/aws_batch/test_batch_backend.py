@@ -204,17 +204,17 @@ def test_a_task_launches_one_service_job_its_retries_reattach_and_it_ends_with_t
     backend = strategy()
     spec = ServiceJobSpec(queue, "research", scheduling_priority=0)
     store = TaskStateStoreStandIn()
-    first_try = {"ti": TaskInstanceStandIn("train_dag", f"manual__{unique}"), "task_state_store": store}
+    first_try: Any = {"ti": TaskInstanceStandIn("train_dag", f"manual__{unique}"), "task_state_store": store}
     training = training_request(instance_type=UNIT, instance_count=1, duration_s=1.5)
     prepared = backend.prepare(training, first_try)
 
     job = backend.launch(first_try, prepared, spec)
-    retry = {
+    retry: Any = {
         "ti": TaskInstanceStandIn("train_dag", f"manual__{unique}", try_number=2),
         "task_state_store": store,
     }
     assert backend.launch(retry, backend.prepare(training, retry), spec)["jobId"] == job["jobId"]
-    crashed_before_keeping_it = {**retry, "task_state_store": TaskStateStoreStandIn()}
+    crashed_before_keeping_it: Any = {**retry, "task_state_store": TaskStateStoreStandIn()}
     assert backend.launch(crashed_before_keeping_it, prepared, spec)["jobId"] == job["jobId"]
 
     result = backend.finish(run_trigger(backend.monitor(job["jobId"])))
@@ -222,7 +222,7 @@ def test_a_task_launches_one_service_job_its_retries_reattach_and_it_ends_with_t
     assert result["training_job_arn"].endswith("-a1") and result["preemptions"] == []
 
     # Its job has ended: a later try trains again, as a new service job (the next clientToken).
-    third = {
+    third: Any = {
         "ti": TaskInstanceStandIn("train_dag", f"manual__{unique}", try_number=3),
         "task_state_store": store,
     }
@@ -233,7 +233,7 @@ def test_a_task_launches_one_service_job_its_retries_reattach_and_it_ends_with_t
 
 def test_a_failed_service_job_fails_the_task_with_its_reason(batch: Any, queue: str, unique: str) -> None:
     backend = strategy()
-    context = {
+    context: Any = {
         "ti": TaskInstanceStandIn("train_dag", f"manual__{unique}"),
         "task_state_store": TaskStateStoreStandIn(),
     }
