@@ -1,9 +1,9 @@
 """One moto server (with our SageMaker emulator) per test session, and the Airflow connection to it.
 
 The server runs in a subprocess (``python -m tests.aws_batch.moto_batch``, with our AWS Batch emulator
-too) on 127.0.0.1 and a free port; ``AIRFLOW_CONN_AWS_DEFAULT`` points the provider's hooks at it through ``endpoint_url``, and
-``AWS_ENDPOINT_URL`` and dummy credentials make sure nothing in these tests can reach AWS. ``AIRFLOW_HOME``
-is a temporary folder, set before any test module imports Airflow.
+too) on 127.0.0.1 and a free port; ``AIRFLOW_CONN_AWS_DEFAULT`` points the provider's hooks at it through
+``endpoint_url``, and ``AWS_ENDPOINT_URL`` and dummy credentials make sure nothing in these tests can reach
+AWS. ``AIRFLOW_HOME`` is a temporary folder, set before any test module imports Airflow.
 """
 
 from __future__ import annotations
