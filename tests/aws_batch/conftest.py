@@ -74,18 +74,22 @@ def answers() -> Iterator[AnswerLog]:
     assert not log.problems, "answers outside botocore's output shapes:\n" + "\n".join(log.problems)
 
 
-@pytest.fixture
-def batch(endpoint_url: str, answers: AnswerLog) -> Any:
-    """A boto3 Batch client against the emulator; each answer goes through ``answers``."""
-    import boto3
-
-    client = boto3.client("batch", endpoint_url=endpoint_url, region_name=REGION)
+def checked(client: Any, answers: AnswerLog) -> Any:
+    """``client`` (a boto3 Batch client) with each of its answers going through ``answers``."""
 
     def check(operation_model: Any, response_dict: dict[str, Any], **_: Any) -> None:
         answers.check(operation_model.name, response_dict)
 
     client.meta.events.register("before-parse.batch.*", check)
     return client
+
+
+@pytest.fixture
+def batch(endpoint_url: str, answers: AnswerLog) -> Any:
+    """A boto3 Batch client against the emulator; each answer goes through ``answers``."""
+    import boto3
+
+    return checked(boto3.client("batch", endpoint_url=endpoint_url, region_name=REGION), answers)
 
 
 @pytest.fixture

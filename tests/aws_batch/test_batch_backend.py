@@ -24,7 +24,7 @@ from airflow_quota.operators.batch_backend import (
 )
 from airflow_quota.operators.sagemaker_backend import SageMakerBackend
 from airflow_quota.triggers.batch_service_job import KILLED_REASON, BatchServiceJobTrigger
-from tests.aws_batch.conftest import UNIT, create_design, quota_file, share, submit
+from tests.aws_batch.conftest import UNIT, AnswerLog, checked, create_design, quota_file, share, submit
 from tests.aws_batch.test_emulator import status, wait_for
 from tests.sagemaker.conftest import training_request
 from tests.sagemaker.task_runtime import TaskInstanceStandIn, TaskStateStoreStandIn
@@ -86,8 +86,10 @@ def test_a_request_botocore_refuses_is_a_training_request_error(spec: ServiceJob
     assert problem in str(refused.value) and "Invalid type" in str(refused.value)
 
 
-def test_a_retried_try_reattaches_and_a_new_generation_submits_again(queue: str, unique: str) -> None:
-    jobs = ServiceJobs()
+def test_a_retried_try_reattaches_and_a_new_generation_submits_again(
+    queue: str, unique: str, answers: AnswerLog
+) -> None:
+    jobs = service_jobs(answers)
     spec = ServiceJobSpec(queue, "nlp")
     first, created = jobs.submit(request_for(unique, spec, try_number=1, duration_s="30"))
     assert created and first["status"] in ("RUNNABLE", "STARTING", "RUNNING")
@@ -99,12 +101,13 @@ def test_a_retried_try_reattaches_and_a_new_generation_submits_again(queue: str,
     fresh, created = jobs.submit(request_for(unique, spec, try_number=2, duration_s="30", generation=1))
     assert created and fresh["jobId"] != first["jobId"]
     jobs.terminate(fresh["jobId"], "ended for the test")
+    assert answers.checked["SubmitServiceJob"] == 3  # the hook's client is checked as well
 
 
 def test_the_trigger_follows_a_preemption_to_the_end(
-    batch: Any, queue: str, unique: str, capsys: pytest.CaptureFixture[str]
+    batch: Any, queue: str, unique: str, answers: AnswerLog, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    jobs = ServiceJobs()
+    jobs = service_jobs(answers)
     borrower, _ = jobs.submit(request_for(unique, ServiceJobSpec(queue, "nlp"), count=4, duration_s="60,1"))
     job_id = borrower["jobId"]
     wait_for("the borrower to run", lambda: status(batch, job_id) == "RUNNING")
@@ -112,6 +115,7 @@ def test_the_trigger_follows_a_preemption_to_the_end(
     submit(batch, queue, "research-train", "research", 2, duration_s="1")
 
     trigger = BatchServiceJobTrigger(job_id=job_id, poll_interval=0.2)
+    trigger._jobs = lambda: jobs  # type: ignore[method-assign]  # its calls' answers are checked too
 
     async def first_event() -> dict[str, Any]:
         async for event in trigger.run():
@@ -132,8 +136,10 @@ def test_the_trigger_follows_a_preemption_to_the_end(
     assert "SUCCEEDED" in logged
 
 
-def test_killing_the_trigger_terminates_the_service_job(batch: Any, queue: str, unique: str) -> None:
-    jobs = ServiceJobs()
+def test_killing_the_trigger_terminates_the_service_job(
+    batch: Any, queue: str, unique: str, answers: AnswerLog
+) -> None:
+    jobs = service_jobs(answers)
     job, _ = jobs.submit(request_for(unique, ServiceJobSpec(queue, "research"), duration_s="60"))
     wait_for("the job to start", lambda: status(batch, job["jobId"]) in ("STARTING", "RUNNING"))
 
@@ -155,10 +161,10 @@ def test_the_trigger_serializes_what_it_needs() -> None:
     assert rebuilt.serialize() == (classpath, kwargs)
 
 
-def test_a_priority_change_reaches_aws_batch(batch: Any, unique: str) -> None:
+def test_a_priority_change_reaches_aws_batch(batch: Any, unique: str, answers: AnswerLog) -> None:
     queue = f"gpu-{unique}"
     create_design(batch, quota_file(queue, 1, share("team", "RESERVE", 1)))
-    jobs = ServiceJobs()
+    jobs = service_jobs(answers)
     running, _ = jobs.submit(request_for(unique, ServiceJobSpec(queue, "team"), duration_s="30"))
     waiting, _ = jobs.submit(request_for(f"{unique}-2", ServiceJobSpec(queue, "team"), duration_s="1"))
     assert waiting["schedulingPriority"] == 0
@@ -172,7 +178,14 @@ def test_a_priority_change_reaches_aws_batch(batch: Any, unique: str) -> None:
 # --- the strategy the operator calls, with the task runtime's stand-ins ---------------------------------
 
 
-def strategy() -> BatchBackend:
+def service_jobs(answers: AnswerLog) -> ServiceJobs:
+    """ServiceJobs through the provider's Batch hook, each answer it parses checked like ``batch``'s."""
+    jobs = ServiceJobs()
+    checked(jobs.client, answers)
+    return jobs
+
+
+def strategy(answers: AnswerLog) -> BatchBackend:
     log = logging.getLogger("airflow.task")
     sagemaker = SageMakerBackend(
         aws_conn_id="aws_default",
@@ -191,7 +204,10 @@ def strategy() -> BatchBackend:
     )
 
 
-def run_trigger(trigger: BatchServiceJobTrigger) -> dict[str, Any]:
+def run_trigger(trigger: BatchServiceJobTrigger, jobs: ServiceJobs) -> dict[str, Any]:
+    """The trigger's one event, its calls made through ``jobs`` (whose answers are checked)."""
+    trigger._jobs = lambda: jobs  # type: ignore[method-assign]
+
     async def first() -> dict[str, Any]:
         return dict((await anext(trigger.run())).payload)
 
@@ -199,9 +215,9 @@ def run_trigger(trigger: BatchServiceJobTrigger) -> dict[str, Any]:
 
 
 def test_a_task_launches_one_service_job_its_retries_reattach_and_it_ends_with_the_jobs_result(
-    batch: Any, queue: str, unique: str
+    batch: Any, queue: str, unique: str, answers: AnswerLog
 ) -> None:
-    backend = strategy()
+    backend = strategy(answers)
     spec = ServiceJobSpec(queue, "research", scheduling_priority=0)
     store = TaskStateStoreStandIn()
     first_try: Any = {"ti": TaskInstanceStandIn("train_dag", f"manual__{unique}"), "task_state_store": store}
@@ -217,7 +233,7 @@ def test_a_task_launches_one_service_job_its_retries_reattach_and_it_ends_with_t
     crashed_before_keeping_it: Any = {**retry, "task_state_store": TaskStateStoreStandIn()}
     assert backend.launch(crashed_before_keeping_it, prepared, spec)["jobId"] == job["jobId"]
 
-    result = backend.finish(run_trigger(backend.monitor(job["jobId"])))
+    result = backend.finish(run_trigger(backend.monitor(job["jobId"]), backend.jobs))
     assert result["service_job_id"] == job["jobId"] and result["attempts"] == 1
     assert result["training_job_arn"].endswith("-a1") and result["preemptions"] == []
 
@@ -231,8 +247,10 @@ def test_a_task_launches_one_service_job_its_retries_reattach_and_it_ends_with_t
     backend.request_stop(again["jobId"], "ended for the test")
 
 
-def test_a_failed_service_job_fails_the_task_with_its_reason(batch: Any, queue: str, unique: str) -> None:
-    backend = strategy()
+def test_a_failed_service_job_fails_the_task_with_its_reason(
+    batch: Any, queue: str, unique: str, answers: AnswerLog
+) -> None:
+    backend = strategy(answers)
     context: Any = {
         "ti": TaskInstanceStandIn("train_dag", f"manual__{unique}"),
         "task_state_store": TaskStateStoreStandIn(),
@@ -250,4 +268,4 @@ def test_a_failed_service_job_fails_the_task_with_its_reason(batch: Any, queue: 
         AirflowException,
         match=f"Service job {job['jobId']} is FAILED: Training job Failed: AlgorithmError: OOM",
     ):
-        backend.finish(run_trigger(backend.monitor(job["jobId"])))
+        backend.finish(run_trigger(backend.monitor(job["jobId"]), backend.jobs))
