@@ -9,7 +9,7 @@ process that hosts the server, these operations of botocore's ``batch`` model:
   queues stay moto's, and DescribeSchedulingPolicies / DescribeJobQueues answer both);
 * CreateQuotaShare, UpdateQuotaShare, DescribeQuotaShare, ListQuotaShares;
 * SubmitServiceJob (``clientToken``: the same request again answers the same job), DescribeServiceJob,
-  ListServiceJobs, UpdateServiceJob, TerminateServiceJob, GetJobQueueSnapshot,
+  ListServiceJobs, UpdateServiceJob, TerminateServiceJob(s), GetJobQueueSnapshot,
 
 scheduled by our engine (``service_jobs``): each attempt is a training job of the emulated SageMaker of
 the same server, stopped when preempted. ``python -m tests.aws_batch.moto_batch`` starts the server with
@@ -183,6 +183,18 @@ def _terminate_service_job(_: Any, jobs: ServiceJobs, body: dict[str, Any], now:
     return jobs.terminate(body["jobId"], body["reason"], now)
 
 
+def _terminate_service_jobs(_: Any, jobs: ServiceJobs, body: dict[str, Any], now: float) -> dict[str, Any]:
+    successful: list[str] = []
+    errors: list[dict[str, str]] = []
+    for job_id in body["jobs"]:
+        try:
+            jobs.terminate(job_id, body["reason"], now)
+            successful.append(job_id)
+        except BatchClientError as error:
+            errors.append({"job": job_id, "code": "ClientException", "message": str(error)})
+    return {"successful": successful, "errors": errors}
+
+
 def _get_job_queue_snapshot(_: Any, jobs: ServiceJobs, body: dict[str, Any], now: float) -> dict[str, Any]:
     return jobs.snapshot(body["jobQueue"], now)
 
@@ -199,6 +211,7 @@ _NEW_OPERATIONS = {
     "listservicejobs": _list_service_jobs,
     "updateservicejob": _update_service_job,
     "terminateservicejob": _terminate_service_job,
+    "terminateservicejobs": _terminate_service_jobs,
     "getjobqueuesnapshot": _get_job_queue_snapshot,
 }
 

@@ -250,6 +250,7 @@ class ServiceJobs:
             status = "RUNNING"  # AWS: "If you don't specify a status, only RUNNING jobs are returned."
         if status is not None:
             chosen = [job for job in chosen if job.status.value == status]
+        chosen.reverse()  # jobs created in the same millisecond: the later submission first
         chosen.sort(key=lambda job: job.created_at, reverse=True)
         return {"jobSummaryList": [job.summary() for job in chosen]}
 

@@ -322,3 +322,28 @@ def test_a_payload_sagemaker_refuses_fails_the_job_saying_why(batch: Any, unique
     )
     assert failed["statusReason"].startswith("CreateTrainingJob: ValidationException: 1 validation error")
     assert "attempts" not in failed or failed["attempts"] == []
+
+
+def test_list_service_jobs_filters_as_documented_and_terminate_service_jobs_reports_each(
+    batch: Any, unique: str
+) -> None:
+    queue = f"gpu-{unique}"
+    create_design(batch, quota_file(queue, 1, share("a", "RESERVE", 1), share("b", "LEND", 0)))
+    running = submit(batch, queue, "sweep-1", "a", 1)
+    waiting = submit(batch, queue, "sweep-2", "a", 1)
+    other = submit(batch, queue, "other", "b", 1)
+    wait_for("the first job to run", lambda: status(batch, running) == "RUNNING")
+
+    def listed(**request: Any) -> list[str]:
+        return [job["jobId"] for job in batch.list_service_jobs(jobQueue=queue, **request)["jobSummaryList"]]
+
+    assert listed() == [running]  # no jobStatus and no filter: RUNNING jobs only
+    assert listed(jobStatus="RUNNABLE") == [other, waiting]  # the most recent first
+    assert listed(filters=[{"name": "JOB_NAME", "values": ["SWEEP*"]}]) == [waiting, running]
+    assert listed(jobStatus="RUNNABLE", filters=[{"name": "QUOTA_SHARE_NAME", "values": ["a"]}]) == [waiting]
+
+    answer = batch.terminate_service_jobs(jobs=[waiting, other, "no-such-job"], reason="sweep cancelled")
+    assert answer["successful"] == [waiting, other]
+    assert [(e["job"], e["code"]) for e in answer["errors"]] == [("no-such-job", "ClientException")]
+    assert {status(batch, job) for job in (waiting, other)} == {"FAILED"}
+    batch.terminate_service_job(jobId=running, reason="done")
