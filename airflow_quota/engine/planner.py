@@ -330,7 +330,8 @@ class _Cycle:
         if self.usage.fits(share_name, unit, count):
             self._grant(job)
             return
-        orphans = tuple(self.orphans[unit].values())
+        on_unit = self.orphans.get(unit)
+        orphans = tuple(on_unit.values()) if on_unit else ()
         choice = choose_victims(self.usage, job, self.running, orphans)
         if choice is None:
             self.failures.setdefault(unit, {}).setdefault(share_name, []).append((count, priority))

@@ -50,12 +50,16 @@ class UnitTotals:
 
     @staticmethod
     def of(queue: JobQueue) -> dict[str, UnitTotals]:
-        totals: dict[str, UnitTotals] = {}
-        for unit in queue.capacity:
-            owned = sum(share.own_limit(unit) for share in queue.shares)
-            lent = sum(share.own_limit(unit) for share in queue.shares if share.lends)
-            totals[unit] = UnitTotals(owned, lent)
-        return totals
+        owned = dict.fromkeys(queue.capacity, 0)
+        lent = dict.fromkeys(queue.capacity, 0)
+        for share in queue.shares:
+            lends = share.lends
+            for unit, limit in share.capacity_limits.items():
+                if unit in owned:
+                    owned[unit] += limit
+                    if lends:
+                        lent[unit] += limit
+        return {unit: UnitTotals(owned[unit], lent[unit]) for unit in queue.capacity}
 
 
 class Usage:
@@ -69,6 +73,10 @@ class Usage:
         self._borrowed_total: dict[str, int] = defaultdict(int)
         self._lendable_idle: dict[str, int] = defaultdict(int)
         self.totals = UnitTotals.of(queue)
+        #: Per unit, the capacity no share owns (constant while the queue is).
+        self._unowned = {
+            unit: max(0, queue.capacity.get(unit, 0) - totals.owned) for unit, totals in self.totals.items()
+        }
         #: Per unit, the shares whose usage there is above their own limit.
         self.borrowing: dict[str, set[str]] = defaultdict(set)
 
@@ -154,8 +162,7 @@ class Usage:
         return self._excess(unit, {})
 
     def unowned(self, unit: str) -> int:
-        totals = self.totals.get(unit)
-        return max(0, self.capacity(unit) - totals.owned) if totals else 0
+        return self._unowned.get(unit, 0)
 
     # -- the fit rule --------------------------------------------------------------------------------
 
@@ -183,9 +190,14 @@ class Usage:
         ceiling = share.ceiling(unit)
         if ceiling is not None and new_usage > ceiling:
             return False
-        changes = {name: -units for name, units in removal.by_share.items() if units}
-        changes[share_name] = changes.get(share_name, 0) + count
-        return self._excess(unit, changes) <= max(0, self._excess(unit, {}))
+        excess = self._excess(unit, {})
+        after = excess + self._excess_change(share, unit, count - removal.by_share.get(share_name, 0))
+        for name, units in removal.by_share.items():
+            if units and name != share_name:
+                other = self.shares.get(name)
+                if other is not None:
+                    after += self._excess_change(other, unit, -units)
+        return after <= max(0, excess)
 
     # -- applying decisions --------------------------------------------------------------------------
 
@@ -219,18 +231,26 @@ class Usage:
 
     def _excess(self, unit: str, changes: Mapping[str, int]) -> int:
         """Borrowed beyond what lenders' idle and unowned capacity cover, after ``changes`` to usage."""
-        borrowed = self._borrowed_total.get(unit, 0)
-        lendable = self._lendable_idle.get(unit, 0)
+        excess = (
+            self._borrowed_total.get(unit, 0) - self._lendable_idle.get(unit, 0) - self._unowned.get(unit, 0)
+        )
         for share_name, delta in changes.items():
             share = self.shares.get(share_name)
-            if share is None or not delta:
-                continue
-            before = self.usage(share_name, unit)
-            old_borrowed, old_lendable = self._share_terms(share, unit, before)
-            new_borrowed, new_lendable = self._share_terms(share, unit, before + delta)
-            borrowed += new_borrowed - old_borrowed
-            lendable += new_lendable - old_lendable
-        return borrowed - lendable - self.unowned(unit)
+            if share is not None:
+                excess += self._excess_change(share, unit, delta)
+        return excess
+
+    def _excess_change(self, share: QuotaShare, unit: str, delta: int) -> int:
+        """How much ``_excess`` changes when ``share``'s usage of ``unit`` changes by ``delta``."""
+        if not delta:
+            return 0
+        own = share.capacity_limits.get(unit, 0)
+        before = self.share_usage.get((share.name, unit), 0)
+        after = before + delta
+        change = max(0, after - own) - max(0, before - own)
+        if share.strategy is not SharingStrategy.RESERVE:  # it lends: its idle units count against
+            change -= max(0, own - after) - max(0, own - before)
+        return change
 
 
 def usage_of(state: QueueState) -> Usage:

@@ -117,8 +117,11 @@ def choose_victims(
     share = usage.shares.get(share_name)
     if share is None:
         return None
-    ranked_orphans = sorted(orphans, key=lambda job: victim_order_key(job, share_name, True))
-    orphan_ids = frozenset(job.job_id for job in orphans)
+    ranked_orphans: list[Job] = []
+    orphan_ids: frozenset[str] = frozenset()
+    if orphans:
+        ranked_orphans = sorted(orphans, key=lambda job: victim_order_key(job, share_name, True))
+        orphan_ids = frozenset(job.job_id for job in orphans)
     own_lower: list[Job] = []
     own_lower_units = 0  # all of them count in the share: none is being stopped
     if share.in_share_preemption:
