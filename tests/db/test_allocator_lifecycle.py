@@ -334,6 +334,36 @@ def test_capacity_is_released_when_the_task_try_ends_and_the_job_takes_its_outco
     assert (failed.status, failed.status_reason) == ("FAILED", "Its task try 1 failed")
 
 
+@pytest.mark.parametrize(
+    ("task_state", "training_job", "holder_status"),
+    [
+        pytest.param(TaskInstanceState.SUCCESS, None, "SUCCEEDED", id="its task succeeded"),
+        pytest.param(TaskInstanceState.SUCCESS, "ended", "SUCCEEDED", id="job ended, task succeeded"),
+        pytest.param(TaskInstanceState.FAILED, None, "FAILED", id="its task failed"),
+        pytest.param(TaskInstanceState.FAILED, "ended", "FAILED", id="job ended, task failed"),
+    ],
+)
+def test_a_finished_jobs_capacity_is_granted_in_the_cycle_that_sees_it_end(
+    teams: Database, task_state: TaskInstanceState, training_job: str | None, holder_status: str
+) -> None:
+    holder = defer(teams, "train", gpus=2, quota_share_name="team-a", deferred_at=START)
+    waiter = defer(teams, "next", gpus=2, quota_share_name="team-a", deferred_at=at(0.5))
+    first = cycle(teams, 1)
+    assert [lease.job_id for lease in first.granted] == [holder]  # team-a lends: it never borrows
+    assert job(teams, waiter).status == "RUNNABLE"
+    if training_job is not None:
+        record_training_job(teams, holder, training_job)
+    set_ti(teams, "train", state=task_state)
+
+    report = cycle(teams, 2)
+
+    assert report.finished == [holder]
+    assert [lease.job_id for lease in report.granted] == [waiter]  # not a cycle later
+    assert job(teams, holder).status == holder_status
+    assert held(teams) == {waiter: 2}
+    assert ti_of(teams, "next").state == TaskInstanceState.SCHEDULED  # its task resumed with the lease
+
+
 def test_a_job_that_ended_in_its_launching_run_keeps_its_training_job_on_its_row(teams: Database) -> None:
     job_id = defer(teams, "train", gpus=1, quota_share_name="team-a")
     cycle(teams, 1)
