@@ -2,9 +2,9 @@
 every answer is checked against botocore's output shape for its operation.
 
 The server runs in a subprocess (``tests.sagemaker.moto_process``) on 127.0.0.1 and a free port; dummy
-credentials and ``AWS_ENDPOINT_URL`` make sure nothing here can reach AWS. Each test builds its own design
-(job queue names carry the test's ``unique`` suffix) from a quota file, through ``export_design``'s
-request bodies.
+credentials and ``AWS_ENDPOINT_URL`` (set for each test) make sure nothing here can reach AWS. Each test
+builds its own design (job queue names carry the test's ``unique`` suffix) from a quota file, through
+``export_design``'s request bodies.
 """
 
 from __future__ import annotations
@@ -38,17 +38,15 @@ os.environ.update(OFFLINE_AWS_ENVIRONMENT)
 @pytest.fixture(scope="session")
 def endpoint_url() -> Iterator[str]:
     with moto_server_process() as url:
-        pointing = emulator_connection(url)
-        saved = {name: os.environ.get(name) for name in pointing}
-        os.environ.update(pointing)
-        try:
-            yield url
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+        yield url
+
+
+@pytest.fixture(autouse=True)
+def aws_default_connection(endpoint_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Airflow's ``aws_default`` connection (the provider's hooks) points at this session's server for the
+    test's length only: a worker that also runs tests/sagemaker keeps its own server's connection there."""
+    for name, value in emulator_connection(endpoint_url).items():
+        monkeypatch.setenv(name, value)
 
 
 @dataclass
