@@ -72,6 +72,8 @@ async def _page(request: Request, job_queue_name: str | None, quota_share_name: 
 </header>
 <div id="error" class="error" hidden></div>
 <main id="content"></main>
+<script src="{html.escape(mount)}/static/vendor/echarts.min.js"></script>
+<script src="{html.escape(mount)}/static/quota-timeline.js"></script>
 <script src="{html.escape(mount)}/static/quota.js"></script>
 </body>
 </html>

@@ -32,7 +32,7 @@ from airflow_quota.ledger.job_rows import FINAL_STATUSES
 from airflow_quota.ledger.models import AuditKind, AuditRow, JobQueueRow, JobRow
 
 #: The most jobs one timeline replays (the newest by submission); the timeline says when it left some out.
-MAX_TIMELINE_JOBS = 2000
+MAX_TIMELINE_JOBS = 500
 
 
 class Phase(StrEnum):

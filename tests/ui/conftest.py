@@ -45,6 +45,7 @@ from airflow_quota.ledger.decisions import record_cycle
 from airflow_quota.ledger.job_rows import to_engine_time
 from airflow_quota.ledger.lifecycle import (
     TaskInstanceRef,
+    record_finish,
     record_status_change,
     record_stop_completed,
     record_submission,
@@ -256,6 +257,10 @@ class Ledger:
     def stopped(self, job_id: str) -> None:
         state, now = self.load(), self.tick()
         self.step(lambda session: record_stop_completed(session, state, job_id, now))
+
+    def succeeded(self, job_id: str) -> None:
+        state, now = self.load(), self.tick()
+        self.step(lambda session: record_finish(session, state, job_id, now, succeeded=True))
 
     def training_job(
         self,

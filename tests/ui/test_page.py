@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import pytest
@@ -17,8 +18,10 @@ import sqlalchemy as sa
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.actions.action_builder import ActionBuilder
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.wait import WebDriverWait
 
 from airflow_quota.ledger.models import JobRow
@@ -46,6 +49,7 @@ def browser() -> Iterator[WebDriver]:
     options.binary_location = str(CHROMIUM)
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1500,1200"):
         options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
     ARTIFACTS.mkdir(exist_ok=True)
     try:
@@ -190,7 +194,8 @@ def test_the_page_shows_usage_after_a_grant_and_then_a_preemption(
     # research-b counts in research now; vision-a still holds its 3 until its training job has stopped.
     assert page["totals"] == ["8 total: 5 in use, 3 idle · 3 held by jobs being stopped, 2 free now"]
     assert page["legends"]["vision"] == "vision: 0 own of 2, 2 idle, 3 stopping"
-    assert page["events"][0][3].startswith(f"{vision_a} (vision) preempted by {research_b} (research)")
+    assert page["events"][0][3] == "train / vision-a\nrun run-1"  # the Job column
+    assert page["events"][0][4].startswith(f"{vision_a} (vision) preempted by {research_b} (research)")
     browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-preempting.png"))
 
     # Its task stopped the training job: vision-a is RUNNABLE again and says by whom and when.
@@ -219,6 +224,157 @@ def test_the_share_page_focuses_on_one_share(api_server: ApiServer, browser: Web
     assert page["jobOrder"] == ["train/run-1/vision-a/-1/1"]
     assert {event[2] for event in page["events"]} == {"vision"}
     browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-share.png"))
+
+
+def timeline(driver: WebDriver) -> list[dict[str, Any]]:
+    """What the GPU timeline draws (job, phase, lane, preemptor) and where on screen, per item."""
+    items: list[dict[str, Any]] = driver.execute_script(
+        f"return QuotaTimeline.drawn(document.querySelector('.timeline[data-queue=\"{QUEUE}\"]'))"
+    )
+    return items
+
+
+def click_at(driver: WebDriver, x: float, y: float) -> None:
+    """Move the mouse to a point of the page (a bar of the chart) and click there, as a user would."""
+    actions = ActionBuilder(driver)
+    actions.pointer_action.move_to_location(int(x), int(y))
+    actions.pointer_action.click()
+    actions.perform()
+
+
+def console_errors(driver: WebDriver) -> list[str]:
+    """The browser console's errors since the last call (reading the log empties it)."""
+    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def test_the_timeline_shows_a_borrower_stopped_for_its_preemptor_then_resuming(
+    api_server: ApiServer, browser: WebDriver
+) -> None:
+    """The demo's story: vision-a borrows, research-b reclaims (vision-a stops, its bar's stop phase links to
+    research-b), research-b runs and ends, vision-a resumes; on a window the user picks."""
+    ledger = Ledger(api_server.engine)
+    ledger.empty()
+    ledger.now = datetime.now(UTC) - timedelta(minutes=3)  # a story of the last few minutes
+    ledger.apply()
+    vision_a = ledger.submit("vision-a", "vision", 3, priority=10)
+    ledger.submit("research-a", "research", 2)
+    ledger.submit("urgent-a", "urgent", 1, priority=5)
+    ledger.cycle()  # vision-a borrows 1 of research's idle GPUs
+    ledger.running(vision_a)
+    research_b = ledger.submit("research-b", "research", 2)
+    ledger.cycle()  # research reclaims: vision-a is preempted, and stops
+    ledger.stopped(vision_a)
+    ledger.cycle()  # research-b gets the GPUs once vision-a has stopped
+    ledger.running(research_b)
+    ledger.succeeded(research_b)
+    ledger.cycle()  # vision-a resumes on research's idle GPUs again
+    log_in(browser, api_server, "/quota/", "viewer")
+    console_errors(browser)
+    picker = "button[data-window='15m']"
+    wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, picker), "the window picker").click()
+    wait_for(
+        browser,
+        lambda d: d.find_element(By.CSS_SELECTOR, picker).get_attribute("aria-pressed") == "true",
+        "the window of the last 15 minutes",
+    )
+    items = wait_for(
+        browser,
+        lambda d: (
+            [item for item in timeline(d) if item["jobId"] == vision_a and item["kind"] == "bar"] or None
+        ),
+        "vision-a's bars on the timeline",
+    )
+    story = sorted({(item["start"], item["phase"]) for item in items})
+    assert [phase for _, phase in story] == ["RUNNING", "STOPPING", "RUNNING"]
+    first, stopping, resumed = (
+        [item for item in items if (item["start"], item["phase"]) == step] for step in story
+    )
+    assert len(first) == len(stopping) == len(resumed) == 3  # three units each time
+    assert sorted(item["borrowed"] for item in first) == [False, False, True]
+    assert {item["preemptedBy"] for item in stopping} == {research_b}
+    research = [item for item in timeline(browser) if item["jobId"] == research_b and item["kind"] == "bar"]
+    assert len(research) == 2
+    assert min(item["start"] for item in research) >= max(item["end"] for item in stopping)
+    assert resumed[0]["start"] >= max(item["end"] for item in research)
+    waits = [item for item in timeline(browser) if item["jobId"] == vision_a and item["kind"] == "wait"]
+    assert len(waits) == 2  # before its first grant, and from its requeue to its resume
+
+    # Hover the stop phase: a tooltip; click it: its details say for whom it stops, with a link to it.
+    browser.execute_script("document.querySelector('.timeline-chart').scrollIntoView()")
+    bar = next(
+        item for item in timeline(browser) if item["jobId"] == vision_a and item["phase"] == "STOPPING"
+    )
+    hover = ActionBuilder(browser)
+    hover.pointer_action.move_to_location(int(bar["x"]), int(bar["y"]))
+    hover.perform()
+    wait_for(browser, lambda d: "Stopping for " + research_b in text(d), "the bar's tooltip")
+    click_at(browser, bar["x"], bar["y"])
+    details = wait_for(
+        browser,
+        lambda d: d.find_element(By.CSS_SELECTOR, ".timeline-details[data-phase=STOPPING]"),
+        "the stop phase's details",
+    )
+    assert details.get_attribute("data-job") == vision_a
+    assert "Stopping for research-b (RECLAIM)" in details.text
+    assert "Share\nvision" in details.text and "Priority\n10" in details.text
+    browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-timeline.png"))
+    details.find_element(By.CSS_SELECTOR, "a.preemptor").click()
+    preemptor = wait_for(
+        browser,
+        lambda d: d.find_element(By.CSS_SELECTOR, f'.timeline-details[data-job="{research_b}"]'),
+        "the preemptor's details",
+    )
+    assert "Share\nresearch" in preemptor.text and "ended by SUCCEEDED" in preemptor.text
+    assert console_errors(browser) == []
+
+
+def test_recent_decisions_name_the_job_and_filter(api_server: ApiServer, browser: WebDriver) -> None:
+    vision_a = "train/run-1/vision-a/-1/1"
+    browser.get(api_server.url + "/quota/")
+    kinds = wait_for(
+        browser, lambda d: Select(d.find_element(By.CSS_SELECTOR, "select[name=kind]")), "filters"
+    )
+    kinds.select_by_value("PREEMPTED")
+    page = showing(
+        browser, "only preemptions", lambda page: {event[1] for event in page["events"]} == {"PREEMPTED"}
+    )
+    assert [event[3].split("\n")[0] for event in page["events"]] == ["train / vision-a"]
+    # The filter stays through the page's refreshes.
+    status = text(browser).split("Updated ")[1][:8]
+    wait_for(browser, lambda d: status not in d.find_element(By.ID, "status").text, "a refresh", seconds=15)
+    assert {event[1] for event in shown(browser)["events"]} == {"PREEMPTED"}
+    Select(browser.find_element(By.CSS_SELECTOR, "select[name=kind]")).select_by_value("")
+    Select(browser.find_element(By.CSS_SELECTOR, "select[name=job]")).select_by_value(vision_a)
+    page = showing(browser, "vision-a's decisions", lambda page: len(page["events"]) >= 5)
+    assert all(vision_a in " ".join(event) or "vision-a" in event[3] for event in page["events"])
+    assert {event[1] for event in page["events"]} >= {"SUBMITTED", "GRANTED", "PREEMPTED", "REQUEUED"}
+    browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-decisions.png"))
+    Select(browser.find_element(By.CSS_SELECTOR, "select[name=job]")).select_by_value("")
+    assert console_errors(browser) == []
+
+
+def test_the_page_follows_airflows_dark_theme(api_server: ApiServer, browser: WebDriver) -> None:
+    browser.get(api_server.url + "/quota/")
+    browser.execute_script("localStorage.setItem('theme', 'dark')")  # Airflow's UI remembers it so
+    try:
+        browser.refresh()
+        picker = "button[data-window=all]"
+        wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, picker), "the page")[0].click()
+        wait_for(
+            browser,
+            lambda d: d.find_element(By.CSS_SELECTOR, picker).get_attribute("aria-pressed") == "true",
+            "the window since the first job",
+        )
+        wait_for(browser, lambda d: timeline(d) or None, "the timeline")
+        background = browser.execute_script("return getComputedStyle(document.body).backgroundColor")
+        assert background == "rgb(13, 17, 23)"
+        assert browser.execute_script("return document.documentElement.classList.contains('dark')")
+        browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-timeline-dark.png"))
+    finally:
+        browser.execute_script(
+            "localStorage.removeItem('theme'); localStorage.removeItem('quota-timeline-window')"
+        )
+    assert console_errors(browser) == []
 
 
 def test_the_page_is_in_airflow_navigation_and_a_viewer_can_read_it(

@@ -11,6 +11,14 @@
   // Unfinished jobs shown (the API's largest page); finished ones are paged, the page shows the last 10.
   const OPEN_JOBS = 1000;
   const COLORS = ["#0969da", "#bf3989", "#1a7f37", "#bc4c00", "#8250df", "#0a7b83", "#9a6700", "#cf222e"];
+  const WINDOWS = [["15m", "15 min"], ["1h", "1 hour"], ["1d", "1 day"], ["all", "Since the first job"]];
+  // The window the user picked last (kept in this browser), else the last hour.
+  let timelineWindow = window.localStorage.getItem("quota-timeline-window") || "1h";
+  if (!WINDOWS.some(([value]) => value === timelineWindow)) timelineWindow = "1h";
+  // Kept across refreshes: each queue's timeline (its charts and pinned details) and the decision filters.
+  const timelineHosts = new Map();
+  const decisionFilters = { share: "", job: "", run: "", kind: "" };
+  let decisionFilterBar = null;
   const NEVER = {
     "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE":
       "Can never start: it needs more of its capacity unit than the job queue has",
@@ -271,16 +279,99 @@
       el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: headers.length, class: "muted" }, "No jobs."))));
   }
 
+  // A job id is dag_id/run_id/task_id/map_index/try_number (a run id may hold slashes: read from both ends).
+  function jobParts(jobId) {
+    const parts = (jobId || "").split("/");
+    if (parts.length < 5) return null;
+    const [mapIndex, tryNumber] = parts.slice(-2).map(Number);
+    return { dagId: parts[0], runId: parts.slice(1, -3).join("/"), taskId: parts[parts.length - 3], mapIndex, tryNumber };
+  }
+
+  function jobLabel(jobId) {
+    const job = jobParts(jobId);
+    if (!job) return jobId || "";
+    return `${job.dagId} / ${job.taskId}` + (job.mapIndex >= 0 ? ` [${job.mapIndex}]` : "") +
+      (job.tryNumber > 1 ? ` try ${job.tryNumber}` : "");
+  }
+
+  function jobCell(jobId) {
+    const job = jobParts(jobId);
+    if (!job) return el("td", {}, jobId || "");
+    return el("td", { class: "job", title: jobId }, jobLabel(jobId), el("div", { class: "muted" }, `run ${job.runId}`));
+  }
+
+  function matchesFilters(event) {
+    const job = jobParts(event.jobId);
+    return (!decisionFilters.share || event.quotaShareName === decisionFilters.share) &&
+      (!decisionFilters.job || event.jobId === decisionFilters.job || event.relatedJobId === decisionFilters.job) &&
+      (!decisionFilters.run || (job && `${job.dagId} / ${job.runId}` === decisionFilters.run)) &&
+      (!decisionFilters.kind || event.kind === decisionFilters.kind);
+  }
+
+  // Filters over the decisions: share, job, DAG run, decision kind (their choices from the events shown).
+  function filterBar(events, redraw) {
+    const choices = {
+      share: new Set(events.map((event) => event.quotaShareName).filter(Boolean)),
+      job: new Set(events.flatMap((event) => [event.jobId, event.relatedJobId]).filter(Boolean)),
+      run: new Set(events.map((event) => jobParts(event.jobId)).filter(Boolean).map((job) => `${job.dagId} / ${job.runId}`)),
+      kind: new Set(events.map((event) => event.kind)),
+    };
+    const names = { share: "Quota share", job: "Job", run: "DAG run", kind: "Decision" };
+    const bar = decisionFilterBar || (decisionFilterBar = el("div", { class: "filters", id: "decision-filters" }));
+    bar.replaceChildren(...Object.entries(names).map(([key, name]) => {
+      const values = [...choices[key]].sort();
+      if (decisionFilters[key] && !choices[key].has(decisionFilters[key])) values.unshift(decisionFilters[key]);
+      const select = el("select", { name: key, "aria-label": name },
+        el("option", { value: "" }, `${name}: all`),
+        values.map((value) => el("option", { value, selected: value === decisionFilters[key] ? "selected" : null },
+          key === "job" ? jobLabel(value) : value)));
+      select.addEventListener("change", () => {
+        decisionFilters[key] = select.value;
+        redraw();
+      });
+      return el("label", {}, select);
+    }));
+    return bar;
+  }
+
   function eventsTable(events) {
-    const rows = events.map((event) =>
-      el("tr", { "data-kind": event.kind },
+    const shown = events.filter(matchesFilters);
+    const rows = shown.map((event) =>
+      el("tr", { "data-kind": event.kind, "data-job": event.jobId || "" },
         el("td", {}, dateTime(event.at)),
         el("td", {}, badge(event.kind)),
         el("td", {}, event.quotaShareName || ""),
+        jobCell(event.jobId),
         el("td", {}, event.message)));
+    const empty = events.length ? "No decision matches these filters." : "No events yet.";
     return el("table", { class: "events" },
-      el("thead", {}, el("tr", {}, ["At", "Decision", "Quota share", "What happened"].map((h) => el("th", {}, h)))),
-      el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: 4, class: "muted" }, "No events yet."))));
+      el("thead", {}, el("tr", {}, ["At", "Decision", "Quota share", "Job", "What happened"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: 5, class: "muted" }, empty))));
+  }
+
+  // --- the GPU timeline ----------------------------------------------------------------------------
+
+  function windowPicker() {
+    return el("div", { class: "window-picker", role: "group", "aria-label": "Timeline window" },
+      WINDOWS.map(([value, label]) => {
+        const button = el("button", { type: "button", "data-window": value, "aria-pressed": String(value === timelineWindow) }, label);
+        button.addEventListener("click", () => {
+          timelineWindow = value;
+          window.localStorage.setItem("quota-timeline-window", value);
+          refresh();
+        });
+        return button;
+      }));
+  }
+
+  function timelineSection(queueName, timeline, colorOf) {
+    let host = timelineHosts.get(queueName);
+    if (!host) {
+      host = el("div", {});
+      timelineHosts.set(queueName, host);
+    }
+    QuotaTimeline.draw(host, timeline, { colorOf, dark: isDark(), focusShare, airflowBase });
+    return host;
   }
 
   // --- the page ------------------------------------------------------------------------------------
@@ -293,8 +384,10 @@
       Promise.all(queues.map((q) => get("/quotaShares" + query({ jobQueueName: q.jobQueueName })))),
       get("/jobs" + query({ ...shareFilter, finished: "false", limit: OPEN_JOBS })),
       get("/jobs" + query({ ...shareFilter, finished: "true", limit: 10 })),
-      get("/events" + query({ ...shareFilter, limit: 30 })),
+      get("/events" + query({ ...shareFilter, limit: 200 })),
     ]);
+    const timelines = await Promise.all(queues.map((q) =>
+      get(`/jobQueues/${encodeURIComponent(q.jobQueueName)}/timeline` + query({ window: timelineWindow }))));
     const content = [];
     if (focusShare) {
       const share = shareLists.flatMap((list) => list.quotaShares).find((s) => s.quotaShareName === focusShare);
@@ -312,6 +405,9 @@
         el("h2", {}, `Job queue ${queue.jobQueueName}`,
           el("span", { class: "muted", style: "font-weight:400;font-size:13px" }, `  revision ${queue.revision}`)),
         snapshots[index].capacity.map((unit) => unitBar(queue.jobQueueName, unit, colorOf)),
+        el("h3", {}, "GPU timeline"),
+        windowPicker(),
+        timelineSection(queue.jobQueueName, timelines[index], colorOf),
         el("h3", {}, "Quota shares"),
         sharesTable(shares, colorOf)));
     });
@@ -324,8 +420,14 @@
     if (finished.jobs.length) {
       content.push(el("h3", {}, "Recently finished"), jobsTable(finished.jobs.slice().reverse()));
     }
-    content.push(el("h2", {}, "Recent decisions"), eventsTable(events.events.slice().reverse()));
+    const newestFirst = events.events.slice().reverse();
+    const decisions = el("div", { id: "decisions" }, eventsTable(newestFirst));
+    const redraw = () => decisions.replaceChildren(eventsTable(newestFirst));
+    content.push(el("h2", {}, "Recent decisions"), filterBar(newestFirst, redraw), decisions);
     document.getElementById("content").replaceChildren(...content);
+    for (const host of timelineHosts.values()) {
+      for (const entry of (host._charts || new Map()).values()) entry.chart.resize();
+    }
   }
 
   async function refresh() {
@@ -345,6 +447,36 @@
       }
     }
   }
+
+  // Airflow 3's colour mode: its UI marks <html> "dark" or "light" (next-themes, remembered as "theme" in
+  // localStorage); inside Airflow's frame we follow the frame's parent as it changes, alone the stored choice.
+  function isDark() {
+    try {
+      const parent = window.parent !== window ? window.parent.document.documentElement : null;
+      if (parent && (parent.classList.contains("dark") || parent.classList.contains("light"))) {
+        return parent.classList.contains("dark");
+      }
+    } catch (notSameOrigin) { /* fall through */ }
+    const stored = window.localStorage.getItem("theme");
+    if (stored === "dark" || stored === "light") return stored === "dark";
+    return window.matchMedia("(prefers-color-scheme: dark)").matches;
+  }
+
+  function applyTheme() {
+    const dark = isDark();
+    if (document.documentElement.classList.contains("dark") === dark) return false;
+    document.documentElement.classList.toggle("dark", dark);
+    return true;
+  }
+
+  applyTheme();
+  try {
+    if (window.parent !== window) {
+      new MutationObserver(() => applyTheme() && refresh())
+        .observe(window.parent.document.documentElement, { attributes: true, attributeFilter: ["class"] });
+    }
+  } catch (notSameOrigin) { /* no parent to follow */ }
+  window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => applyTheme() && refresh());
 
   refresh();
   setInterval(refresh, refreshMs);
