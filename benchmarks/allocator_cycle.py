@@ -17,12 +17,17 @@ each, like ``allocator.host.run_cycle``):
   10 submissions, a few grants.
 
 The medians are printed side by side with the PostgreSQL / SQLite ratio and the growth from the smallest
-size, so compare within one run (the machines are noisy).
+size, so compare within one run (the machines are noisy). Each size runs twice, one after the other:
+with the garbage collector as Python leaves it (``default``) and after ``gc.freeze()`` as the hosts call
+it once started (``frozen``, ``allocator.host.freeze_startup_objects``); a last table gives the ratio.
+The goals of issue 16 are printed as met or missed, for each: at 10,000 waiting on PostgreSQL, steady
+within 150 ms, churn within 200 ms, first within 1.5 s; SQLite within x2 of PostgreSQL.
 
 Usage::
 
     .venv/bin/python benchmarks/allocator_cycle.py                       # 1,000 and 10,000, both backends
     .venv/bin/python benchmarks/allocator_cycle.py --sizes 50 --backends sqlite   # smoke run
+    .venv/bin/python benchmarks/allocator_cycle.py --gc frozen           # only as the hosts run it
 
 PostgreSQL is reached at ``QUOTA_TEST_POSTGRES`` (default ``postgresql://postgres@127.0.0.1:5432``); the
 benchmark creates its own database there and drops it at the end.
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import gc
 import os
 import random
 import shutil
@@ -66,6 +72,7 @@ from rich.table import Table  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
 from airflow_quota.allocator.cycle import CycleReport, run_allocation_cycle  # noqa: E402
+from airflow_quota.allocator.host import freeze_startup_objects  # noqa: E402
 from airflow_quota.engine.config import parse_quota_config  # noqa: E402
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger  # noqa: E402
 from tests.db.metadata_rows import reset_for_allocation  # noqa: E402
@@ -87,6 +94,12 @@ PRIORITY_WEIGHTS = (60, 20, 15, 5)
 #: Per churn cycle: granted tasks that succeed, and new tasks that defer.
 CHURN = 10
 CYCLES = ("first", "steady", "churn")
+#: How the garbage collector runs: as Python leaves it, or frozen once started as the hosts do.
+GC_MODES = ("default", "frozen")
+#: Issue 16's goals at GOAL_SIZE waiting jobs on PostgreSQL, median ms per cycle; SQLite within x2.
+GOAL_SIZE = 10_000
+GOAL_MS = {"first": 1500.0, "steady": 150.0, "churn": 200.0}
+GOAL_SQLITE_RATIO = 2.0
 
 
 def share_document(index: int, name: str) -> dict[str, Any]:
@@ -278,6 +291,7 @@ class Timing:
     backend: str
     waiting: int
     cycle: str
+    gc_mode: str = "default"
     times_ms: list[float] = field(default_factory=list)
     grants: list[int] = field(default_factory=list)
 
@@ -304,9 +318,23 @@ def timed_cycle(engine: sa.Engine, now: datetime) -> tuple[float, CycleReport]:
     return (time.perf_counter() - started) * 1000.0, report
 
 
-def measure(backend: Backend, waiting: int, repeats: int, seed: int, console: Console) -> list[Timing]:
+def measure(
+    backend: Backend, waiting: int, repeats: int, seed: int, console: Console, gc_mode: str = "default"
+) -> list[Timing]:
+    """The three cycles at ``waiting`` jobs, the collector ``gc_mode`` (frozen: as the hosts run it)."""
+    if gc_mode == "frozen":
+        freeze_startup_objects()
+    try:
+        return _measure(backend, waiting, repeats, seed, console, gc_mode)
+    finally:
+        gc.unfreeze()
+
+
+def _measure(
+    backend: Backend, waiting: int, repeats: int, seed: int, console: Console, gc_mode: str
+) -> list[Timing]:
     rng = random.Random(f"{seed}-{waiting}-churn")
-    first, steady, churn = (Timing(backend.name, waiting, cycle) for cycle in CYCLES)
+    first, steady, churn = (Timing(backend.name, waiting, cycle, gc_mode) for cycle in CYCLES)
     for _ in range(repeats):
         reset(backend.engine)
         clock = Clock()
@@ -330,7 +358,7 @@ def measure(backend: Backend, waiting: int, repeats: int, seed: int, console: Co
         churn.grants.append(len(report.granted))
     for timing in (first, steady, churn):
         console.print(
-            f"[dim]{backend.name} {waiting:,} waiting, {timing.cycle}: "
+            f"[dim]{backend.name} {waiting:,} waiting, gc {gc_mode}, {timing.cycle}: "
             + ", ".join(f"{ms:.0f}" for ms in timing.times_ms)
             + " ms[/dim]"
         )
@@ -338,10 +366,19 @@ def measure(backend: Backend, waiting: int, repeats: int, seed: int, console: Co
 
 
 def render(results: Sequence[Timing], console: Console) -> None:
+    for gc_mode in dict.fromkeys(t.gc_mode for t in results):
+        _render_mode([t for t in results if t.gc_mode == gc_mode], gc_mode, console)
+    if len({t.gc_mode for t in results}) > 1:
+        _render_gc_ratios(results, console)
+    for gc_mode in dict.fromkeys(t.gc_mode for t in results):
+        _render_goals([t for t in results if t.gc_mode == gc_mode], gc_mode, console)
+
+
+def _render_mode(results: Sequence[Timing], gc_mode: str, console: Console) -> None:
     by_key = {(t.backend, t.waiting, t.cycle): t for t in results}
     backends = list(dict.fromkeys(t.backend for t in results))
     sizes = sorted({t.waiting for t in results})
-    table = Table(title=TITLE)
+    table = Table(title=f"{TITLE}, garbage collector {gc_mode}")
     for column in ("backend", "waiting jobs", "cycle", "runs", "median ms", "min ms", "grants", "growth"):
         table.add_column(column, justify="right")
     if "sqlite" in backends and "postgresql" in backends:
@@ -374,6 +411,51 @@ def render(results: Sequence[Timing], console: Console) -> None:
         )
 
 
+def _render_gc_ratios(results: Sequence[Timing], console: Console) -> None:
+    """Default against frozen, per backend, size and cycle (measured one after the other in this run)."""
+    by_key = {(t.backend, t.waiting, t.cycle, t.gc_mode): t for t in results}
+    table = Table(title="gc.freeze() at start-up: median ms, default / frozen")
+    for column in ("backend", "waiting jobs", "cycle", "default", "frozen", "default / frozen"):
+        table.add_column(column, justify="right")
+    for backend, size, cycle, _ in [key for key in by_key if key[3] == "default"]:
+        default, frozen = (
+            by_key[(backend, size, cycle, "default")],
+            by_key.get((backend, size, cycle, "frozen")),
+        )
+        if frozen is None:
+            continue
+        table.add_row(
+            backend,
+            f"{size:,}",
+            cycle,
+            f"{default.median:.1f}",
+            f"{frozen.median:.1f}",
+            f"x{default.median / frozen.median:.2f}",
+        )
+    console.print(table)
+
+
+def _render_goals(results: Sequence[Timing], gc_mode: str, console: Console) -> None:
+    """Issue 16's goals at GOAL_SIZE waiting jobs, met or missed, for the rows this run has."""
+    by_key = {(t.backend, t.waiting, t.cycle): t for t in results}
+    for cycle, goal in GOAL_MS.items():
+        postgresql = by_key.get(("postgresql", GOAL_SIZE, cycle))
+        if postgresql is not None:
+            met = postgresql.median <= goal
+            console.print(
+                f"Goal (gc {gc_mode}): {GOAL_SIZE:,} waiting, PostgreSQL, {cycle} within {goal:.0f} ms: "
+                f"{postgresql.median:.0f} ms median, {'met' if met else 'MISSED'}"
+            )
+        sqlite = by_key.get(("sqlite", GOAL_SIZE, cycle))
+        if postgresql is not None and sqlite is not None:
+            ratio = sqlite.median / postgresql.median
+            console.print(
+                f"Goal (gc {gc_mode}): {GOAL_SIZE:,} waiting, SQLite {cycle} within "
+                f"x{GOAL_SQLITE_RATIO:.0f} of PostgreSQL: x{ratio:.2f}, "
+                f"{'met' if ratio <= GOAL_SQLITE_RATIO else 'MISSED'}"
+            )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -384,7 +466,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--repeats", type=int, default=3, help="first cycles per size; steady and churn get 2 more"
     )
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--gc", default=",".join(GC_MODES), help="default,frozen (both by default, one after the other)"
+    )
     args = parser.parse_args(argv)
+    gc_modes = [mode.strip() for mode in args.gc.split(",")]
+    if set(gc_modes) - set(GC_MODES):
+        parser.error(f"unknown --gc modes {sorted(set(gc_modes) - set(GC_MODES))}: choose from {GC_MODES}")
     sizes = [int(size) for size in args.sizes.split(",")]
     backends = [name.strip() for name in args.backends.split(",")]
     unknown = set(backends) - set(BACKENDS)
@@ -395,8 +483,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in backends:
         console.print(f"[dim]migrating a fresh {name} database...[/dim]")
         with BACKENDS[name]() as backend:
+            # A warm-up (imports, the ORM's compiled statements): the first mode timed must not pay it.
+            measure(backend, min(sizes), 1, args.seed, Console(quiet=True))
             for size in sizes:
-                results.extend(measure(backend, size, args.repeats, args.seed, console))
+                for gc_mode in gc_modes:
+                    results.extend(measure(backend, size, args.repeats, args.seed, console, gc_mode))
     render(results, console)
     return 0
 

@@ -8,7 +8,8 @@ List it after the executor that runs tasks::
 Tasks keep going to the first executor; this one runs no task. The scheduler calls ``heartbeat()`` on
 each executor every loop, and ``sync()`` (called by ``heartbeat``) runs one allocation cycle when
 ``[quota] allocation_interval`` has passed since the last started (``next_cycle_start``: never sooner
-than the last one took, so cycles take at most half the scheduler's time). With several schedulers each
+than the last one took, so cycles take at most half the scheduler's time). ``start()`` freezes the
+scheduler's objects for the garbage collector (``host.freeze_startup_objects``). With several schedulers each
 hosts one; on PostgreSQL an advisory lock lets one cycle run at a time and the others skip.
 
 The heartbeat comes after the loop's scheduling, so a task the cycle resumed (granted, told to stop,
@@ -29,7 +30,9 @@ from airflow.utils.state import TaskInstanceState
 from airflow_quota.allocator.cycle import CycleReport
 from airflow_quota.allocator.host import (
     allocation_interval,
+    freeze_startup_objects,
     next_cycle_start,
+    refreeze_if_thawed,
     run_cycles,
     tasks_waiting_to_be_queued,
 )
@@ -49,11 +52,13 @@ class QuotaAllocatorExecutor(BaseExecutor):
 
     def start(self) -> None:
         self.log.info("Quota allocator hosted by the scheduler: a cycle every %g s", self._interval)
+        freeze_startup_objects()  # the scheduler has imported and configured Airflow by now
 
     def sync(self) -> None:
         started = time.monotonic()
         if started < self._next_cycle:
             return
+        refreeze_if_thawed()  # a LocalExecutor unfreezes everything when it forks its workers
         reports = run_cycles()
         self._next_cycle = next_cycle_start(started, time.monotonic(), self._interval)
         for report in reports:

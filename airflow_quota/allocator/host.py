@@ -13,6 +13,11 @@ answers in ``STOPPED_TRAINING_JOBS`` for the next cycle, which releases their ca
 job was found stopped the host runs that next cycle at once (``run_cycles``). A cycle that
 rolled back asks nothing.
 
+A host freezes the objects alive once it has started (``freeze_startup_objects``: Airflow's and the
+provider's modules, the configuration, the ORM's mappers), so that Python's cyclic garbage collector no
+longer walks them at every full collection a cycle's allocations set off (``allocator_cycle.py``
+measures the effect).
+
 Settings (``[quota]`` in airflow.cfg or ``AIRFLOW__QUOTA__*``): ``allocation_interval`` (seconds
 between cycle starts; ``next_cycle_start``), ``settle_time``, ``stop_deadline``, ``orphan_timeout``.
 Their defaults and meanings are declared once, in the provider info (``get_provider_info.QUOTA_CONFIG``),
@@ -21,6 +26,7 @@ where Airflow's configuration takes them from.
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from datetime import UTC, datetime, timedelta
@@ -75,6 +81,26 @@ def initialize_metrics() -> None:
         factory=get_stats_factory(),
         export_legacy_names=conf.getboolean("metrics", "legacy_names_on"),
     )
+
+
+def freeze_startup_objects() -> None:
+    """Collect, then move every object alive now out of the cyclic garbage collector's reach
+    (``gc.freeze()``): a host calls it once it has started, Airflow imported and configured.
+
+    Those objects (tens of thousands of modules, classes, functions and mappers) live as long as the
+    process; without the freeze every full collection walks them all again, and a cycle over thousands of
+    jobs allocates enough to set several off. Calling it again freezes what was added since, after
+    another collection: a LocalExecutor beside the allocator unfreezes everything each time it forks its
+    workers (``refreeze_if_thawed``).
+    """
+    gc.collect()
+    gc.freeze()
+
+
+def refreeze_if_thawed() -> None:
+    """Freeze again (``freeze_startup_objects``) when something in the process unfroze everything."""
+    if gc.get_freeze_count() == 0:
+        freeze_startup_objects()
 
 
 def run_cycle(settings: CycleSettings | None = None) -> CycleReport | None:

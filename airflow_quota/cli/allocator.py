@@ -18,6 +18,7 @@ from types import FrameType
 from airflow_quota.allocator.cycle import CycleReport
 from airflow_quota.allocator.host import (
     allocation_interval,
+    freeze_startup_objects,
     initialize_metrics,
     next_cycle_start,
     run_cycle,
@@ -54,6 +55,7 @@ def allocator(args: argparse.Namespace) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    freeze_startup_objects()  # Airflow imported and configured: its objects live as long as the process
     console().print(f"Quota allocator: a cycle every {interval:g} s (SIGTERM or Ctrl-C stops it)")
     while not stopping.is_set():
         started = time.monotonic()

@@ -37,3 +37,6 @@ def test_allocator_cycle_benchmark_small_sqlite_run_prints_its_table() -> None:
         assert column in result.stdout, f"{column!r} missing from the table:\n{result.stdout}"
     for cycle in ("first", "steady", "churn"):
         assert cycle in result.stdout, result.stdout
+    # With the garbage collector as Python leaves it and frozen as the hosts run it, and their ratio.
+    assert "garbage collector frozen" in result.stdout, result.stdout
+    assert "default / frozen" in result.stdout, result.stdout

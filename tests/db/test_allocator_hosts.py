@@ -101,6 +101,45 @@ def test_the_hosted_allocator_reports_a_granted_task_so_the_scheduler_queues_it_
     assert states == {"job0": TaskInstanceState.SCHEDULED, "job1": TaskInstanceState.DEFERRED}
 
 
+FROZEN_BESIDE_A_LOCAL_EXECUTOR = """
+import gc, json
+from airflow.executors.local_executor import LocalExecutor
+from airflow_quota.allocator.executor import QuotaAllocatorExecutor
+
+allocator = QuotaAllocatorExecutor()
+allocator.start()
+started = gc.get_freeze_count()
+local = LocalExecutor(parallelism=2)
+local.start()  # forks its workers between gc.freeze() and gc.unfreeze()
+thawed = gc.get_freeze_count()
+allocator.heartbeat()
+after_cycle = gc.get_freeze_count()
+local.end()
+print(json.dumps({"started": started, "thawed": thawed, "after_cycle": after_cycle}))
+"""
+
+
+def test_the_hosted_allocator_freezes_the_schedulers_objects_again_after_a_local_executor_forks(
+    db: Database,
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", FROZEN_BESIDE_A_LOCAL_EXECUTOR],
+        env=db.airflow_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    counts = json.loads(result.stdout.splitlines()[-1])
+    # Airflow's imported objects are out of the cyclic collector's walks from the start (tens of
+    # thousands); a LocalExecutor forking its workers thaws them all, and the next cycle freezes them again.
+    assert counts["started"] > 10_000, counts
+    assert counts["thawed"] == 0, counts
+    assert counts["after_cycle"] >= counts["started"], counts
+
+
 def test_allocator_refuses_a_bad_interval_with_the_reason(db: Database) -> None:
     result = db.airflow("quota", "allocator", "--interval", "soon")
 
