@@ -37,7 +37,7 @@ _SLOWEST_FIRST = ("airflow", "db")
 SPREAD_FILES = frozenset({"tests/airflow/test_soak.py", "tests/e2e/test_demo_flow.py"})
 
 
-class FileScheduling(LoadFileScheduling):
+class FileScheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist ships no types
     """pytest-xdist's ``loadfile``, except that the tests of ``SPREAD_FILES`` are scheduled one by one.
 
     (``--dist loadgroup`` with a group per file would say the same, but pytest-xdist 3.8 marks the groups in
