@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from botocore.validate import ParamValidator
@@ -47,6 +48,12 @@ if TYPE_CHECKING:
     from airflow_quota.triggers.batch_service_job import BatchServiceJobTrigger
 
 SERVICE_JOB_TYPE: Final = "SAGEMAKER_TRAINING"
+#: The admission event that hands a task to AWS Batch: ``{"scheduler": "AWS_BATCH"}``, sent (instead of a
+#: grant) to a task waiting on a job queue whose quota file entry says ``scheduler: AWS_BATCH``.
+SCHEDULER_EVENT_KEY: Final = "scheduler"
+AWS_BATCH: Final = "AWS_BATCH"
+#: XCom key of the task's service job (its id and ARN), pushed once it is submitted.
+SERVICE_JOB_XCOM_KEY: Final = "quota_service_job"
 #: Service-job statuses after which nothing changes.
 FINAL_STATUSES: Final = frozenset({"SUCCEEDED", "FAILED"})
 #: ``task_state_store`` key of the task's service job: ``{"job_id", "generation"}`` (kept across tries).
@@ -206,12 +213,14 @@ class BatchBackend:
         aws_conn_id: str | None,
         region_name: str | None,
         poll_interval: float,
+        settle_seconds: float,
         log: TaskLog,
     ) -> None:
         self.sagemaker = sagemaker
         self.aws_conn_id = aws_conn_id
         self.region_name = region_name
         self.poll_interval = poll_interval
+        self.settle_seconds = settle_seconds
         self.log = log
         self.jobs = ServiceJobs(aws_conn_id, region_name)
 
@@ -255,11 +264,13 @@ class BatchBackend:
     def monitor(self, job_id: str) -> BatchServiceJobTrigger:
         from airflow_quota.triggers.batch_service_job import BatchServiceJobTrigger
 
+        settle = timedelta(seconds=self.settle_seconds)
         return BatchServiceJobTrigger(
             job_id=job_id,
             aws_conn_id=self.aws_conn_id,
             region_name=self.region_name,
             poll_interval=self.poll_interval,
+            not_before=(datetime.now(UTC) + settle).isoformat(),
         )
 
     def finish(self, event: Mapping[str, Any]) -> dict[str, Any]:

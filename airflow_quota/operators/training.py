@@ -15,6 +15,11 @@ The task's life, all in one Airflow try (``airflow_quota.protocol`` names every 
    the same ``submitted_at``, ``released_lease_id``): back to RUNNABLE at its place in the queue, no
    Airflow retry used. The next grant launches a new training job on the same checkpoint prefix.
 
+On a job queue AWS Batch schedules, the admission event is ``{"scheduler": "AWS_BATCH"}`` instead of a
+grant: ``on_grant`` submits (or re-attaches to) the task's AWS Batch service job and defers on
+``BatchServiceJobTrigger`` until it ends (``on_service_job``); AWS Batch preempts and re-queues it
+(``operators/batch_backend.py``).
+
 Where the job trains is a strategy the operator picks by its ``backend`` argument (the interface:
 ``operators/backend.py``): ``SageMakerBackend`` (``operators/sagemaker_backend.py``) or ``LocalBackend``
 (``operators/local_backend.py``: a process of the worker on the granted GPUs). A local job has no
@@ -50,6 +55,13 @@ from airflow_quota.operators.backend import (
     RecordState,
     TrainingBackend,
     TrainingJobConfig,
+)
+from airflow_quota.operators.batch_backend import (
+    AWS_BATCH,
+    SCHEDULER_EVENT_KEY,
+    SERVICE_JOB_XCOM_KEY,
+    BatchBackend,
+    ServiceJobSpec,
 )
 from airflow_quota.operators.links import TRAINING_JOB_XCOM_KEY, QuotaShareLink, SageMakerTrainingJobLink
 from airflow_quota.operators.local_backend import LocalBackend
@@ -162,6 +174,8 @@ class QuotaTrainingOperator(BaseOperator):
         self.stop_grace_period = stop_grace_period
         #: The training job this worker process launched or watches (what ``on_kill`` stops).
         self._current_job: str | None = None
+        #: The AWS Batch service job this worker process submitted (what ``on_kill`` terminates).
+        self._current_service_job: str | None = None
         self._training_backend: TrainingBackend | None = None
         # A bad argument fails this task when it runs, never the DAG file: its other tasks stay.
         problems = self._argument_problems() + self._quota_problems("placeholder", 1)
@@ -248,6 +262,8 @@ class QuotaTrainingOperator(BaseOperator):
         event = event or {}
         if event.get("rejected"):
             raise AirflowFailException(f"The quota allocator rejected this job: {event.get('reason')}")
+        if event.get(SCHEDULER_EVENT_KEY) == AWS_BATCH:
+            return self._submit_service_job(context)
         # A task started from the triggerer learns its first submission from its grant.
         submitted_at = submitted_at or event.get("submitted_at") or datetime.now(UTC).isoformat()
         prepared = self._prepare(context)
@@ -425,8 +441,51 @@ class QuotaTrainingOperator(BaseOperator):
             )
         return self._finish(context, backend, job, lease_id, preemptions)
 
+    def _submit_service_job(self, context: Context) -> NoReturn:
+        """The job queue is AWS Batch's: submit (or re-attach to) the task's service job, wait on it."""
+        if self.backend != "sagemaker":
+            raise AirflowFailException(
+                f"Job queue {self.job_queue} is scheduled by AWS Batch, which runs SageMaker training jobs "
+                f"only: use backend='sagemaker' (this task's is {self.backend!r}), or a queue our allocator "
+                "schedules"
+            )
+        batch = self._batch_backend()
+        prepared = self._prepare(context)
+        spec = ServiceJobSpec(
+            self.job_queue,
+            self.quota_share_name,
+            self.scheduling_priority,
+            self.preemption_retries_before_termination,
+        )
+        job = batch.launch(context, prepared, spec)
+        self._current_service_job = str(job["jobId"])
+        context["ti"].xcom_push(
+            key=SERVICE_JOB_XCOM_KEY, value={"job_id": job["jobId"], "job_arn": job.get("jobArn")}
+        )
+        self.defer(trigger=batch.monitor(str(job["jobId"])), method_name="on_service_job", timeout=None)
+
+    def on_service_job(self, context: Context, event: Mapping[str, Any] | None = None) -> Any:
+        """The service job ended: its result (service and training job ARNs, attempts, preemptions)."""
+        self._current_service_job = None
+        return self._batch_backend().finish(event or {})
+
+    def _batch_backend(self) -> BatchBackend:
+        sagemaker = self._backend()
+        assert isinstance(sagemaker, SageMakerBackend)
+        return BatchBackend(
+            sagemaker=sagemaker,
+            aws_conn_id=self.aws_conn_id,
+            region_name=self.region_name,
+            poll_interval=self.poll_interval,
+            settle_seconds=self.settle_seconds,
+            log=self.log,
+        )
+
     def on_kill(self) -> None:
         """The task is killed while it runs in a worker: stop the training job it launched or watches."""
+        if self._current_service_job is not None:
+            self.log.info("Task killed: terminating service job %s", self._current_service_job)
+            self._batch_backend().request_stop(self._current_service_job, "Its Airflow task was killed")
         if self._current_job is not None:
             self.log.info("Task killed: stopping training job %s", self._current_job)
             self._backend().request_stop(self._current_job)

@@ -8,6 +8,9 @@ SUCCEEDED or FAILED, carrying the same facts for the operator's XCom. When the t
 cleared, the triggerer cancels the trigger and calls ``on_kill``, which terminates the service job
 (TerminateServiceJob).
 
+An event is never fired sooner than ``not_before`` (as ``SageMakerTrainingJobTrigger``'s: Airflow 3.3 fails
+a task resumed before the executor has reported the worker run that deferred it, apache/airflow#71580).
+
 Calls go through the amazon provider's sync Batch hook in a worker thread (``asyncio.to_thread``), so
 the triggerer's event loop never blocks.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -47,12 +51,14 @@ class BatchServiceJobTrigger(BaseTrigger):
         aws_conn_id: str | None = "aws_default",
         region_name: str | None = None,
         poll_interval: float = 30.0,
+        not_before: str | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # BaseTrigger.__init__ is untyped
         self.job_id = job_id
         self.aws_conn_id = aws_conn_id
         self.region_name = region_name
         self.poll_interval = poll_interval
+        self.not_before = not_before
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -62,6 +68,7 @@ class BatchServiceJobTrigger(BaseTrigger):
                 "aws_conn_id": self.aws_conn_id,
                 "region_name": self.region_name,
                 "poll_interval": self.poll_interval,
+                "not_before": self.not_before,
             },
         )
 
@@ -80,6 +87,7 @@ class BatchServiceJobTrigger(BaseTrigger):
                 errors += 1
                 self.log.warning("DescribeServiceJob %s failed (%d in a row): %s", self.job_id, errors, error)
                 if errors >= MAX_DESCRIBE_ERRORS:
+                    await self._settle()
                     yield TriggerEvent(  # type: ignore[no-untyped-call]
                         {"status": "Error", "job_id": self.job_id, "status_reason": str(error)}
                     )
@@ -89,9 +97,19 @@ class BatchServiceJobTrigger(BaseTrigger):
             for line in seen.news(description):
                 self.log.info("Service job %s: %s", self.job_id, line)
             if description["status"] in FINAL_STATUSES:
+                await self._settle()
                 yield TriggerEvent(service_job_event(description))  # type: ignore[no-untyped-call]
                 return
             await asyncio.sleep(self.poll_interval)
+
+    async def _settle(self) -> None:
+        """Wait until ``not_before`` (ISO 8601), if it is still ahead."""
+        if self.not_before is None:
+            return
+        delay = (datetime.fromisoformat(self.not_before) - datetime.now(UTC)).total_seconds()
+        if delay > 0:
+            self.log.info("Service job %s ended; firing in %.1f s (settle time)", self.job_id, delay)
+            await asyncio.sleep(delay)
 
     async def on_kill(self) -> None:
         """The task was marked failed or cleared: terminate the service job (no wait)."""

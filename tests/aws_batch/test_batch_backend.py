@@ -153,7 +153,11 @@ def test_killing_the_trigger_terminates_the_service_job(
 
 def test_the_trigger_serializes_what_it_needs() -> None:
     trigger = BatchServiceJobTrigger(
-        job_id="j-1", aws_conn_id="aws_batch", region_name="eu-west-1", poll_interval=5
+        job_id="j-1",
+        aws_conn_id="aws_batch",
+        region_name="eu-west-1",
+        poll_interval=5,
+        not_before="2026-12-01",
     )
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_quota.triggers.batch_service_job.BatchServiceJobTrigger"
@@ -200,7 +204,12 @@ def strategy(answers: AnswerLog) -> BatchBackend:
         log=log,
     )
     return BatchBackend(
-        sagemaker=sagemaker, aws_conn_id="aws_default", region_name=None, poll_interval=0.2, log=log
+        sagemaker=sagemaker,
+        aws_conn_id="aws_default",
+        region_name=None,
+        poll_interval=0.2,
+        settle_seconds=0,
+        log=log,
     )
 
 
