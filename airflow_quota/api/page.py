@@ -1,8 +1,10 @@
 """The "GPU Quotas" page: one HTML document and a small script that reads the JSON API every few seconds.
 
 ``/quota/`` shows every job queue; ``/quota/shares/<job queue>/<share>`` is the same page focused on one
-share (the operator's extra link points there). Both need a logged-in user who may read quotas: without
-one the browser is sent to the auth manager's login page and comes back after it.
+share (the operator's extra link points there); ``/quota/task-instance?dagId=&runId=&taskId=&mapIndex=`` is a
+task instance's "Quota" view (its jobs' own timeline), a tab of the task instance in Airflow's UI. All need
+a logged-in user who may read quotas: without one the browser is sent to the auth manager's login page and
+comes back after it.
 """
 
 from __future__ import annotations
@@ -26,15 +28,31 @@ page_router = APIRouter(include_in_schema=False)
 
 @page_router.get("/")
 async def quota_page(request: Request) -> Response:
-    return await _page(request, None, None)
+    return await _page(request, "GPU Quotas", {}, "quota.js")
 
 
 @page_router.get("/shares/{job_queue_name}/{quota_share_name}")
 async def share_page(request: Request, job_queue_name: str, quota_share_name: str) -> Response:
-    return await _page(request, job_queue_name, quota_share_name)
+    focus = {"data-job-queue": job_queue_name, "data-quota-share": quota_share_name}
+    return await _page(request, f"GPU Quotas: {quota_share_name}", focus, "quota.js")
 
 
-async def _page(request: Request, job_queue_name: str | None, quota_share_name: str | None) -> Response:
+@page_router.get("/task-instance")
+async def task_instance_page(
+    request: Request, dagId: str = "", runId: str = "", taskId: str = "", mapIndex: str = "-1"
+) -> Response:
+    """The "Quota" view of a task instance in Airflow's UI: its jobs' own timeline. Airflow fills the
+    ``{MAP_INDEX}`` of the view's address only for a mapped task: anything but a number means unmapped."""
+    task = {
+        "data-dag-id": dagId,
+        "data-run-id": runId,
+        "data-task-id": taskId,
+        "data-map-index": mapIndex if mapIndex.lstrip("-").isdigit() else "-1",
+    }
+    return await _page(request, f"Quota: {taskId}", task, "quota-task.js")
+
+
+async def _page(request: Request, title: str, focus: dict[str, str], script: str) -> Response:
     try:
         user = await get_user(request, None, None)
     except HTTPException:
@@ -47,14 +65,14 @@ async def _page(request: Request, job_queue_name: str | None, quota_share_name: 
         )
     mount = request.scope.get("root_path", "").rstrip("/")  # where the quota app is mounted: <base>/quota
     airflow_base = mount.removesuffix("/quota")
-    title = "GPU Quotas" if quota_share_name is None else f"GPU Quotas: {quota_share_name}"
     attributes = {
         "data-api": f"{mount}/api",
         "data-airflow-base": f"{airflow_base}/",
         "data-refresh-seconds": str(REFRESH_SECONDS),
-        "data-job-queue": job_queue_name or "",
-        "data-quota-share": quota_share_name or "",
+        "data-job-queue": "",
+        "data-quota-share": "",
         "data-user": user.get_name(),
+        **focus,
     }
     body_attributes = " ".join(f'{name}="{html.escape(value)}"' for name, value in attributes.items())
     document = f"""<!doctype html>
@@ -74,7 +92,7 @@ async def _page(request: Request, job_queue_name: str | None, quota_share_name: 
 <main id="content"></main>
 <script src="{html.escape(mount)}/static/vendor/echarts.min.js"></script>
 <script src="{html.escape(mount)}/static/quota-timeline.js"></script>
-<script src="{html.escape(mount)}/static/quota.js"></script>
+<script src="{html.escape(mount)}/static/{script}"></script>
 </body>
 </html>
 """

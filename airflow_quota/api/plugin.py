@@ -43,7 +43,17 @@ def _external_views() -> list[dict[str, Any]]:
             "destination": "nav",
             "nav_top_level": True,
             "icon": f"{URL_PREFIX.lstrip('/')}/static/gpu.svg",
-        }
+        },
+        # A "Quota" tab on every task instance: its jobs' waits, grants, preemptions and resumes. Airflow
+        # fills in the placeholders ({MAP_INDEX} only for a mapped task).
+        {
+            "name": "Quota",
+            "href": f"{URL_PREFIX.lstrip('/')}/task-instance"
+            "?dagId={DAG_ID}&runId={RUN_ID}&taskId={TASK_ID}&mapIndex={MAP_INDEX}",
+            "url_route": "quota",
+            "destination": "task_instance",
+            "icon": f"{URL_PREFIX.lstrip('/')}/static/gpu.svg",
+        },
     ]
 
 

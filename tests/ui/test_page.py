@@ -328,6 +328,43 @@ def test_the_timeline_shows_a_borrower_stopped_for_its_preemptor_then_resuming(
     assert console_errors(browser) == []
 
 
+def test_a_task_instance_has_a_quota_view_with_its_own_story(
+    api_server: ApiServer, browser: WebDriver
+) -> None:
+    """The view Airflow shows as a "Quota" tab of every task instance: vision-a's own timeline and story."""
+    plugins = api_server.get("/api/v2/plugins", user="admin").json()["plugins"]
+    (plugin,) = [plugin for plugin in plugins if plugin["name"] == "airflow_quota"]
+    views = {view["destination"]: view for view in plugin["external_views"]}
+    assert views["task_instance"]["name"] == "Quota"
+    href = views["task_instance"]["href"]
+    # Airflow fills in the placeholders; {MAP_INDEX} only for a mapped task, so it stays for vision-a.
+    path = "/" + href.replace("{DAG_ID}", "train").replace("{RUN_ID}", "run-1").replace(
+        "{TASK_ID}", "vision-a"
+    )
+    browser.get(api_server.url + path)
+    story = wait_for(
+        browser,
+        lambda d: (
+            [
+                row.get_attribute("data-kind")
+                for row in d.find_elements(By.CSS_SELECTOR, "table.story tr[data-kind]")
+            ]
+            or None
+        ),
+        "the task instance's story",
+    )
+    assert story == ["WAITING", "GRANTED", "PREEMPTED", "REQUEUED", "WAITING", "GRANTED"]
+    rows = [row.text for row in browser.find_elements(By.CSS_SELECTOR, "table.story tr[data-kind]")]
+    assert "Granted 3 ml.p4d.24xlarge (1 borrowed)" in rows[1]
+    assert "Preempted by train/run-1/research-b/-1/1 (RECLAIM)" in rows[2]
+    assert "attempt 2: resumed from its checkpoint" in rows[5]
+    items = wait_for(browser, lambda d: timeline(d) or None, "its timeline")
+    assert {item["jobId"] for item in items} == {"train/run-1/vision-a/-1/1"}
+    assert browser.title == "Quota: vision-a"
+    browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-task-instance.png"))
+    assert console_errors(browser) == []
+
+
 def test_recent_decisions_name_the_job_and_filter(api_server: ApiServer, browser: WebDriver) -> None:
     vision_a = "train/run-1/vision-a/-1/1"
     browser.get(api_server.url + "/quota/")

@@ -10,7 +10,7 @@ from typing import Annotated
 from airflow.api_fastapi.common.db.common import SessionDep
 from fastapi import APIRouter, HTTPException, Query, status
 from pydantic import AfterValidator
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from airflow_quota.api import schemas
@@ -110,7 +110,7 @@ def job_queue_timeline(
     summary="One task instance's jobs over time: waits, grants, preemptions, resumes",
     description=(
         "The timeline of the jobs of every try of the task instance, per job queue they used (usually one). "
-        "Default window: all of it."
+        "Default window: from its first submission."
     ),
     responses={404: {"model": schemas.ErrorDetail}, 422: {"model": schemas.ErrorDetail}},
     dependencies=[MAY_READ],
@@ -144,6 +144,15 @@ def task_instance_timeline(
             f"task instance {dagId}/{runId}/{taskId}/{mapIndex} has no job in the quota ledger",
         )
     start, end = window_bounds(since, until, window, Window.ALL)
+    if since is None and window is None:  # all of it: from the task instance's first submission
+        start = session.scalar(
+            select(func.min(JobRow.submitted_at)).where(
+                JobRow.dag_id == dagId,
+                JobRow.run_id == runId,
+                JobRow.task_id == taskId,
+                JobRow.map_index == mapIndex,
+            )
+        )
     timelines = [queue_timeline(session, queue, start, end, task_instance=key) for queue in queues]
     return schemas.TaskInstanceTimeline(timelines=[_report(session, timeline) for timeline in timelines])
 

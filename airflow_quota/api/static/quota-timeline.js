@@ -315,5 +315,46 @@
     }));
   }
 
-  window.QuotaTimeline = { draw, drawn };
+  // The share colours, in quota-file order (the page's capacity bars use the same).
+  const COLORS = ["#0969da", "#bf3989", "#1a7f37", "#bc4c00", "#8250df", "#0a7b83", "#9a6700", "#cf222e"];
+
+  function palette(shareNames) {
+    const colors = new Map(shareNames.map((name, i) => [name, COLORS[i % COLORS.length]]));
+    return (name) => colors.get(name) || "#6e7781";
+  }
+
+  // Airflow 3's colour mode: its UI marks <html> "dark" or "light" (next-themes, remembered as "theme" in
+  // localStorage); inside Airflow's frame we follow the frame's parent as it changes, alone the stored choice.
+  function isDark() {
+    try {
+      const parent = window.parent !== window ? window.parent.document.documentElement : null;
+      if (parent && (parent.classList.contains("dark") || parent.classList.contains("light"))) {
+        return parent.classList.contains("dark");
+      }
+    } catch (notSameOrigin) { /* fall through */ }
+    const stored = window.localStorage.getItem("theme");
+    if (stored === "dark" || stored === "light") return stored === "dark";
+    return window.matchMedia("(prefers-color-scheme: dark)").matches;
+  }
+
+  function applyTheme() {
+    const dark = isDark();
+    if (document.documentElement.classList.contains("dark") === dark) return false;
+    document.documentElement.classList.toggle("dark", dark);
+    return true;
+  }
+
+  // Applies Airflow's colour mode now, and again (calling `redraw`) whenever it changes.
+  function followTheme(redraw) {
+    applyTheme();
+    try {
+      if (window.parent !== window) {
+        new MutationObserver(() => applyTheme() && redraw())
+          .observe(window.parent.document.documentElement, { attributes: true, attributeFilter: ["class"] });
+      }
+    } catch (notSameOrigin) { /* no parent to follow */ }
+    window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => applyTheme() && redraw());
+  }
+
+  window.QuotaTimeline = { draw, drawn, palette, isDark, followTheme };
 })();

@@ -448,35 +448,8 @@
     }
   }
 
-  // Airflow 3's colour mode: its UI marks <html> "dark" or "light" (next-themes, remembered as "theme" in
-  // localStorage); inside Airflow's frame we follow the frame's parent as it changes, alone the stored choice.
-  function isDark() {
-    try {
-      const parent = window.parent !== window ? window.parent.document.documentElement : null;
-      if (parent && (parent.classList.contains("dark") || parent.classList.contains("light"))) {
-        return parent.classList.contains("dark");
-      }
-    } catch (notSameOrigin) { /* fall through */ }
-    const stored = window.localStorage.getItem("theme");
-    if (stored === "dark" || stored === "light") return stored === "dark";
-    return window.matchMedia("(prefers-color-scheme: dark)").matches;
-  }
-
-  function applyTheme() {
-    const dark = isDark();
-    if (document.documentElement.classList.contains("dark") === dark) return false;
-    document.documentElement.classList.toggle("dark", dark);
-    return true;
-  }
-
-  applyTheme();
-  try {
-    if (window.parent !== window) {
-      new MutationObserver(() => applyTheme() && refresh())
-        .observe(window.parent.document.documentElement, { attributes: true, attributeFilter: ["class"] });
-    }
-  } catch (notSameOrigin) { /* no parent to follow */ }
-  window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => applyTheme() && refresh());
+  const isDark = QuotaTimeline.isDark;
+  QuotaTimeline.followTheme(refresh);
 
   refresh();
   setInterval(refresh, refreshMs);
