@@ -205,6 +205,11 @@ def test_the_page_shows_usage_after_a_grant_and_then_a_preemption(
     cells = page["jobs"][vision_a]["cells"]
     assert (cells[0], cells[1], cells[3], cells[4]) == ("vision", "1", "10", "RUNNABLE")
     assert cells[6].startswith("Waiting for capacity to borrow: quota share vision is using 0 of its 2")
+    # What holds the capacity: research's own, urgent's; urgent's idle GPU is RESERVE, never lent.
+    assert (
+        f"{UNIT} in use: research 4, urgent 1; idle: 2 of vision, 1 of urgent (RESERVE: never lent)"
+        in cells[6]
+    )
     assert f"Preempted 1 time, last by {research_b} at 12:00:55" in cells[6]
     assert [event[1] for event in page["events"][:3]] == ["GRANTED", "REQUEUED", "PREEMPTED"]
     assert page["legends"]["research"] == "research: 4 own of 4, 0 idle"
@@ -420,6 +425,7 @@ def test_the_page_is_in_airflow_navigation_and_a_viewer_can_read_it(
     ledger = Ledger(api_server.engine)
     ledger.empty()
     ledger.apply()
+    ledger.submit("vision-a", "vision", 1)
     log_in(browser, api_server, "/", "viewer")
     nav = wait_for(
         browser,
@@ -437,6 +443,18 @@ def test_the_page_is_in_airflow_navigation_and_a_viewer_can_read_it(
     assert browser.find_element(By.ID, "status").text.endswith("· viewer")
     browser.switch_to.default_content()
     browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-in-airflow.png"))
+    # A link to Airflow's own pages opens in Airflow, in the same window (the frame may not navigate it).
+    browser.switch_to.frame(frame)
+    wait_for(
+        browser, lambda d: d.find_element(By.CSS_SELECTOR, "table.jobs td a[target=_top]"), "a task link"
+    ).click()
+    browser.switch_to.default_content()
+    wait_for(
+        browser,
+        lambda d: d.current_url == f"{api_server.url}/dags/train/runs/run-1/tasks/vision-a",
+        "Airflow's task instance page",
+    )
+    assert len(browser.window_handles) == 1
 
 
 def test_the_page_shows_a_page_of_jobs_with_a_long_history(api_server: ApiServer, browser: WebDriver) -> None:

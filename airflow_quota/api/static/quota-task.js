@@ -128,6 +128,7 @@
   }
 
   QuotaTimeline.followTheme(refresh);
+  QuotaTimeline.keepLinksInAirflow();
   refresh();
   setInterval(refresh, refreshMs);
 })();

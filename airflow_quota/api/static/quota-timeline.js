@@ -356,5 +356,21 @@
     window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => applyTheme() && redraw());
   }
 
-  window.QuotaTimeline = { draw, drawn, palette, isDark, followTheme };
+  // Inside Airflow's frame (sandboxed: no top-level navigation), a link to an Airflow page (target _top) is
+  // opened by Airflow's own router in the same window: pushed onto its history, then announced (popstate).
+  function keepLinksInAirflow() {
+    document.addEventListener("click", (event) => {
+      const link = event.target instanceof Element ? event.target.closest("a[target=_top]") : null;
+      if (!link || window.top === window || event.defaultPrevented) return;
+      try {
+        const url = new URL(link.href, window.location.href);
+        if (url.origin !== window.top.location.origin) return;
+        event.preventDefault();
+        window.top.history.pushState(null, "", url.pathname + url.search + url.hash);
+        window.top.dispatchEvent(new PopStateEvent("popstate", { state: null }));
+      } catch (notSameOrigin) { /* leave it to the browser */ }
+    });
+  }
+
+  window.QuotaTimeline = { draw, drawn, palette, isDark, followTheme, keepLinksInAirflow };
 })();

@@ -226,6 +226,36 @@
     return reason;
   }
 
+  // Who holds a capacity unit now, and which idle units cannot be lent (RESERVE): what a waiting job waits on.
+  // From the queue's snapshot (its units laid out by owner) and its shares' strategies.
+  let holdersOf = () => null;
+
+  function holdersIndex(queues, snapshots, shareLists) {
+    const index = new Map();
+    queues.forEach((queue, i) => {
+      const strategies = new Map(shareLists[i].quotaShares.map((share) => [share.quotaShareName, share.strategy]));
+      for (const unit of snapshots[i].capacity) index.set(`${queue.jobQueueName} ${unit.capacityUnit}`, { unit, strategies });
+    });
+    return (job) => {
+      const found = index.get(`${job.jobQueueName} ${job.capacityUnit}`);
+      return found ? holdersText(found.unit, found.strategies) : null;
+    };
+  }
+
+  function holdersText(unit, strategies) {
+    const held = unit.quotaShares.filter((share) => share.used).map((share) =>
+      `${share.quotaShareName} ${share.own}` + (share.borrowed
+        ? ` + ${share.borrowed} borrowed (from ${share.borrowedFrom.map((from) => from.quotaShareName ?? "unowned capacity").join(", ")})`
+        : ""));
+    const idle = unit.quotaShares.filter((share) => share.idle).map((share) =>
+      `${share.idle} of ${share.quotaShareName}` + (strategies.get(share.quotaShareName) === "RESERVE" ? " (RESERVE: never lent)" : ""));
+    if (unit.unownedIdle) idle.push(`${unit.unownedIdle} no share owns`);
+    const parts = [`${unit.capacityUnit} in use: ${held.length ? held.join(", ") : "none"}`];
+    if (unit.stopping) parts.push(`${unit.stopping} still held by jobs being stopped`);
+    parts.push(idle.length ? `idle: ${idle.join(", ")}` : "the queue is full");
+    return parts.join("; ");
+  }
+
   function whyCell(job) {
     const lines = [];
     const summary = job.preemptionSummary;
@@ -236,6 +266,8 @@
     }
     const reason = plainReason(job);
     if (reason) lines.push(el("div", {}, reason));
+    const holders = job.status === "RUNNABLE" ? holdersOf(job) : null;
+    if (holders) lines.push(el("div", { class: "muted holders" }, holders));
     if (summary.preemptedAttemptCount) {
       const last = summary.recentPreemptedAttempts[summary.recentPreemptedAttempts.length - 1];
       lines.push(el("div", { class: "preempted" },
@@ -388,6 +420,7 @@
     ]);
     const timelines = await Promise.all(queues.map((q) =>
       get(`/jobQueues/${encodeURIComponent(q.jobQueueName)}/timeline` + query({ window: timelineWindow }))));
+    holdersOf = holdersIndex(queues, snapshots, shareLists);
     const content = [];
     if (focusShare) {
       const share = shareLists.flatMap((list) => list.quotaShares).find((s) => s.quotaShareName === focusShare);
@@ -450,6 +483,7 @@
 
   const isDark = QuotaTimeline.isDark;
   QuotaTimeline.followTheme(refresh);
+  QuotaTimeline.keepLinksInAirflow();
 
   refresh();
   setInterval(refresh, refreshMs);
