@@ -10,6 +10,8 @@ triggerer and api-server, LocalExecutor, on SQLite.
   goes on granting the others.
 - A bad request fails its own task: one the allocator cannot grant (an unknown share), and one found
   when the DAG file is parsed (a priority out of range), which leaves the file and its other tasks alone.
+
+Each DAG has its own job queue, so the module triggers every run at once and each test waits for its own.
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ from tests.airflow.harness import AirflowProcesses
 pytestmark = pytest.mark.airflow
 
 QUOTAS = Path(__file__).parent / "quotas.yaml"
+#: The runs the tests read, triggered side by side when Airflow has started: (DAG, run id).
+RUNS = (
+    ("quota_marked_failed", "marked-1"),
+    ("quota_slots", "slots-1"),
+    ("quota_reclaim", "reclaim-1"),
+    ("quota_bad_request", "bad-1"),
+)
 
 
 @pytest.fixture(scope="module")
@@ -37,13 +46,16 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowProcess
     probe_log = home / "probe.jsonl"
     probe_log.touch()
     processes = AirflowProcesses(
-        home, f"sqlite:///{home}/airflow.db", parallelism=4, extra_env={"QUOTA_PROBE_LOG": str(probe_log)}
+        home, f"sqlite:///{home}/airflow.db", parallelism=8, extra_env={"QUOTA_PROBE_LOG": str(probe_log)}
     )
     processes.migrate()
     applied = processes.airflow("quota", "apply", "-f", str(QUOTAS))
     assert applied.returncode == 0, applied.stdout + applied.stderr
     processes.start()
     try:
+        for dag_id, run_id in RUNS:
+            processes.wait_for_dag(dag_id)
+            processes.trigger(dag_id, run_id)
         yield processes
     finally:
         processes.stop()
@@ -67,10 +79,41 @@ def ledger(airflow: AirflowProcesses, sql: str, **params: Any) -> list[Any]:
         return list(connection.execute(sa.text(sql), params))
 
 
-def test_waiting_jobs_hold_no_worker_slot_and_are_granted_one_at_a_time(airflow: AirflowProcesses) -> None:
-    airflow.wait_for_dag("quota_slots")
-    airflow.trigger("quota_slots", "slots-1")
+def test_a_waiting_task_marked_failed_ends_its_job_and_the_others_are_still_granted(
+    airflow: AirflowProcesses,
+) -> None:
+    waiting = "quota_marked_failed/marked-1/marked_failed/-1/1"
+    status = "SELECT status, status_reason FROM quota_job WHERE job_id = :job_id"
+    airflow.wait_for(
+        "the job to wait for quota",
+        lambda: [row[0] for row in ledger(airflow, status, job_id=waiting)] == ["RUNNABLE"],
+        180,
+    )
 
+    marked = requests.patch(
+        f"{airflow.base_url}/api/v2/dags/quota_marked_failed/dagRuns/marked-1/taskInstances/marked_failed",
+        json={"new_state": "failed"},
+        headers={"Authorization": f"Bearer {airflow.api_token()}"},
+        timeout=30,
+    )
+    assert marked.status_code == 200, marked.text
+    airflow.wait_for(
+        "the marked run to finish", lambda: finished(airflow, "quota_marked_failed", "marked-1"), 240
+    )
+
+    assert airflow.task_states("quota_marked_failed", "marked-1") == {
+        "holds_both": ("success", 1),
+        "waiters_arrive": ("success", 1),
+        "marked_failed": ("failed", 1),
+        "granted_after": ("success", 1),
+    }, airflow.log_tails()
+    airflow.wait_for_ledger_to_settle(waiting)
+    [(job_status, reason)] = ledger(airflow, status, job_id=waiting)
+    assert (job_status, reason) == ("FAILED", "Its task try 1 failed while it waited for quota")
+    assert not events(airflow, "marked_failed", "start")  # never granted
+
+
+def test_waiting_jobs_hold_no_worker_slot_and_are_granted_one_at_a_time(airflow: AirflowProcesses) -> None:
     airflow.wait_for("the slots run to finish", lambda: finished(airflow, "quota_slots", "slots-1"), 240)
 
     states = airflow.task_states("quota_slots", "slots-1")
@@ -98,8 +141,6 @@ def test_waiting_jobs_hold_no_worker_slot_and_are_granted_one_at_a_time(airflow:
 
 
 def test_team_a_reclaims_its_gpu_from_a_borrower_running_in_a_worker(airflow: AirflowProcesses) -> None:
-    airflow.wait_for_dag("quota_reclaim")
-    airflow.trigger("quota_reclaim", "reclaim-1")
 
     airflow.wait_for(
         "the reclaim run to finish", lambda: finished(airflow, "quota_reclaim", "reclaim-1"), 300
@@ -142,8 +183,6 @@ def test_team_a_reclaims_its_gpu_from_a_borrower_running_in_a_worker(airflow: Ai
 def test_a_request_for_an_unknown_share_or_a_bad_priority_fails_its_own_task(
     airflow: AirflowProcesses,
 ) -> None:
-    airflow.wait_for_dag("quota_bad_request")
-    airflow.trigger("quota_bad_request", "bad-1")
 
     airflow.wait_for(
         "the bad-request run to finish", lambda: finished(airflow, "quota_bad_request", "bad-1"), 180
@@ -160,42 +199,3 @@ def test_a_request_for_an_unknown_share_or_a_bad_priority_fails_its_own_task(
     task_logs = airflow.home / "logs" / "dag_id=quota_bad_request" / "run_id=bad-1"
     log = "".join(path.read_text() for path in task_logs.glob("task_id=priority_out_of_range/*"))
     assert "schedulingPriority is 10000: it must be a whole number from 0 to 9999" in log
-
-
-def test_a_waiting_task_marked_failed_ends_its_job_and_the_others_are_still_granted(
-    airflow: AirflowProcesses,
-) -> None:
-    airflow.wait_for_dag("quota_marked_failed")
-    airflow.trigger("quota_marked_failed", "marked-1")
-    waiting = "quota_marked_failed/marked-1/marked_failed/-1/1"
-    status = "SELECT status, status_reason FROM quota_job WHERE job_id = :job_id"
-    airflow.wait_for(
-        "the job to wait for quota",
-        lambda: [row[0] for row in ledger(airflow, status, job_id=waiting)] == ["RUNNABLE"],
-        180,
-    )
-
-    base = airflow.env["AIRFLOW__API__BASE_URL"]
-    token = requests.post(f"{base}/auth/token", json={"username": "admin", "password": "admin"}, timeout=30)
-    assert token.status_code == 201, token.text
-    marked = requests.patch(
-        f"{base}/api/v2/dags/quota_marked_failed/dagRuns/marked-1/taskInstances/marked_failed",
-        json={"new_state": "failed"},
-        headers={"Authorization": f"Bearer {token.json()['access_token']}"},
-        timeout=30,
-    )
-    assert marked.status_code == 200, marked.text
-    airflow.wait_for(
-        "the marked run to finish", lambda: finished(airflow, "quota_marked_failed", "marked-1"), 240
-    )
-
-    assert airflow.task_states("quota_marked_failed", "marked-1") == {
-        "holds_both": ("success", 1),
-        "waiters_arrive": ("success", 1),
-        "marked_failed": ("failed", 1),
-        "granted_after": ("success", 1),
-    }, airflow.log_tails()
-    airflow.wait_for_ledger_to_settle(waiting)
-    [(job_status, reason)] = ledger(airflow, status, job_id=waiting)
-    assert (job_status, reason) == ("FAILED", "Its task try 1 failed while it waited for quota")
-    assert not events(airflow, "marked_failed", "start")  # never granted

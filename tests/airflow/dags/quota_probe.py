@@ -4,7 +4,8 @@
 the worker while it polls its ``task_state_store`` for the allocator's preemption signal, and when
 preempted defers for admission again in the same try (the protocol of ``airflow_quota.protocol``,
 without any training backend). Every step is appended as a JSON line to ``$QUOTA_PROBE_LOG`` so the
-tests can read the timeline.
+tests can read the timeline. Each DAG has its own job queue (tests/airflow/quotas.yaml), so the tests'
+runs go on side by side without taking each other's GPUs.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from airflow_quota.operators.training import QuotaTrainingOperator
 from airflow_quota.protocol import PREEMPT_KEY
 from airflow_quota.triggers.admission import QuotaAdmissionTrigger
 
-QUEUE = "gpu-training"
-
 
 def note(task_id: str, event: str, **details: Any) -> None:
     with open(os.environ["QUOTA_PROBE_LOG"], "a") as log:
@@ -32,8 +31,11 @@ def note(task_id: str, event: str, **details: Any) -> None:
 
 
 class ProbeOperator(BaseOperator):
-    def __init__(self, *, share: str, gpus: int = 1, train_seconds: float = 3, **kwargs: Any) -> None:
+    def __init__(
+        self, *, job_queue: str, share: str, gpus: int = 1, train_seconds: float = 3, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
+        self.job_queue = job_queue
         self.share = share
         self.gpus = gpus
         self.train_seconds = train_seconds
@@ -44,7 +46,7 @@ class ProbeOperator(BaseOperator):
 
     def _wait(self, submitted_at: str, attempt: int, released: str | None = None) -> None:
         trigger = QuotaAdmissionTrigger(
-            job_queue=QUEUE,
+            job_queue=self.job_queue,
             job_name=self.task_id,
             quota_share_name=self.share,
             capacity_unit="gpu",
@@ -86,26 +88,28 @@ def canary() -> None:
 with DAG("quota_slots", schedule=None, catchup=False, max_active_tasks=16) as slots:
     # Five jobs for one GPU wait deferred; the canary still gets a worker slot (parallelism is 4).
     for index in range(5):
-        ProbeOperator(task_id=f"probe{index}", share="team-a", train_seconds=2, priority_weight=10)
+        ProbeOperator(
+            task_id=f"probe{index}", job_queue="slots", share="team-a", train_seconds=2, priority_weight=10
+        )
     PythonOperator(task_id="canary", python_callable=canary, priority_weight=1)
 
 with DAG("quota_reclaim", schedule=None, catchup=False, max_active_tasks=16) as reclaim:
     # team-b runs on its own GPU, then borrows team-a's idle one; team-a's job arrives and takes it back.
     # (Lending is pooled: the victim is team-b's most recently started job, the one started second.)
-    ProbeOperator(task_id="b_own", share="team-b", train_seconds=40)
+    ProbeOperator(task_id="b_own", job_queue="reclaim", share="team-b", train_seconds=40)
     then = PythonOperator(task_id="b_later", python_callable=lambda: time.sleep(3))
-    then >> ProbeOperator(task_id="b_borrow", share="team-b", train_seconds=30)
+    then >> ProbeOperator(task_id="b_borrow", job_queue="reclaim", share="team-b", train_seconds=30)
     arrive = PythonOperator(task_id="a_arrives_later", python_callable=lambda: time.sleep(20))
-    arrive >> ProbeOperator(task_id="a_job", share="team-a", train_seconds=4)
+    arrive >> ProbeOperator(task_id="a_job", job_queue="reclaim", share="team-a", train_seconds=4)
 
 with DAG("quota_bad_request", schedule=None, catchup=False) as bad_request:
     # A request the allocator can never grant fails its own task only, with the reason.
-    ProbeOperator(task_id="unknown_share", share="team-z")
-    ProbeOperator(task_id="fine", share="team-a", train_seconds=1)
+    ProbeOperator(task_id="unknown_share", job_queue="bad-request", share="team-z")
+    ProbeOperator(task_id="fine", job_queue="bad-request", share="team-a", train_seconds=1)
     # A request error found when this file is parsed fails its own task when it runs, not this file.
     QuotaTrainingOperator(
         task_id="priority_out_of_range",
-        job_queue=QUEUE,
+        job_queue="bad-request",
         quota_share_name="team-a",
         scheduling_priority=10000,
         training_job_config={
@@ -118,8 +122,9 @@ with DAG("quota_bad_request", schedule=None, catchup=False) as bad_request:
     )
 
 with DAG("quota_marked_failed", schedule=None, catchup=False, max_active_tasks=16) as marked_failed:
-    # team-b holds both GPUs; two more of its jobs wait; a user marks one of them failed while it waits.
-    ProbeOperator(task_id="holds_both", share="team-b", gpus=2, train_seconds=30)
+    # team-b holds both GPUs (for 60 s: the test acts while the others wait, though every run of the
+    # module starts at once); two more of its jobs wait; a user marks one of them failed while it waits.
+    ProbeOperator(task_id="holds_both", job_queue="marked-failed", share="team-b", gpus=2, train_seconds=60)
     waiters = PythonOperator(task_id="waiters_arrive", python_callable=lambda: time.sleep(3))
-    waiters >> ProbeOperator(task_id="marked_failed", share="team-b", train_seconds=1)
-    waiters >> ProbeOperator(task_id="granted_after", share="team-b", train_seconds=1)
+    for waiter in ("marked_failed", "granted_after"):
+        waiters >> ProbeOperator(task_id=waiter, job_queue="marked-failed", share="team-b", train_seconds=1)
