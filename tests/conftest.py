@@ -14,14 +14,17 @@ collected, so the ones that start real Airflow come first: a long one started la
 workers idle while it runs. At most two Airflow installations run at once, whatever the number of workers
 (``tests/airflow/harness.py``, ``AIRFLOW_SLOTS``).
 
-``QUOTA_TEST_TIMELINE=FILE`` appends one JSON line per test (worker, test, start, end, in seconds since
-the epoch), to see which tests ran side by side and what kept the suite waiting.
+``QUOTA_TEST_TIMELINE=FILE`` appends one JSON line per test (worker, test, start and end in seconds since
+the epoch, and the CPU seconds its worker and the worker's finished child processes used meanwhile: an
+Airflow a fixture started counts when it is stopped), to see which tests ran side by side, what kept the
+suite waiting and what used the cores. ``python -m tests.timeline FILE`` sums it up.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import time
 from collections.abc import Iterator
 
@@ -64,10 +67,15 @@ def _start_rank(item: pytest.Item) -> int:
     return len(_SLOWEST_FIRST)
 
 
+def _cpu_seconds() -> float:
+    used = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return sum(usage.ru_utime + usage.ru_stime for usage in used)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     timeline = os.environ.get("QUOTA_TEST_TIMELINE")
-    start = time.time()
+    start, cpu = time.time(), _cpu_seconds()
     try:
         return (yield)
     finally:
@@ -77,6 +85,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
                 "test": item.nodeid,
                 "start": round(start, 2),
                 "end": round(time.time(), 2),
+                "cpu": round(_cpu_seconds() - cpu, 2),
             }
             with open(timeline, "a") as out:
                 out.write(json.dumps(entry) + "\n")
