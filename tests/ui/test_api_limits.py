@@ -280,7 +280,7 @@ def page(server: ApiServer, path: str, **params: Any) -> dict[str, Any]:
 
 
 def test_the_pages_calls_stay_small_with_50000_finished_jobs(server: ApiServer, history: Seeded) -> None:
-    # The page's own calls (quota.js): unfinished jobs, the 10 latest finished, 30 events, per share too.
+    # The page's own calls (quota.js): unfinished jobs, the 10 latest finished, 200 events, per share too.
     for share_filter in ({}, {"jobQueueName": QUEUE, "quotaShareName": "vision"}):
         unfinished = page(server, "/jobs", finished="false", limit=1000, **share_filter)
         names = [job["jobName"] for job in unfinished["jobs"]]
@@ -288,7 +288,13 @@ def test_the_pages_calls_stay_small_with_50000_finished_jobs(server: ApiServer, 
         finished = page(server, "/jobs", finished="true", limit=10, **share_filter)
         assert len(finished["jobs"]) == 10 and finished["total"] is None  # over 10,000: not counted
         assert {job["status"] for job in finished["jobs"]} <= {"SUCCEEDED", "FAILED"}
-        assert len(page(server, "/events", limit=30, **share_filter)["events"]) == 30
+        assert len(page(server, "/events", limit=200, **share_filter)["events"]) == 200
+    # And the GPU timeline: the newest 500 jobs at most, saying so; the seeded story still in it.
+    timeline = page(server, f"/jobQueues/{QUEUE}/timeline", window="all")
+    assert timeline["truncated"] is True
+    stopping = [bar for bar in timeline["units"][0]["bars"] if bar["phase"] == "STOPPING"]
+    assert {bar["jobId"] for bar in stopping} == {history.urgent_low}
+    assert page(server, f"/jobQueues/{QUEUE}/timeline", window="1d")["truncated"] is False
     assert [
         job["jobName"] for job in page(server, "/jobs", finished="false", quotaShareName="vision")["jobs"]
     ] == [
@@ -324,6 +330,7 @@ def test_a_page_reads_only_its_own_rows_from_the_database(server: ApiServer, his
     """The routes themselves, in this process on the server's database: the job rows each call loads."""
     from airflow_quota.api.routes.events import list_events
     from airflow_quota.api.routes.jobs import list_jobs
+    from airflow_quota.api.routes.timeline import Window, job_queue_timeline
 
     loaded: list[str] = []
 
@@ -341,5 +348,9 @@ def test_a_page_reads_only_its_own_rows_from_the_database(server: ApiServer, his
             finished = list_jobs(session, finished=True, limit=10)
             assert len(finished.jobs) == 10 and len(loaded) == 10
             assert len(list_events(session, limit=30).events) == 30
+        loaded.clear()
+        with Session(server.engine) as session:  # the last day's timeline: the jobs that did not finish
+            job_queue_timeline(session, QUEUE, window=Window.DAY)
+            assert len(loaded) == 7
     finally:
         sa.event.remove(JobRow, "load", count)
