@@ -51,6 +51,17 @@ QUOTA_CONFIG: dict[str, Any] = {
             "example": "1800",
             "default": "900",
         },
+        "max_new_requests": {
+            "description": (
+                "Most requests new to the ledger one cycle records per job queue, the earliest submitted "
+                "first; the others wait deferred for the next cycles, so a burst of requests is admitted in "
+                "bounded batches and no cycle holds the database for long. 0: no bound.\n"
+            ),
+            "version_added": "0.3.0",
+            "type": "integer",
+            "example": "5000",
+            "default": "1000",
+        },
     },
 }
 

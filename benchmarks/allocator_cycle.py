@@ -10,16 +10,19 @@ leaves them: one job queue, 20 quota shares (RESERVE, LEND and LEND_AND_BORROW) 
 in all, jobs of 1 to 4 GPUs with mixed priorities. Three cycles are timed (cycle and commit, one session
 each, like ``allocator.host.run_cycle``):
 
-* ``first``: every waiting task is new to the ledger: N submissions recorded, the queue filled (~100
-  grants); repeated on a freshly written set of task instances;
+* ``first``: every waiting task is new to the ledger: the first batch of submissions recorded (at most
+  ``[quota] max_new_requests``, 1,000, the earliest submitted), the queue filled (~100 grants); repeated
+  on a freshly written set of task instances;
+* ``burst``: all the cycles from the first until the whole burst is recorded (their total, and how many);
 * ``steady``: the next cycle, nothing changed: every open job is reconciled again, none can start;
 * ``churn``: 10 granted tasks succeeded and 10 new tasks deferred since the last cycle: 10 finishes,
   10 submissions, a few grants.
 
 The medians are printed side by side with the PostgreSQL / SQLite ratio and the growth from the smallest
-size, so compare within one run (the machines are noisy). Each size runs twice, one after the other:
-with the garbage collector as Python leaves it (``default``) and after ``gc.freeze()`` as the hosts call
-it once started (``frozen``, ``allocator.host.freeze_startup_objects``); a last table gives the ratio.
+size, so compare within one run (the machines are noisy). Each cycle runs in turn with the garbage
+collector as Python leaves it (``default``) and after ``gc.freeze()`` as the hosts call it once started
+(``frozen``, ``allocator.host.freeze_startup_objects``), run by run (steady cycles on one state); a last
+table gives the ratio.
 The goals of issue 16 are printed as met or missed, for each: at 10,000 waiting on PostgreSQL, steady
 within 150 ms, churn within 200 ms, first within 1.5 s; SQLite within x2 of PostgreSQL.
 
@@ -93,7 +96,7 @@ PRIORITIES = (0, 10, 50, 100)
 PRIORITY_WEIGHTS = (60, 20, 15, 5)
 #: Per churn cycle: granted tasks that succeed, and new tasks that defer.
 CHURN = 10
-CYCLES = ("first", "steady", "churn")
+CYCLES = ("first", "burst", "steady", "churn")
 #: How the garbage collector runs: as Python leaves it, or frozen once started as the hosts do.
 GC_MODES = ("default", "frozen")
 #: Issue 16's goals at GOAL_SIZE waiting jobs on PostgreSQL, median ms per cycle; SQLite within x2.
@@ -294,6 +297,8 @@ class Timing:
     gc_mode: str = "default"
     times_ms: list[float] = field(default_factory=list)
     grants: list[int] = field(default_factory=list)
+    #: Cycles each run took (the burst: until every submission was recorded; the others: 1).
+    cycles: list[int] = field(default_factory=list)
 
     @property
     def median(self) -> float:
@@ -318,51 +323,88 @@ def timed_cycle(engine: sa.Engine, now: datetime) -> tuple[float, CycleReport]:
     return (time.perf_counter() - started) * 1000.0, report
 
 
-def measure(
-    backend: Backend, waiting: int, repeats: int, seed: int, console: Console, gc_mode: str = "default"
-) -> list[Timing]:
-    """The three cycles at ``waiting`` jobs, the collector ``gc_mode`` (frozen: as the hosts run it)."""
+def set_gc_mode(gc_mode: str) -> None:
+    """The collector as Python leaves it (``default``) or frozen as the hosts run it; collected either
+    way, outside the timing."""
+    gc.unfreeze()
     if gc_mode == "frozen":
         freeze_startup_objects()
+    else:
+        gc.collect()
+
+
+def measure(
+    backend: Backend,
+    waiting: int,
+    repeats: int,
+    seed: int,
+    console: Console,
+    gc_modes: Sequence[str] = ("default",),
+) -> list[Timing]:
+    """The cycles at ``waiting`` jobs, run by run in each of ``gc_modes`` in turn (the order alternates)."""
     try:
-        return _measure(backend, waiting, repeats, seed, console, gc_mode)
+        return _measure(backend, waiting, repeats, seed, console, gc_modes)
     finally:
         gc.unfreeze()
 
 
 def _measure(
-    backend: Backend, waiting: int, repeats: int, seed: int, console: Console, gc_mode: str
+    backend: Backend, waiting: int, repeats: int, seed: int, console: Console, gc_modes: Sequence[str]
 ) -> list[Timing]:
     rng = random.Random(f"{seed}-{waiting}-churn")
-    first, steady, churn = (Timing(backend.name, waiting, cycle, gc_mode) for cycle in CYCLES)
-    for _ in range(repeats):
-        reset(backend.engine)
-        clock = Clock()
-        defer_many(backend.engine, random.Random(f"{seed}-{waiting}"), 0, waiting, START)  # same jobs
-        ms, report = timed_cycle(backend.engine, clock.tick())
-        if len(report.submitted) != waiting:
-            raise RuntimeError(f"first cycle recorded {len(report.submitted)} of {waiting} submissions")
-        first.times_ms.append(ms)
-        first.grants.append(len(report.granted))
-    for _ in range(repeats + 2):
-        ms, report = timed_cycle(backend.engine, clock.tick())
-        steady.times_ms.append(ms)
-        steady.grants.append(len(report.granted))
+    timings = {
+        (cycle, mode): Timing(backend.name, waiting, cycle, mode) for mode in gc_modes for cycle in CYCLES
+    }
+
+    def in_turn(run: int) -> Sequence[str]:
+        return gc_modes if run % 2 == 0 else list(reversed(gc_modes))
+
+    def timed(cycle: str, mode: str, now: datetime) -> CycleReport:
+        ms, report = timed_cycle(backend.engine, now)
+        timings[(cycle, mode)].times_ms.append(ms)
+        timings[(cycle, mode)].grants.append(len(report.granted))
+        return report
+
+    clock = Clock()
+    for run in range(repeats):
+        for mode in in_turn(run):
+            reset(backend.engine)
+            clock = Clock()
+            defer_many(backend.engine, random.Random(f"{seed}-{waiting}"), 0, waiting, START)  # same jobs
+            set_gc_mode(mode)
+            report = timed("first", mode, clock.tick())
+            burst = timings[("burst", mode)]
+            recorded, cycles = len(report.submitted), 1
+            total_ms, grants = timings[("first", mode)].times_ms[-1], len(report.granted)
+            while report.backlog:  # the rest of the burst, one bounded batch a cycle
+                ms, report = timed_cycle(backend.engine, clock.tick())
+                recorded, total_ms, cycles = recorded + len(report.submitted), total_ms + ms, cycles + 1
+                grants += len(report.granted)
+            if recorded != waiting:
+                raise RuntimeError(f"the burst's cycles recorded {recorded} of {waiting} submissions")
+            burst.times_ms.append(total_ms)
+            burst.grants.append(grants)
+            burst.cycles.append(cycles)
+    for run in range(repeats + 2):
+        for mode in in_turn(run):  # nothing changes between steady cycles: the modes alternate on one state
+            set_gc_mode(mode)
+            timed("steady", mode, clock.tick())
     next_number = waiting
-    for _ in range(repeats + 2):
-        succeed_granted(backend.engine, rng, CHURN)
-        defer_many(backend.engine, rng, next_number, CHURN, START + timedelta(seconds=clock.seconds))
-        next_number += CHURN
-        ms, report = timed_cycle(backend.engine, clock.tick())
-        churn.times_ms.append(ms)
-        churn.grants.append(len(report.granted))
-    for timing in (first, steady, churn):
+    for run in range(repeats + 2):
+        for mode in in_turn(run):
+            succeed_granted(backend.engine, rng, CHURN)
+            defer_many(backend.engine, rng, next_number, CHURN, START + timedelta(seconds=clock.seconds))
+            next_number += CHURN
+            set_gc_mode(mode)
+            timed("churn", mode, clock.tick())
+    for timing in timings.values():
+        cycles = f" in {'/'.join(map(str, timing.cycles))} cycles" if timing.cycles else ""
         console.print(
-            f"[dim]{backend.name} {waiting:,} waiting, gc {gc_mode}, {timing.cycle}: "
+            f"[dim]{backend.name} {waiting:,} waiting, gc {timing.gc_mode}, {timing.cycle}: "
             + ", ".join(f"{ms:.0f}" for ms in timing.times_ms)
-            + " ms[/dim]"
+            + f" ms{cycles}[/dim]"
         )
-    return [first, steady, churn]
+    return list(timings.values())
 
 
 def render(results: Sequence[Timing], console: Console) -> None:
@@ -486,8 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # A warm-up (imports, the ORM's compiled statements): the first mode timed must not pay it.
             measure(backend, min(sizes), 1, args.seed, Console(quiet=True))
             for size in sizes:
-                for gc_mode in gc_modes:
-                    results.extend(measure(backend, size, args.repeats, args.seed, console, gc_mode))
+                results.extend(measure(backend, size, args.repeats, args.seed, console, gc_modes))
     render(results, console)
     return 0
 

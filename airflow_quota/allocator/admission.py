@@ -107,7 +107,7 @@ def _submit_new(
             else:
                 state = retried
         else:
-            submitted_at = _submitted_at_of(each)
+            submitted_at = submitted_at_of(each)
             batch.append((each, Submission(each.job_id, request, _task_ref(task), submitted_at)))
     state, refused_new = _record_new(part, state, batch)
     refused |= refused_new
@@ -192,7 +192,7 @@ def _submit_retry(
         request,
         _task_ref(waiting.task),
         part.now,
-        submitted_at=_submitted_at_of(waiting),
+        submitted_at=submitted_at_of(waiting),
     )
 
 
@@ -234,7 +234,7 @@ def _task_ref(task: WaitingTask) -> TaskInstanceRef:
     )
 
 
-def _submitted_at_of(waiting: Waiting) -> datetime:
+def submitted_at_of(waiting: Waiting) -> datetime:
     """The request's first submission: what its kwargs say, else when it deferred (a task that waits from
     the triggerer learns its submission time from its grant, so its first request names none)."""
     value = waiting.kwargs.get("submitted_at")

@@ -33,6 +33,8 @@ a crash anywhere leaves the ledger as the last committed cycle wrote it). Steps:
      A task that deferred from a worker run is resumed only once it has settled (``settle_time``):
      it may be granted and preempt before, its capacity held for it meanwhile.
 
+   At most ``max_new_requests`` requests new to the ledger are taken per job queue and cycle, the
+   earliest submitted first (``_within_batch``); the others wait deferred for the next cycles.
 4. ``plan_cycle``; the task instances of the jobs it grants are claimed (``tasks.claim_waiting``)
    before anything is recorded, and when one cannot be (cleared, resumed or locked by someone else since
    it was read) the queue is planned again without it, as if it had not been waiting. Then
@@ -64,7 +66,7 @@ from datetime import datetime
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from airflow_quota.allocator.admission import admit, reject
+from airflow_quota.allocator.admission import admit, reject, submitted_at_of
 from airflow_quota.allocator.decisions import grant, preempt
 from airflow_quota.allocator.job_ids import job_id_for
 from airflow_quota.allocator.open_jobs import reconcile_open_job
@@ -154,7 +156,7 @@ def _allocate_queue(part: QueuePart, queue_name: str, waiting: list[Waiting]) ->
         for each in waiting:
             reject(part, each, str(error))
         return
-    waiting = _claim_acted_on(part, state, waiting)
+    waiting = _claim_acted_on(part, state, _within_batch(part, waiting))
     waiting_ids = {each.job_id for each in waiting}
     for job_id in sorted(state.jobs):
         if job_id not in waiting_ids:
@@ -170,6 +172,20 @@ def _allocate_queue(part: QueuePart, queue_name: str, waiting: list[Waiting]) ->
         else:
             preempt(part, plan.decided, decision)
     part.report.states[queue_name] = plan.decided
+
+
+def _within_batch(part: QueuePart, waiting: list[Waiting]) -> list[Waiting]:
+    """The waiting tasks this cycle takes: every request the ledger knows, and of those new to it at most
+    ``max_new_requests``, the earliest submitted first; the others stay deferred, neither read further
+    nor locked, and are listed in ``CycleReport.backlog`` (a burst is admitted in bounded batches)."""
+    limit = part.settings.max_new_requests
+    new = [each for each in waiting if each.job_id not in part.rows]
+    if limit <= 0 or len(new) <= limit:
+        return waiting
+    new.sort(key=lambda each: (submitted_at_of(each), each.job_id))
+    part.report.backlog += [each.job_id for each in new[limit:]]
+    later = {each.job_id for each in new[limit:]}
+    return [each for each in waiting if each.job_id not in later]
 
 
 def _claim_acted_on(part: QueuePart, state: QueueState, waiting: list[Waiting]) -> list[Waiting]:

@@ -19,7 +19,8 @@ longer walks them at every full collection a cycle's allocations set off (``allo
 measures the effect).
 
 Settings (``[quota]`` in airflow.cfg or ``AIRFLOW__QUOTA__*``): ``allocation_interval`` (seconds
-between cycle starts; ``next_cycle_start``), ``settle_time``, ``stop_deadline``, ``orphan_timeout``.
+between cycle starts; ``next_cycle_start``), ``settle_time``, ``stop_deadline``, ``orphan_timeout``,
+``max_new_requests``.
 Their defaults and meanings are declared once, in the provider info (``get_provider_info.QUOTA_CONFIG``),
 where Airflow's configuration takes them from.
 """
@@ -71,6 +72,7 @@ def cycle_settings() -> CycleSettings:
         settle_time=timedelta(seconds=conf.getfloat(SECTION, "settle_time")),
         stop_deadline=timedelta(seconds=conf.getfloat(SECTION, "stop_deadline")),
         orphan_timeout=timedelta(seconds=conf.getfloat(SECTION, "orphan_timeout")),
+        max_new_requests=conf.getint(SECTION, "max_new_requests"),
         stopped_training_jobs=STOPPED_TRAINING_JOBS,
     )
 

@@ -27,6 +27,8 @@ class CycleReport:
     #: The cycle's ``now``; None when it was skipped.
     ran_at: datetime | None = None
     submitted: list[str] = field(default_factory=list)
+    #: Requests new to the ledger left deferred for a later cycle (beyond ``max_new_requests``).
+    backlog: list[str] = field(default_factory=list)
     granted: list[Lease] = field(default_factory=list)
     #: Victims chosen this cycle, by preemptor.
     preempted: dict[str, list[str]] = field(default_factory=dict)

@@ -21,6 +21,9 @@ class CycleSettings:
     stop_deadline: timedelta = timedelta(seconds=default_setting("stop_deadline"))
     #: An orphaned training job not confirmed stopped after this has its capacity released anyway.
     orphan_timeout: timedelta = timedelta(seconds=default_setting("orphan_timeout"))
+    #: Most requests new to the ledger a cycle records per job queue, the earliest submitted first (0: no
+    #: bound); the others stay deferred, untouched, for the next cycles (``cycle._within_batch``).
+    max_new_requests: int = int(default_setting("max_new_requests"))
     #: How ``request_stops`` asks training jobs to stop once a cycle has committed (victims and
     #: orphans); by default through their backend (``stop_through_backend``).
     job_stopper: JobStopper | None = None

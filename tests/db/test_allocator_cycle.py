@@ -168,6 +168,39 @@ def test_capacity_2_grants_two_of_three_and_the_third_waits(db: Database) -> Non
     assert [row.job_id for row in audit(db, AuditKind.GRANTED)] == [first, second]
 
 
+def test_a_burst_of_requests_is_recorded_in_batches_the_earliest_submitted_first(db: Database) -> None:
+    # Five tasks, named against their submission order: job4 was submitted first, job0 last.
+    submitted = {
+        f"job{n}": defer(db, f"job{n}", deferred_at=START + timedelta(seconds=4 - n)) for n in range(5)
+    }
+    batches = CycleSettings(max_new_requests=2)
+
+    def batch_cycle(seconds: int) -> CycleReport:
+        with db.session() as session, session.begin():
+            return run_allocation_cycle(session, START + timedelta(seconds=seconds), batches)
+
+    first = batch_cycle(10)
+
+    assert first.submitted == [submitted["job4"], submitted["job3"]]
+    assert [lease.job_id for lease in first.granted] == first.submitted  # the first grants, at once
+    assert sorted(first.backlog) == sorted(submitted[f"job{n}"] for n in range(3))
+    with db.session() as session:  # the others are not in the ledger yet, and their tasks still wait
+        assert session.scalars(sa.select(JobRow.job_id)).all() == sorted(first.submitted)
+    tis = task_instances(db)
+    assert all(tis[f"job{n}"].state == TaskInstanceState.DEFERRED for n in range(3))
+
+    second = batch_cycle(11)
+
+    assert second.submitted == [submitted["job2"], submitted["job1"]]
+    assert second.backlog == [submitted["job0"]]
+    assert (second.granted, job(db, submitted["job2"]).status) == ([], "RUNNABLE")  # both GPUs are taken
+
+    third = batch_cycle(12)
+
+    assert (third.submitted, third.backlog) == ([submitted["job0"]], [])
+    assert batch_cycle(13).submitted == []
+
+
 def test_a_task_deferred_from_a_worker_waits_out_the_settle_time(db: Database) -> None:
     job_id = defer(db, "job0", pid=4242, deferred_at=START)
 

@@ -66,15 +66,16 @@ def test_every_declared_setting_is_documented_with_its_default() -> None:
 @pytest.mark.parametrize(
     ("environment", "expected"),
     [
-        pytest.param({}, (0.25, 10, 600, 900), id="unset: the provider info's defaults"),
+        pytest.param({}, (0.25, 10, 600, 900, 1000), id="unset: the provider info's defaults"),
         pytest.param(
             {
                 "AIRFLOW__QUOTA__ALLOCATION_INTERVAL": "2",
                 "AIRFLOW__QUOTA__SETTLE_TIME": "3",
                 "AIRFLOW__QUOTA__STOP_DEADLINE": "4",
                 "AIRFLOW__QUOTA__ORPHAN_TIMEOUT": "5",
+                "AIRFLOW__QUOTA__MAX_NEW_REQUESTS": "6",
             },
-            (2, 3, 4, 5),
+            (2, 3, 4, 5, 6),
             id="set in the environment: the values given",
         ),
     ],
@@ -89,11 +90,12 @@ def test_the_allocator_reads_its_settings_through_airflow(
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     settings = cycle_settings()
-    interval, settle, deadline, orphan = expected
+    interval, settle, deadline, orphan, batch = expected
     assert allocation_interval() == interval
     assert settings.settle_time == timedelta(seconds=settle)
     assert settings.stop_deadline == timedelta(seconds=deadline)
     assert settings.orphan_timeout == timedelta(seconds=orphan)
+    assert settings.max_new_requests == batch
 
 
 @pytest.mark.airflow
