@@ -90,7 +90,8 @@ def apply_quota_config(
 
 
 def applied_config(session: Session, job_queue_name: str) -> dict[str, Any] | None:
-    """The job queue as applied, AWS-shaped (``{"jobQueueName", "capacityLimits", "quotaShares"}``)."""
+    """The job queue as applied, AWS-shaped (``{"jobQueueName", "capacityLimits", "quotaShares"}``, and
+    ``scheduler`` when the quota file wrote it)."""
     queue_row = session.get(JobQueueRow, job_queue_name)
     if queue_row is None:
         return None
@@ -214,6 +215,7 @@ def _write_queue(
         queue_row = JobQueueRow(job_queue_name=queue.job_queue_name, created_at=now)
         session.add(queue_row)
     queue_row.capacity_limits = capacity_limits
+    queue_row.scheduler = queue.scheduler
     queue_row.revision = revision
     queue_row.updated_at = now
     session.flush()  # the queue row exists before its shares point at it
@@ -256,11 +258,15 @@ def _elements(
 
 
 def _queue_document(row: JobQueueRow) -> dict[str, Any]:
-    return {"jobQueueName": row.job_queue_name, "capacityLimits": row.capacity_limits}
+    """The queue's own fields as the quota file writes them (``scheduler`` only when it was written)."""
+    document: dict[str, Any] = {"jobQueueName": row.job_queue_name, "capacityLimits": row.capacity_limits}
+    if row.scheduler is not None:
+        document["scheduler"] = row.scheduler
+    return document
 
 
 def _queue_document_of(document: Mapping[str, Any]) -> dict[str, Any]:
-    return {"jobQueueName": document["jobQueueName"], "capacityLimits": document["capacityLimits"]}
+    return {key: document[key] for key in ("jobQueueName", "capacityLimits", "scheduler") if key in document}
 
 
 def _share_document(row: QuotaShareRow) -> dict[str, Any]:

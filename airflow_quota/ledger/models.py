@@ -61,6 +61,9 @@ class JobQueueRow(LedgerBase):
     job_queue_name: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
     #: AWS's ``capacityLimits``: ``[{"capacityUnit": ..., "maxCapacity": ...}]``.
     capacity_limits: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    #: Who schedules it, as the quota file writes it (``AIRFLOW`` or ``AWS_BATCH``); NULL when the file
+    #: leaves it out (our allocator).
+    scheduler: Mapped[str | None] = mapped_column(String(20), nullable=True)
     revision: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)

@@ -7,6 +7,7 @@ same ``initdb`` that ``airflow standalone`` runs first, so it covers both.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -19,7 +20,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from airflow_quota.engine.config import parse_quota_config
-from airflow_quota.ledger.configuration import apply_quota_config
+from airflow_quota.ledger.configuration import applied_config, apply_quota_config
 from airflow_quota.ledger.db import QuotaDBManager
 from airflow_quota.ledger.models import ledger_metadata
 from tests.db.conftest import Database
@@ -50,6 +51,49 @@ def quota_config(team_a_gpus: int) -> Any:
         },
         "test",
     )
+
+
+def apply_with_sql(database: Database, team_a_gpus: int) -> None:
+    """What applying ``quota_config(team_a_gpus)`` wrote with the first release's tables (the ORM models
+    are head's: they name columns an older schema does not have)."""
+    document = quota_config(team_a_gpus).model_dump(mode="json", by_alias=True, exclude_none=True)
+    queue, share = document["jobQueues"][0], document["jobQueues"][0]["quotaShares"][0]
+    rows = {
+        "quota_job_queue": {
+            "job_queue_name": "gpu",
+            "capacity_limits": json.dumps(queue["capacityLimits"]),
+            "revision": 1,
+            "created_at": NOW,
+            "updated_at": NOW,
+        },
+        "quota_share": {
+            "job_queue_name": "gpu",
+            "quota_share_name": share["quotaShareName"],
+            "position": 0,
+            "capacity_limits": json.dumps(share["capacityLimits"]),
+            "strategy": share["resourceSharingConfiguration"]["strategy"],
+            "borrow_limit": None,
+            "in_share_preemption": share["preemptionConfiguration"]["inSharePreemption"],
+            "state": share["state"],
+            "created_at": NOW,
+            "updated_at": NOW,
+        },
+        "quota_config_revision": {
+            "job_queue_name": "gpu",
+            "revision": 1,
+            "applied_at": NOW,
+            "applied_by": "test",
+            "source": "quotas.yaml",
+            "config": json.dumps(queue),
+        },
+    }
+    with database.engine.begin() as connection:
+        for table, values in rows.items():
+            names = ", ".join(values)
+            connection.execute(
+                sa.text(f"INSERT INTO {table} ({names}) VALUES ({', '.join(':' + name for name in values)})"),
+                values,
+            )
 
 
 def script() -> ScriptDirectory:
@@ -182,8 +226,7 @@ def upgrade(database: Database, to_revision: str | None = None) -> None:
 def test_upgrade_from_the_first_migration_to_head_keeps_the_data(empty_database: Database) -> None:
     upgrade(empty_database, to_revision=first_revision())
     assert version_in(empty_database) == first_revision()
-    with empty_database.session() as session, session.begin():
-        apply_quota_config(session, quota_config(4), applied_by="test", source="quotas.yaml", now=NOW)
+    apply_with_sql(empty_database, 4)
 
     upgrade(empty_database)
 
@@ -216,6 +259,48 @@ def test_a_downgrade_to_the_first_release_then_upgrade_keeps_the_data(empty_data
         assert connection.execute(sa.text("SELECT quota_share_name FROM quota_share")).scalars().all() == [
             "team-a"
         ]
+
+
+def test_upgrading_to_0004_keeps_each_job_queue_scheduled_by_airflow_until_its_file_says_otherwise(
+    empty_database: Database,
+) -> None:
+    """A job queue applied before the ``scheduler`` column existed reads as left out (our allocator);
+    applying the file with ``scheduler: AWS_BATCH`` afterwards is revision 2; a downgrade drops it again."""
+    before_scheduler = "9d4f2a61c3e8"
+    upgrade(empty_database, to_revision=before_scheduler)
+    apply_with_sql(empty_database, 4)
+
+    upgrade(empty_database)
+
+    with empty_database.session() as session:
+        applied = applied_config(session, "gpu")
+    assert (
+        applied == quota_config(4).model_dump(mode="json", by_alias=True, exclude_none=True)["jobQueues"][0]
+    )
+    assert applied is not None
+    assert "scheduler" not in applied
+    moved = quota_config(4).model_dump(mode="json", by_alias=True, exclude_none=True)
+    moved["jobQueues"][0]["scheduler"] = "AWS_BATCH"
+    with empty_database.session() as session, session.begin():
+        changes = apply_quota_config(
+            session, parse_quota_config(moved, "test"), applied_by="test", source="quotas.yaml", now=NOW
+        )
+    assert [(change.quota_share_name, change.revision, change.new) for change in changes] == [
+        (
+            None,
+            2,
+            {"jobQueueName": "gpu", "capacityLimits": applied["capacityLimits"], "scheduler": "AWS_BATCH"},
+        )
+    ]
+    with empty_database.engine.connect() as connection:
+        assert connection.execute(sa.text("SELECT scheduler FROM quota_job_queue")).scalars().all() == [
+            "AWS_BATCH"
+        ]
+
+    with empty_database.session() as session:
+        QuotaDBManager(session).downgrade(to_revision=before_scheduler)
+    columns = {column["name"] for column in sa.inspect(empty_database.engine).get_columns("quota_job_queue")}
+    assert "scheduler" not in columns
 
 
 def test_the_migration_files_alone_build_the_models(empty_database: Database) -> None:

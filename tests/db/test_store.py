@@ -25,7 +25,7 @@ from airflow_quota.engine.model import (
     QueueState,
 )
 from airflow_quota.engine.planner import plan_cycle
-from airflow_quota.ledger.configuration import apply_quota_config
+from airflow_quota.ledger.configuration import applied_config, apply_quota_config
 from airflow_quota.ledger.decisions import record_cycle
 from airflow_quota.ledger.errors import ConfigApplyError, LedgerError
 from airflow_quota.ledger.job_rows import to_engine_time
@@ -63,19 +63,17 @@ BORROWER = share("borrower", 2, "LEND_AND_BORROW")
 URGENT = share("urgent", 2, "RESERVE", preemptionConfiguration={"inSharePreemption": "ENABLED"})
 
 
-def quota_file(*shares: dict[str, Any], capacity: int = 6, queue: str = QUEUE) -> QuotaConfig:
-    return parse_quota_config(
-        {
-            "jobQueues": [
-                {
-                    "jobQueueName": queue,
-                    "capacityLimits": [{"capacityUnit": "gpu", "maxCapacity": capacity}],
-                    "quotaShares": list(shares),
-                }
-            ]
-        },
-        "quotas.yaml",
-    )
+def quota_file(
+    *shares: dict[str, Any], capacity: int = 6, queue: str = QUEUE, scheduler: str | None = None
+) -> QuotaConfig:
+    job_queue: dict[str, Any] = {
+        "jobQueueName": queue,
+        "capacityLimits": [{"capacityUnit": "gpu", "maxCapacity": capacity}],
+        "quotaShares": list(shares),
+    }
+    if scheduler is not None:
+        job_queue["scheduler"] = scheduler
+    return parse_quota_config({"jobQueues": [job_queue]}, "quotas.yaml")
 
 
 THREE_SHARES = quota_file(LENDER, BORROWER, URGENT)
@@ -224,6 +222,35 @@ def test_changing_a_share_makes_revision_2_with_old_and_new_in_the_audit(ledger:
             sa.select(ConfigRevisionRow.revision).order_by(ConfigRevisionRow.revision)
         )
         assert list(revisions) == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [(None, "AWS_BATCH"), ("AWS_BATCH", "AIRFLOW"), ("AWS_BATCH", None), ("AIRFLOW", None)],
+    ids=["left-out-to-aws-batch", "aws-batch-to-airflow", "aws-batch-to-left-out", "airflow-to-left-out"],
+)
+def test_changing_only_the_scheduler_line_makes_revision_2(
+    ledger: Ledger, first: str | None, then: str | None
+) -> None:
+    """Moving a job queue between our allocator and AWS Batch is one line of the file: a new revision,
+    audited with old and new, and the applied configuration says who schedules the queue now."""
+    ledger.apply(quota_file(LENDER, BORROWER, URGENT, scheduler=first))
+
+    changes = ledger.apply(quota_file(LENDER, BORROWER, URGENT, scheduler=then))
+
+    assert [(change.quota_share_name, change.revision) for change in changes] == [(None, 2)]
+    assert (changes[0].old or {}).get("scheduler") == first
+    assert (changes[0].new or {}).get("scheduler") == then
+    audit = ledger.audit(AuditKind.CONFIG_CHANGED)[-1]
+    assert audit.details is not None
+    assert (audit.details["old"].get("scheduler"), audit.details["new"].get("scheduler")) == (first, then)
+    with ledger.database.session() as session:
+        applied = applied_config(session, QUEUE)
+        assert applied is not None
+        assert applied.get("scheduler") == then
+        history = session.scalars(sa.select(ConfigRevisionRow).order_by(ConfigRevisionRow.revision)).all()
+    assert [(row.revision, (row.config or {}).get("scheduler")) for row in history] == [(1, first), (2, then)]
+    assert ledger.apply(quota_file(LENDER, BORROWER, URGENT, scheduler=then)) == []
 
 
 def test_removing_a_share_with_unfinished_jobs_is_refused_and_changes_nothing(ledger: Ledger) -> None:
