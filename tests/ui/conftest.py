@@ -55,7 +55,6 @@ from airflow_quota.ledger.queue_state import load_queue_state
 from tests.databases import migrate_fresh, postgres_admin, postgres_server_or_skip
 
 AIRFLOW = Path(sys.executable).parent / "airflow"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 PASSWORDS = {"admin": "admin-password", "op": "op-password", "viewer": "viewer-password"}
 T = TypeVar("T")
 

@@ -7,75 +7,38 @@ and sits in Airflow's navigation. Screenshots go to ``test-artifacts/``.
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.actions.action_builder import ActionBuilder
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.select import Select
-from selenium.webdriver.support.wait import WebDriverWait
 
 from airflow_quota.ledger.models import JobRow
-from tests.ui.conftest import ARTIFACTS, PASSWORDS, QUEUE, UNIT, ApiServer, Ledger
+from tests.ui.browser import (
+    ARTIFACTS,
+    NEEDS_CHROMIUM,
+    chromium,
+    console_errors,
+    drawn_timeline,
+    pick_window,
+    text,
+    wait_for,
+)
+from tests.ui.conftest import PASSWORDS, QUEUE, UNIT, ApiServer, Ledger
 from tests.ui.test_api_limits import finished_jobs
 
-T = TypeVar("T")
-CHROMIUM = shutil.which("chromium")
-CHROMEDRIVER = shutil.which("chromedriver")
-
-pytestmark = [
-    pytest.mark.airflow,
-    pytest.mark.skipif(  # under CI (CI=true) they must be there: the browser fixture fails instead
-        (CHROMIUM is None or CHROMEDRIVER is None) and os.environ.get("CI") != "true",
-        reason="needs Debian's chromium and chromium-driver (.ci/run installs them)",
-    ),
-]
+pytestmark = [pytest.mark.airflow, NEEDS_CHROMIUM]
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[WebDriver]:
-    if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.fail("chromium and chromedriver are missing: apt-get install chromium chromium-driver")
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1500,1200"):
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
-    ARTIFACTS.mkdir(exist_ok=True)
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
-
-
-def wait_for(driver: WebDriver, condition: Callable[[WebDriver], T], what: str, seconds: float = 25) -> T:
-    """Wait for ``condition`` (the page refreshes itself every 5 s); fail saying what never appeared."""
-    try:
-        wait = WebDriverWait(
-            driver,
-            seconds,
-            poll_frequency=0.25,
-            ignored_exceptions=(StaleElementReferenceException, KeyError),
-        )
-        return wait.until(condition)
-    except TimeoutException:
-        ARTIFACTS.mkdir(exist_ok=True)
-        driver.save_screenshot(str(ARTIFACTS / "gpu-quotas-failure.png"))
-        pytest.fail(f"{what} did not appear within {seconds} s; page text:\n{text(driver)[:3000]}")
-
-
-def text(driver: WebDriver) -> str:
-    return str(driver.find_element(By.TAG_NAME, "body").text)
 
 
 def log_in(driver: WebDriver, server: ApiServer, path: str, user: str) -> None:
@@ -232,11 +195,7 @@ def test_the_share_page_focuses_on_one_share(api_server: ApiServer, browser: Web
 
 
 def timeline(driver: WebDriver) -> list[dict[str, Any]]:
-    """What the GPU timeline draws (job, phase, lane, preemptor) and where on screen, per item."""
-    items: list[dict[str, Any]] = driver.execute_script(
-        f"return QuotaTimeline.drawn(document.querySelector('.timeline[data-queue=\"{QUEUE}\"]'))"
-    )
-    return items
+    return drawn_timeline(driver, QUEUE)
 
 
 def click_at(driver: WebDriver, x: float, y: float) -> None:
@@ -245,11 +204,6 @@ def click_at(driver: WebDriver, x: float, y: float) -> None:
     actions.pointer_action.move_to_location(int(x), int(y))
     actions.pointer_action.click()
     actions.perform()
-
-
-def console_errors(driver: WebDriver) -> list[str]:
-    """The browser console's errors since the last call (reading the log empties it)."""
-    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
 
 
 def test_the_timeline_shows_a_borrower_stopped_for_its_preemptor_then_resuming(
@@ -275,13 +229,7 @@ def test_the_timeline_shows_a_borrower_stopped_for_its_preemptor_then_resuming(
     ledger.cycle()  # vision-a resumes on research's idle GPUs again
     log_in(browser, api_server, "/quota/", "viewer")
     console_errors(browser)
-    picker = "button[data-window='15m']"
-    wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, picker), "the window picker").click()
-    wait_for(
-        browser,
-        lambda d: d.find_element(By.CSS_SELECTOR, picker).get_attribute("aria-pressed") == "true",
-        "the window of the last 15 minutes",
-    )
+    pick_window(browser, "15m")
     items = wait_for(
         browser,
         lambda d: (
@@ -400,13 +348,7 @@ def test_the_page_follows_airflows_dark_theme(api_server: ApiServer, browser: We
     browser.execute_script("localStorage.setItem('theme', 'dark')")  # Airflow's UI remembers it so
     try:
         browser.refresh()
-        picker = "button[data-window=all]"
-        wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, picker), "the page")[0].click()
-        wait_for(
-            browser,
-            lambda d: d.find_element(By.CSS_SELECTOR, picker).get_attribute("aria-pressed") == "true",
-            "the window since the first job",
-        )
+        pick_window(browser, "all")
         wait_for(browser, lambda d: timeline(d) or None, "the timeline")
         background = browser.execute_script("return getComputedStyle(document.body).backgroundColor")
         assert background == "rgb(13, 17, 23)"

@@ -1,0 +1,93 @@
+"""Headless Debian chromium (through selenium) for the tests that look at the GPU Quotas page, and what the
+page's GPU timeline draws. Used by tests/ui and by the demo's end-to-end test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.wait import WebDriverWait
+
+T = TypeVar("T")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+#: Skips a test without chromium, saying why; under CI (CI=true) they must be there: ``chromium`` fails.
+NEEDS_CHROMIUM = pytest.mark.skipif(
+    (CHROMIUM is None or CHROMEDRIVER is None) and os.environ.get("CI") != "true",
+    reason="needs Debian's chromium and chromium-driver (.ci/run installs them)",
+)
+
+
+@contextmanager
+def chromium() -> Iterator[WebDriver]:
+    """A headless chromium, 1500 x 1200, that keeps its console log (``console_errors``)."""
+    if CHROMIUM is None or CHROMEDRIVER is None:
+        pytest.fail("chromium and chromedriver are missing: apt-get install chromium chromium-driver")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1500,1200"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
+    ARTIFACTS.mkdir(exist_ok=True)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def text(driver: WebDriver) -> str:
+    return str(driver.find_element(By.TAG_NAME, "body").text)
+
+
+def wait_for(driver: WebDriver, condition: Callable[[WebDriver], T], what: str, seconds: float = 25) -> T:
+    """Wait for ``condition`` (the page refreshes itself every 5 s); fail saying what never appeared."""
+    try:
+        wait = WebDriverWait(
+            driver,
+            seconds,
+            poll_frequency=0.25,
+            ignored_exceptions=(StaleElementReferenceException, KeyError),
+        )
+        return wait.until(condition)
+    except TimeoutException:
+        ARTIFACTS.mkdir(exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "gpu-quotas-failure.png"))
+        pytest.fail(f"{what} did not appear within {seconds} s; page text:\n{text(driver)[:3000]}")
+
+
+def drawn_timeline(driver: WebDriver, queue: str) -> list[dict[str, Any]]:
+    """What the job queue's GPU timeline draws, one entry per bar or wait: its job, kind (bar or wait),
+    phase (RUNNING, STOPPING, WAITING), lane, borrowed, preemptor, start and end (ms), and where it is on
+    the screen (x, y)."""
+    items: list[dict[str, Any]] = driver.execute_script(
+        "return QuotaTimeline.drawn(document.querySelector(`.timeline[data-queue='${arguments[0]}']`))", queue
+    )
+    return items
+
+
+def pick_window(driver: WebDriver, window: str) -> None:
+    """Click the timeline's window button (15m, 1h, 1d, all) and wait until the page has redrawn with it."""
+    picker = f"button[data-window='{window}']"
+    wait_for(driver, lambda d: d.find_element(By.CSS_SELECTOR, picker), "the window picker").click()
+    wait_for(
+        driver,
+        lambda d: d.find_element(By.CSS_SELECTOR, picker).get_attribute("aria-pressed") == "true",
+        f"the timeline's {window} window",
+    )
+
+
+def console_errors(driver: WebDriver) -> list[str]:
+    """The browser console's errors since the last call (reading the log empties it)."""
+    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
