@@ -10,6 +10,11 @@ own channels, and this module names every message:
 * **Rejection** (allocator -> waiting task): the same resume, with ``{"rejected": True, "reason": ...}``
   when the request can never be granted (unknown share, share DISABLED, preemption retries exhausted,
   terminated by an admin). The task fails with ``reason``.
+* **Handover to AWS Batch** (allocator -> waiting task): on a job queue whose applied quota file says
+  ``scheduler: AWS_BATCH``, a request new to the ledger is resumed with a ``SchedulerHandover``
+  (``{"scheduler": "AWS_BATCH", "job_id": ...}``) instead of a grant, and holds no lease: the task submits
+  (or re-attaches to) its AWS Batch service job and follows it; AWS Batch admits, preempts and re-queues
+  it (``allocator/aws_batch_queues.py``, ``operators/batch_backend.py``).
 * **Preemption** (allocator -> granted task), two channels, both keyed by ``lease_id`` (ignore a signal
   for another lease, it is stale):
 
@@ -78,6 +83,13 @@ class Rejection(TypedDict):
     rejected: Literal[True]
     job_id: str
     reason: str
+
+
+class SchedulerHandover(TypedDict):
+    """The event a waiting task is resumed with when AWS Batch, not our allocator, schedules its queue."""
+
+    scheduler: Literal["AWS_BATCH"]
+    job_id: str  # the job id the request would have had in the ledger (it records nothing for it)
 
 
 class Preempt(TypedDict):

@@ -67,6 +67,7 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from airflow_quota.allocator.admission import admit, reject, submitted_at_of
+from airflow_quota.allocator.aws_batch_queues import hand_over_to_aws_batch
 from airflow_quota.allocator.decisions import grant, preempt
 from airflow_quota.allocator.job_ids import job_id_for
 from airflow_quota.allocator.open_jobs import reconcile_open_job
@@ -156,6 +157,7 @@ def _allocate_queue(part: QueuePart, queue_name: str, waiting: list[Waiting]) ->
         for each in waiting:
             reject(part, each, str(error))
         return
+    waiting = hand_over_to_aws_batch(part, queue_name, waiting)  # a queue AWS Batch schedules: its new ones
     waiting = _claim_acted_on(part, state, _within_batch(part, waiting))
     waiting_ids = {each.job_id for each in waiting}
     for job_id in sorted(state.jobs):
