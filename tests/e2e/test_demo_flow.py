@@ -4,14 +4,16 @@ The demo DAGs (demo/dags/demo_teams.py, local backend, a CPU script that checkpo
 demo's quotas (demo/quotas.yaml) with the scheduler (hosting the allocator), dag processor, triggerer and
 api-server. Checked: nlp borrows research's idle GPUs; research's job reclaims them; the two lowest
 priority nlp trials stop, are requeued and resume from their checkpoints (their results equal an
-uninterrupted run); nobody uses an Airflow retry; the audit log and the REST API agree; at no sampled
-moment is more capacity held than the queue has, or one device index held twice. Midway, a bad quota
-file is applied (it changes nothing) and the scheduler is restarted (nothing is lost).
+uninterrupted run); nobody uses an Airflow retry; the audit log, the REST API and the page's GPU timeline
+(in Chromium) agree; at no sampled moment is more capacity held than the queue has, or one device index
+held twice. Midway, a bad quota file is applied (it changes nothing) and the scheduler is restarted
+(nothing is lost).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -26,6 +28,17 @@ import sqlalchemy as sa
 from tests.airflow.harness import AirflowProcesses
 from tests.databases import postgres_admin, postgres_server_or_skip
 from tests.scripts import load_script
+from tests.ui.browser import (
+    ARTIFACTS,
+    CHROMEDRIVER,
+    CHROMIUM,
+    chromium,
+    console_errors,
+    drawn_timeline,
+    log_in,
+    pick_window,
+    wait_for,
+)
 
 pytestmark = pytest.mark.airflow
 
@@ -160,6 +173,35 @@ def api(airflow: AirflowProcesses, path: str) -> Any:
     return response.json()
 
 
+def page_shows_the_reclaim(airflow: AirflowProcesses, victims: list[str], pretrain: str) -> None:
+    """The GPU Quotas page's timeline of the last 15 minutes: each victim's bars run, stop for pretrain (the stop
+    phase linked to it), then resume."""
+    with chromium() as driver:
+        log_in(driver, airflow.env["AIRFLOW__API__BASE_URL"], "/quota/", "admin", "admin")
+        console_errors(driver)
+        pick_window(driver, "15m")
+        drawn = wait_for(
+            driver,
+            lambda d: [item for item in drawn_timeline(d, "workstation") if item["kind"] == "bar"] or None,
+            "the demo's timeline",
+        )
+        for victim in victims:
+            phases = sorted(
+                {
+                    (item["start"], item["phase"], item["preemptedBy"])
+                    for item in drawn
+                    if item["jobId"] == victim
+                }
+            )
+            assert [step[1:] for step in phases] == [
+                ("RUNNING", None),
+                ("STOPPING", pretrain),
+                ("RUNNING", None),
+            ]
+        driver.save_screenshot(str(ARTIFACTS / "gpu-quotas-demo-timeline.png"))
+        assert console_errors(driver) == []
+
+
 def test_the_demo_flow_borrow_reclaim_requeue_resume_with_a_bad_file_and_a_scheduler_restart(
     airflow: AirflowProcesses,
 ) -> None:
@@ -216,6 +258,21 @@ def test_the_demo_flow_borrow_reclaim_requeue_resume_with_a_bad_file_and_a_sched
         assert jobs[victim]["status"] == "SUCCEEDED"
         assert jobs[victim]["preemptionSummary"]["preemptedAttemptCount"] == 1
     assert jobs[pretrain]["status"] == "SUCCEEDED"
+
+    # Its GPU timeline tells it too: each victim's bar runs, stops for pretrain (RECLAIM), then resumes.
+    (unit,) = api(airflow, "/jobQueues/workstation/timeline?window=all")["units"]
+    for victim in victims:
+        phases = sorted(
+            {
+                (bar["startedAt"], bar["phase"], bar["preemptedBy"])
+                for bar in unit["bars"]
+                if bar["jobId"] == victim
+            }
+        )
+        assert [step[1:] for step in phases] == [("RUNNING", None), ("STOPPING", pretrain), ("RUNNING", None)]
+    # And the page draws it so, in Chromium.
+    if (CHROMIUM and CHROMEDRIVER) or os.environ.get("CI") == "true":
+        page_shows_the_reclaim(airflow, victims, pretrain)
 
     # Resumed from their checkpoints: the results equal uninterrupted runs.
     for trial, steps in TRIALS.items():

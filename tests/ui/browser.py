@@ -67,6 +67,18 @@ def wait_for(driver: WebDriver, condition: Callable[[WebDriver], T], what: str, 
         pytest.fail(f"{what} did not appear within {seconds} s; page text:\n{text(driver)[:3000]}")
 
 
+def log_in(driver: WebDriver, base_url: str, path: str, user: str, password: str) -> None:
+    """Open ``path`` without a session: Airflow's login page comes first, then the page itself."""
+    driver.delete_all_cookies()
+    driver.get(base_url + path)
+    username = wait_for(driver, lambda d: d.find_element(By.NAME, "username"), "the login form")
+    assert "/auth/login" in driver.current_url
+    username.send_keys(user)
+    driver.find_element(By.NAME, "password").send_keys(password)
+    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_for(driver, lambda d: d.current_url == base_url + path, f"the redirect back to {path}")
+
+
 def drawn_timeline(driver: WebDriver, queue: str) -> list[dict[str, Any]]:
     """What the job queue's GPU timeline draws, one entry per bar or wait: its job, kind (bar or wait),
     phase (RUNNING, STOPPING, WAITING), lane, borrowed, preemptor, start and end (ms), and where it is on

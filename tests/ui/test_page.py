@@ -29,6 +29,7 @@ from tests.ui.browser import (
     text,
     wait_for,
 )
+from tests.ui.browser import log_in as log_in_as
 from tests.ui.conftest import PASSWORDS, QUEUE, UNIT, ApiServer, Ledger
 from tests.ui.test_api_limits import finished_jobs
 
@@ -43,14 +44,7 @@ def browser() -> Iterator[WebDriver]:
 
 def log_in(driver: WebDriver, server: ApiServer, path: str, user: str) -> None:
     """Open ``path`` without a session: Airflow's login page comes first, then the page itself."""
-    driver.delete_all_cookies()
-    driver.get(server.url + path)
-    username = wait_for(driver, lambda d: d.find_element(By.NAME, "username"), "the login form")
-    assert "/auth/login" in driver.current_url
-    username.send_keys(user)
-    driver.find_element(By.NAME, "password").send_keys(PASSWORDS[user])
-    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    wait_for(driver, lambda d: d.current_url == server.url + path, f"the redirect back to {path}")
+    log_in_as(driver, server.url, path, user, PASSWORDS[user])
 
 
 #: What the page shows, read in one script run (the page redraws itself every few seconds).

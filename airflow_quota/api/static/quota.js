@@ -12,9 +12,9 @@
   const OPEN_JOBS = 1000;
   const COLORS = ["#0969da", "#bf3989", "#1a7f37", "#bc4c00", "#8250df", "#0a7b83", "#9a6700", "#cf222e"];
   const WINDOWS = [["15m", "15 min"], ["1h", "1 hour"], ["1d", "1 day"], ["all", "Since the first job"]];
-  // The window the user picked last (kept in this browser), else the last hour.
-  let timelineWindow = window.localStorage.getItem("quota-timeline-window") || "1h";
-  if (!WINDOWS.some(([value]) => value === timelineWindow)) timelineWindow = "1h";
+  // The window the user picked last (kept in this browser), else the last 15 minutes.
+  let timelineWindow = window.localStorage.getItem("quota-timeline-window") || "15m";
+  if (!WINDOWS.some(([value]) => value === timelineWindow)) timelineWindow = "15m";
   // Kept across refreshes: each queue's timeline (its charts and pinned details) and the decision filters.
   const timelineHosts = new Map();
   const decisionFilters = { share: "", job: "", run: "", kind: "" };
