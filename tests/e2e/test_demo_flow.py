@@ -174,8 +174,8 @@ def api(airflow: AirflowProcesses, path: str) -> Any:
 
 
 def page_shows_the_reclaim(airflow: AirflowProcesses, victims: list[str], pretrain: str) -> None:
-    """The GPU Quotas page's timeline of the last 15 minutes: each victim's bars run, stop for pretrain (the stop
-    phase linked to it), then resume."""
+    """The GPU Quotas page's timeline of the last 15 minutes: each victim's bars run, stop for pretrain (the
+    stop phase linked to it), then resume."""
     with chromium() as driver:
         log_in(driver, airflow.env["AIRFLOW__API__BASE_URL"], "/quota/", "admin", "admin")
         console_errors(driver)
