@@ -8,14 +8,18 @@ which, ended by what, preempted by whom) and waits.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
 import pytest
+from sqlalchemy.orm import Session
 
+from airflow_quota.engine.model import JobRequest, QueueState
 from airflow_quota.ledger.lifecycle import (
+    TaskInstanceRef,
     record_finish,
+    record_handover,
     record_stop_completed,
     record_termination,
 )
@@ -26,7 +30,8 @@ from tests.db.test_store import BORROWER, LENDER, QUEUE, Ledger, quota_file
 
 pytestmark = pytest.mark.db
 
-#: A step: ("submit", job, share, gpus), ("cycle",), ("stopped", job), ("succeeded", job), ("terminate", job).
+#: A step: ("submit", job, share, gpus), ("cycle",), ("stopped", job), ("succeeded", job), ("terminate", job),
+#: ("handover", old job, its retry's job).
 Step = tuple[str, ...]
 
 
@@ -111,6 +116,23 @@ STORIES = [
         waits={"a": [(0, 1, "Waiting since")], "b": [(4, 5, "Waiting since")]},
     ),
     Story(
+        "a retry takes over its try's capacity on the same row",
+        [
+            ("submit", "b", "lender", "1"),  # 0: takes row 0
+            ("submit", "a", "lender", "1"),  # 1
+            ("cycle",),  # 2: b on row 0, a on row 1
+            ("succeeded", "b"),  # 3: row 0 free again
+            ("handover", "a", "a-try-2"),  # 4: a's retry keeps row 1
+        ],
+        None,
+        bars=[
+            ("b", 0, "RUNNING", False, 2, 3, "SUCCEEDED", None),
+            ("a", 1, "RUNNING", False, 2, 4, "HANDED_OVER", None),
+            ("a-try-2", 1, "RUNNING", False, 4, None, None, None),
+        ],
+        waits={"a": [(1, 2, "Waiting since")], "b": [(0, 2, "Waiting since")], "a-try-2": []},
+    ),
+    Story(
         "a job still waiting shows the engine's reason for it",
         [("submit", "big", "lender", "5"), ("cycle",)],
         None,
@@ -127,6 +149,13 @@ def ledger(database: Database) -> Iterator[Ledger]:
         for table in reversed(ledger_metadata.sorted_tables):
             connection.execute(table.delete())
     yield Ledger(database)
+
+
+def handover(old: str, new: str) -> Callable[[Session, QueueState, datetime], QueueState]:
+    """The retry (try 2) of ``old``'s task takes over its capacity, as the allocator records it."""
+    request = JobRequest(old, "lender", "gpu", 1, 0)
+    task = TaskInstanceRef("train", "run-1", old, try_number=2)
+    return lambda session, state, now: record_handover(session, state, old, new, request, task, now)
 
 
 def play(ledger: Ledger, steps: list[Step]) -> list[datetime]:
@@ -148,6 +177,8 @@ def play(ledger: Ledger, steps: list[Step]) -> list[datetime]:
                     session, state, job, now, succeeded=True
                 )
             )
+        elif kind == "handover":
+            ledger.event(handover(args[0], args[1]))
         elif kind == "terminate":
             ledger.event(
                 lambda session, state, now, job=args[0]: record_termination(session, state, job, now)
