@@ -185,6 +185,12 @@ def test_the_share_page_focuses_on_one_share(api_server: ApiServer, browser: Web
     )
     assert page["jobOrder"] == ["train/run-1/vision-a/-1/1"]
     assert {event[2] for event in page["events"]} == {"vision"}
+    # Its timeline fades the other shares' bars (research and urgent hold the GPUs) and shows vision's waits.
+    drawn = wait_for(browser, lambda d: timeline(d) or None, "the share's timeline")
+    bars = [item for item in drawn if item["kind"] == "bar"]
+    assert {item["share"] for item in bars} == {"research", "urgent"} and all(item["dim"] for item in bars)
+    waits = {(item["jobId"], item["dim"]) for item in drawn if item["kind"] == "wait"}
+    assert waits == {("train/run-1/vision-a/-1/1", False)}
     browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-share.png"))
 
 
