@@ -367,7 +367,8 @@ def test_the_page_is_in_airflow_navigation_and_a_viewer_can_read_it(
     ledger = Ledger(api_server.engine)
     ledger.empty()
     ledger.apply()
-    ledger.submit("vision-a", "vision", 1)
+    vision_a = ledger.submit("vision-a", "vision", 1)
+    ledger.training_job(vision_a, "vision-a-2026-03-01")
     log_in(browser, api_server, "/", "viewer")
     nav = wait_for(
         browser,
@@ -385,6 +386,17 @@ def test_the_page_is_in_airflow_navigation_and_a_viewer_can_read_it(
     assert browser.find_element(By.ID, "status").text.endswith("· viewer")
     browser.switch_to.default_content()
     browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-in-airflow.png"))
+    # A link to the AWS console opens in a new tab (the frame may not open popups itself).
+    browser.switch_to.frame(frame)
+    console = "table.jobs td:last-child a[target=_blank]"
+    wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, console), "the SageMaker link").click()
+    browser.switch_to.default_content()
+    wait_for(browser, lambda d: len(d.window_handles) == 2, "the AWS console's tab")
+    airflow_tab = browser.current_window_handle
+    browser.switch_to.window(next(h for h in browser.window_handles if h != airflow_tab))
+    assert "console.aws.amazon.com/sagemaker" in wait_for(browser, lambda d: d.current_url, "its address")
+    browser.close()
+    browser.switch_to.window(airflow_tab)
     # A link to Airflow's own pages opens in Airflow, in the same window (the frame may not navigate it).
     browser.switch_to.frame(frame)
     wait_for(

@@ -358,16 +358,27 @@
 
   // Inside Airflow's frame (sandboxed: no top-level navigation), a link to an Airflow page (target _top) is
   // opened by Airflow's own router in the same window: pushed onto its history, then announced (popstate).
+  // A link to another site (target _blank: the AWS console) would be a popup the frame may not open: it is
+  // opened from Airflow's own document instead, in a new tab.
   function keepLinksInAirflow() {
     document.addEventListener("click", (event) => {
-      const link = event.target instanceof Element ? event.target.closest("a[target=_top]") : null;
+      const link = event.target instanceof Element ? event.target.closest("a[target=_top], a[target=_blank]") : null;
       if (!link || window.top === window || event.defaultPrevented) return;
       try {
         const url = new URL(link.href, window.location.href);
-        if (url.origin !== window.top.location.origin) return;
-        event.preventDefault();
-        window.top.history.pushState(null, "", url.pathname + url.search + url.hash);
-        window.top.dispatchEvent(new PopStateEvent("popstate", { state: null }));
+        const top = window.top;
+        if (link.target === "_blank") {
+          event.preventDefault();
+          const opener = top.document.createElement("a");
+          Object.assign(opener, { href: url.href, target: "_blank", rel: "noopener noreferrer" });
+          top.document.body.append(opener);
+          opener.click();
+          opener.remove();
+        } else if (url.origin === top.location.origin) {
+          event.preventDefault();
+          top.history.pushState(null, "", url.pathname + url.search + url.hash);
+          top.dispatchEvent(new PopStateEvent("popstate", { state: null }));
+        }
       } catch (notSameOrigin) { /* leave it to the browser */ }
     });
   }
