@@ -366,8 +366,12 @@
     return bar;
   }
 
+  // Decisions drawn at most (of the last 200 read, which the filters search).
+  const DECISIONS_SHOWN = 50;
+
   function eventsTable(events) {
-    const shown = events.filter(matchesFilters);
+    const matching = events.filter(matchesFilters);
+    const shown = matching.slice(0, DECISIONS_SHOWN);
     const rows = shown.map((event) =>
       el("tr", { "data-kind": event.kind, "data-job": event.jobId || "" },
         el("td", {}, dateTime(event.at)),
@@ -376,9 +380,14 @@
         jobCell(event.jobId),
         el("td", {}, event.message)));
     const empty = events.length ? "No decision matches these filters." : "No events yet.";
-    return el("table", { class: "events" },
+    const table = el("table", { class: "events" },
       el("thead", {}, el("tr", {}, ["At", "Decision", "Quota share", "Job", "What happened"].map((h) => el("th", {}, h)))),
       el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: 5, class: "muted" }, empty))));
+    const more = matching.length > shown.length
+      ? el("p", { class: "muted" }, `The newest ${shown.length} of ${matching.length} matching decisions (of the last ` +
+        `${events.length}); the filters narrow them, the REST API's /events pages through all.`)
+      : null;
+    return el("div", {}, table, more);
   }
 
   // --- the GPU timeline ----------------------------------------------------------------------------
