@@ -2,3 +2,4 @@
 
 from tests.db.conftest import Database as Database
 from tests.db.conftest import database as database
+from tests.db.conftest import migrated as migrated
