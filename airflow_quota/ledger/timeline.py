@@ -20,7 +20,7 @@ after its start), newest first up to ``MAX_TIMELINE_JOBS``.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
@@ -165,11 +165,12 @@ def queue_timeline(
         rows = max([capacity.get(unit, 0), *(bar.row + 1 for bar in bars)])
         shown = [bar for bar in bars if bar.job_id in kept and overlaps(bar.start, bar.end)]
         units.append(UnitTimeline(unit, capacity.get(unit, 0), rows, shown))
+    with_bars = {bar.job_id for unit in units for bar in unit.bars}
     shown_jobs = []
     for job_id in kept:
         job = jobs[job_id]
         job.waits = [wait for wait in job.waits if overlaps(wait.start, wait.end)]
-        if job.waits or any(bar.job_id == job_id for unit in units for bar in unit.bars):
+        if job.waits or job_id in with_bars:
             shown_jobs.append(job)
     shown_jobs.sort(key=lambda job: (job.row.submitted_at, job.row.submit_seq, job.row.job_id))
     return QueueTimeline(
@@ -184,12 +185,7 @@ def queue_timeline(
 
 
 def _of_task(row: JobRow, key: TaskInstanceKey) -> bool:
-    return (row.dag_id, row.run_id, row.task_id, row.map_index) == (
-        key.dag_id,
-        key.run_id,
-        key.task_id,
-        key.map_index,
-    )
+    return (row.dag_id, row.run_id, row.task_id, row.map_index) == astuple(key)
 
 
 def _jobs_touching(
