@@ -139,14 +139,13 @@ def queue_timeline(
     the queue, so a job sits on the same rows as on the queue's timeline).
     """
     jobs, truncated = _jobs_touching(session, job_queue_name, since, until)
-    replay = _Replay(jobs)
+    events: list[AuditRow] = []
     if jobs:
-        for event in session.scalars(
-            select(AuditRow)
-            .where(AuditRow.job_id.in_(list(jobs)), AuditRow.at <= until)
-            .order_by(AuditRow.id)
-        ):
-            replay.apply(event)
+        history = select(AuditRow).where(AuditRow.job_id.in_(list(jobs)), AuditRow.at <= until)
+        events = list(session.scalars(history.order_by(AuditRow.id)))
+    replay = _Replay(jobs, events)
+    for event in events:
+        replay.apply(event)
     for job_id, job in jobs.items():
         current = replay.waiting.get(job_id)
         if current is not None and job.row.status == JobStatus.RUNNABLE.value and job.row.status_reason:
@@ -231,7 +230,7 @@ def _queue_capacity(session: Session, job_queue_name: str) -> dict[str, int]:
 class _Replay:
     """Replays audit rows in order into bars (per capacity unit) and waits (per job)."""
 
-    def __init__(self, jobs: dict[str, TimelineJob]) -> None:
+    def __init__(self, jobs: dict[str, TimelineJob], events: list[AuditRow]) -> None:
         self.jobs = jobs
         self.bars: dict[str, list[Bar]] = defaultdict(list)
         #: Per capacity unit, which job holds each row now (None: free).
@@ -239,8 +238,12 @@ class _Replay:
         #: Each job's bars open now, and its wait going on now.
         self.open: dict[str, list[Bar]] = {}
         self.waiting: dict[str, Wait] = {}
-        #: Each job's priority as of the row being replayed (PRIORITY_CHANGED says the old one).
+        #: Each job's priority as of the row being replayed: its first PRIORITY_CHANGED's old one, else its
+        #: priority now.
         self.priority: dict[str, int] = {}
+        for event in events:
+            if event.kind == AuditKind.PRIORITY_CHANGED.value and event.job_id and event.details:
+                self.priority.setdefault(event.job_id, int(event.details["old"]))
 
     def apply(self, event: AuditRow) -> None:
         job_id = event.job_id

@@ -20,6 +20,7 @@ from airflow_quota.ledger.lifecycle import (
     TaskInstanceRef,
     record_finish,
     record_handover,
+    record_priority_change,
     record_stop_completed,
     record_termination,
 )
@@ -246,6 +247,20 @@ def test_a_stopping_bar_is_linked_to_the_preemptor_and_says_the_rule(ledger: Led
         ("b1", "l1", "RECLAIM", None)
     }
     assert stopping[0].reason.startswith("b1 (borrower) preempted by l1 (lender)")
+
+
+def test_a_bar_keeps_the_priority_its_job_had_then(ledger: Ledger) -> None:
+    ledger.apply(quota_file(LENDER, BORROWER, capacity=4))
+    ledger.submit("a", "lender", 1, priority=3)
+    ledger.cycle()
+    ledger.event(lambda session, state, now: record_priority_change(session, state, "a", 7, now))
+    ledger.event(lambda session, state, now: record_termination(session, state, "a", now))
+    with ledger.database.session() as session:
+        timeline = queue_timeline(session, QUEUE, None, ledger.now)
+    assert [(bar.phase.value, bar.scheduling_priority) for bar in timeline.units[0].bars] == [
+        ("RUNNING", 3),
+        ("STOPPING", 7),
+    ]
 
 
 def test_a_task_instance_keeps_its_own_jobs_on_the_queue_rows(ledger: Ledger) -> None:
