@@ -145,7 +145,7 @@ def choose_victims(
                 found = _search(usage, preemptor, ranked, None, orphan_ids, within_own_limit=True)
                 if found:
                     return VictimChoice(PreemptionRule.RECLAIM, found)
-    if share.in_share_preemption:
+    if share.in_share_preemption and (own_lower or ranked_orphans):  # else nothing to take
         in_share = [*ranked_orphans, *own_lower]
         everyone = _with_own(usage.removal(ranked_orphans), share_name, own_lower_units)
         found = _search(usage, preemptor, in_share, everyone, orphan_ids, within_own_limit=False)
