@@ -386,6 +386,21 @@ def test_the_page_is_in_airflow_navigation_and_a_viewer_can_read_it(
     assert browser.find_element(By.ID, "status").text.endswith("· viewer")
     browser.switch_to.default_content()
     browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-in-airflow.png"))
+    # Airflow's UI turns dark (its theme switch sets its <html> class): the page follows at once.
+    is_dark = "return document.documentElement.classList.contains('dark')"
+    browser.switch_to.frame(frame)
+    assert not browser.execute_script(is_dark)
+    browser.switch_to.default_content()
+    browser.execute_script(
+        "document.documentElement.classList.remove('light'); document.documentElement.classList.add('dark')"
+    )
+    browser.switch_to.frame(frame)
+    wait_for(browser, lambda d: d.execute_script(is_dark), "the page turning dark with Airflow")
+    browser.switch_to.default_content()
+    browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-in-airflow-dark.png"))
+    browser.execute_script(
+        "document.documentElement.classList.remove('dark'); document.documentElement.classList.add('light')"
+    )
     # A link to the AWS console opens in a new tab (the frame may not open popups itself).
     browser.switch_to.frame(frame)
     console = "table.jobs td:last-child a[target=_blank]"
