@@ -20,6 +20,8 @@ from rich.table import Table
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from airflow_quota.aws_batch.queue_reports import SERVICE_JOB_STATUSES, aws_scheduled_queues
+from airflow_quota.cli.aws_queues import aws_jobs_tables, aws_queue_jobs
 from airflow_quota.cli.common import (
     JOB_LABEL_NOTE,
     add_column,
@@ -79,15 +81,26 @@ def jobs_list(args: argparse.Namespace) -> None:
         )
         positions = runnable_positions(session, {row.job_queue_name for row in page.rows})
         reports = [job_report(row, positions, detailed=False) for row in page.rows]
+        aws_queues = aws_scheduled_queues(session, args.queue)
+    aws_status = status if status in SERVICE_JOB_STATUSES else None
+    service_jobs = {  # queues AWS Batch schedules: their jobs are AWS Batch's, read from it
+        name: aws_queue_jobs(name, status=aws_status, quota_share_name=args.share, limit=limit)
+        for name in aws_queues
+    }
     if wants_json(args):
-        print_json({"jobs": reports, "total": page.total})
+        print_json(
+            {"jobs": reports, "total": page.total, **({"serviceJobs": service_jobs} if aws_queues else {})}
+        )
         return
     wide = wants_wide(args)
     out = console(wide=wide)
-    if not reports:
+    if not reports and not aws_queues:
         out.print("No jobs match.")
-    for renderable in jobs_tables(reports, page.total, width=out.width, wide=wide):
+    for renderable in jobs_tables(reports, page.total, width=out.width, wide=wide) if reports else []:
         out.print(renderable)
+    for name, jobs in service_jobs.items():
+        for renderable in aws_jobs_tables(name, jobs, width=out.width, wide=wide):
+            out.print(renderable)
 
 
 def jobs_tables(

@@ -1,4 +1,5 @@
-"""``airflow quota snapshot [--queue Q]``: like AWS Batch's GetJobQueueSnapshot, from the ledger.
+"""``airflow quota snapshot [--queue Q]``: like AWS Batch's GetJobQueueSnapshot, from the ledger (a job queue
+AWS Batch schedules: GetJobQueueSnapshot itself, ``cli/aws_queues.py``).
 
 Per job queue and share: usage per unit (own, borrowed, lent, idle, RUNNING and RUNNABLE counts) and the
 front of the share: its first RUNNABLE jobs in order (priority descending, then submission order) with
@@ -13,6 +14,8 @@ from typing import Any
 from rich.console import RenderableType
 from rich.markup import escape
 
+from airflow_quota.aws_batch.queue_reports import aws_scheduled_queues
+from airflow_quota.cli.aws_queues import aws_queue_snapshot, aws_snapshot_tables, is_aws_document
 from airflow_quota.cli.common import (
     JOB_LABEL_NOTE,
     add_column,
@@ -37,7 +40,15 @@ FRONT_LENGTH = 10
 def snapshot(args: argparse.Namespace) -> None:
     with metadata_session() as session:
         states = queue_states(session, args.queue)
-    document = {"jobQueues": [queue_snapshot(state) for state in states]}
+        aws_queues = set(aws_scheduled_queues(session, args.queue))
+    document = {  # a queue AWS Batch schedules has nothing in the ledger: its snapshot is AWS Batch's
+        "jobQueues": [
+            aws_queue_snapshot(state.queue.name, [share.name for share in state.queue.shares])
+            if state.queue.name in aws_queues
+            else queue_snapshot(state)
+            for state in states
+        ]
+    }
     if wants_json(args):
         print_json(document)
         return
@@ -53,6 +64,8 @@ def snapshot(args: argparse.Namespace) -> None:
 def snapshot_tables(queue: dict[str, Any], *, width: int, wide: bool = False) -> list[RenderableType]:
     """A job queue's snapshot (``queue_snapshot``) as tables: usage per unit and share, then each share's
     front (its status reasons after the table on a console narrower than ``REASONS_INLINE_WIDTH``)."""
+    if is_aws_document(queue):
+        return aws_snapshot_tables(queue, width=width, wide=wide)
     name = queue["jobQueueName"]
     usage = usage_tables(name, queue["quotaShares"], wide=wide)
     inline = reasons_inline(width, wide=wide)

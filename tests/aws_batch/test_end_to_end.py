@@ -179,6 +179,23 @@ def test_the_owner_reclaims_its_instance_from_a_borrower_aws_batch_preempted(
     # The allocator held nothing: AWS Batch scheduled both jobs.
     with airflow.engine.connect() as connection:
         assert connection.execute(sa.text("SELECT count(*) FROM quota_job")).scalar_one() == 0
+    # The CLI shows them, read from AWS Batch.
+    listed = quota_cli(airflow, "jobs", "list", "--queue", QUEUE, "--output", "json")
+    assert {(job["jobId"], job["status"], job["scheduledBy"]) for job in listed["serviceJobs"][QUEUE]} == {
+        (borrower["jobId"], "SUCCEEDED", "AWS_BATCH"),
+        (owner["jobId"], "SUCCEEDED", "AWS_BATCH"),
+    }
+    [snapshot] = quota_cli(airflow, "snapshot", "--queue", QUEUE, "--output", "json")["jobQueues"]
+    assert (snapshot["scheduledBy"], snapshot["capacityUsage"]) == ("AWS_BATCH", [])  # both have ended
+    assert [share["quotaShareName"] for share in snapshot["quotaShares"]] == ["team-a", "team-b"]
+    table = airflow.airflow("quota", "jobs", "list", "--queue", QUEUE)
+    assert f"Service jobs of job queue {QUEUE} (scheduled by AWS Batch)" in table.stdout, table.stderr
+
+
+def quota_cli(airflow: AirflowProcesses, *args: str) -> Any:
+    result = airflow.airflow("quota", *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout)
 
 
 def test_a_task_marked_failed_while_it_follows_its_service_job_terminates_it(
