@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import requests
 import sqlalchemy as sa
+from selenium.webdriver.common.by import By
 
 from tests.airflow.harness import AirflowProcesses
 from tests.databases import postgres_admin, postgres_server_or_skip
@@ -200,6 +201,28 @@ def page_shows_the_reclaim(airflow: AirflowProcesses, victims: list[str], pretra
             ]
         driver.save_screenshot(str(ARTIFACTS / "gpu-quotas-demo-timeline.png"))
         assert console_errors(driver) == []
+        # A victim's own "Quota" tab in Airflow's task instance page tells its story.
+        dag_id, run_id, task_id = victims[0].split("/")[:3]
+        base = airflow.env["AIRFLOW__API__BASE_URL"]
+        driver.get(f"{base}/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/plugin/quota")
+        frame = wait_for(
+            driver, lambda d: d.find_elements(By.CSS_SELECTOR, "iframe[title=Quota]"), "the tab"
+        )[0]
+        assert f"quota/task-instance?dagId={dag_id}&runId={run_id}&taskId={task_id}&" in str(
+            frame.get_attribute("src")
+        )
+        driver.switch_to.frame(frame)
+        story = wait_for(
+            driver,
+            lambda d: (
+                [row.get_attribute("data-kind") for row in d.find_elements(By.CSS_SELECTOR, "tr[data-kind]")]
+                or None
+            ),
+            "the task instance's story",
+        )
+        assert story == ["WAITING", "GRANTED", "PREEMPTED", "REQUEUED", "WAITING", "GRANTED", "SUCCEEDED"]
+        driver.switch_to.default_content()
+        driver.save_screenshot(str(ARTIFACTS / "gpu-quotas-demo-task-instance.png"))
 
 
 def test_the_demo_flow_borrow_reclaim_requeue_resume_with_a_bad_file_and_a_scheduler_restart(
