@@ -23,7 +23,7 @@ from tests.ui.test_api import API, Seeded
 pytestmark = pytest.mark.airflow
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def server(request: pytest.FixtureRequest) -> ApiServer:
     fixture = "api_server" if request.param == "sqlite" else "postgres_api_server"
     served: ApiServer = request.getfixturevalue(fixture)
@@ -262,9 +262,11 @@ def finished_events(count: int) -> Iterator[dict[str, Any]]:
         }
 
 
-@pytest.fixture
-def history(seeded: Seeded) -> Seeded:
-    """The seeded ledger after 50,000 finished jobs (and as many events), inserted in bulk."""
+@pytest.fixture(scope="module")
+def history(server: ApiServer) -> Seeded:
+    """The seeded ledger after 50,000 finished jobs (and as many events), inserted in bulk: once per
+    database, for the tests below, which only read (they come after the tests that seed their own)."""
+    seeded = Seeded(Ledger(server.engine))
     with seeded.ledger.engine.begin() as connection:
         connection.execute(sa.insert(JobRow), list(finished_jobs(HISTORY)))
         connection.execute(sa.insert(AuditRow), list(finished_events(HISTORY)))
