@@ -39,6 +39,7 @@ LONGEST_FIRST = {
     "tests/airflow/test_soak.py": 370,
     "tests/e2e/test_demo_flow.py": 260,
     "tests/sagemaker/test_end_to_end.py": 240,
+    "tests/aws_batch/test_end_to_end.py": 170,
     "tests/distributed/test_celery_two_schedulers.py": 165,
     "tests/e2e/test_demo_command.py": 165,
     "tests/ui/test_api_limits.py": 165,
