@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from collections.abc import Iterable
 from operator import attrgetter
 
 from airflow_quota.engine.model import (
@@ -189,43 +190,43 @@ class _Cycle:
     def admit_within_own_limits(self) -> dict[str, list[Job]]:
         """Step 2; returns, per share and in share order, the jobs left for step 3.
 
-        A share with no room within its own limits for its smallest waiting job on any unit passes all
-        its jobs on at once (its usage changes only by its own decisions during its turn).
+        A share's room within its own limits changes only by its own decisions during its turn: it is
+        worked out per unit when the turn starts and after each decision, and a share with no room for
+        its smallest waiting job on any unit passes all its (remaining) jobs on at once.
         """
         deferred: dict[str, list[Job]] = {}
-        usage = self.usage.share_usage
+        failures = self.failures
         for share_name, jobs in sorted(self.queued.by_share.items()):
-            own_limits = self.usage.shares[share_name].capacity_limits
             smallest = self.queued.smallest[share_name]
-            if not self._room_within_own_limits(share_name, own_limits, smallest):
+            room = self._room_within_own_limits(share_name, smallest)
+            if not any(count <= room[unit] for unit, count in smallest.items()):
                 deferred[share_name] = jobs
                 continue
             left: list[Job] = []
             for index, job in enumerate(jobs):
                 request = job.request
                 unit = request.capacity_unit
-                if usage.get((share_name, unit), 0) + request.instance_count <= own_limits.get(unit, 0):
+                if request.instance_count <= room[unit]:
+                    failed_on_unit = failures.get(unit)
+                    failed = failed_on_unit.get(share_name) if failed_on_unit else None
+                    if failed and _covered(failed, request.instance_count, request.scheduling_priority):
+                        continue  # a failed search rules it out (``_admit`` would return at once)
                     changes = self.changes
                     self._admit(job)
-                    if changes != self.changes and not self._room_within_own_limits(
-                        share_name, own_limits, smallest
-                    ):
-                        left.extend(jobs[index + 1 :])
-                        break
+                    if changes != self.changes:
+                        room = self._room_within_own_limits(share_name, smallest)
+                        if not any(count <= room[unit] for unit, count in smallest.items()):
+                            left.extend(jobs[index + 1 :])
+                            break
                 else:
                     left.append(job)
             deferred[share_name] = left
         return deferred
 
-    def _room_within_own_limits(
-        self, share_name: str, own_limits: dict[str, int], smallest: dict[str, int]
-    ) -> bool:
-        """Whether the share's smallest waiting job on some unit fits within its own limit there."""
-        usage = self.usage.share_usage
-        return any(
-            usage.get((share_name, unit), 0) + count <= own_limits.get(unit, 0)
-            for unit, count in smallest.items()
-        )
+    def _room_within_own_limits(self, share_name: str, units: Iterable[str]) -> dict[str, int]:
+        """Per unit, the units the share may still take within its own limit (negative: above it)."""
+        usage, own_limits = self.usage.share_usage, self.usage.shares[share_name].capacity_limits
+        return {unit: own_limits.get(unit, 0) - usage.get((share_name, unit), 0) for unit in units}
 
     def admit_borrowers(self, deferred: dict[str, list[Job]]) -> None:
         """Step 3: merge the shares' remaining queues by submission order of their heads.
