@@ -66,7 +66,7 @@ ARG_REPORT = _arg(
     "--report",
     metavar="FILE.html",
     help="Also write one self-contained HTML page: GPU timeline, capacity held per share over time, waits "
-    "per share (needs the 'report' extra: pip install 'airflow-quota[report]')",
+    "per share, drawn like the GPU Quotas page",
 )
 
 # The ledger's commands (they read and write the quota tables of the Airflow metadata DB).

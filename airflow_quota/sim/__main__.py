@@ -55,8 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--report",
         metavar="FILE.html",
         help="also write one self-contained HTML page: the GPU timeline of the run (and of the static "
-        "partition with --compare-static), capacity held per share over time, waits per share "
-        "(needs the 'report' extra: pip install 'airflow-quota[report]')",
+        "partition with --compare-static), capacity held per share over time, waits per share, drawn "
+        "like the GPU Quotas page",
     )
     trace = parser.add_argument_group("trace mode")
     trace.add_argument("--trace", metavar="CSV", help="CSV of jobs to replay (needs --config)")
