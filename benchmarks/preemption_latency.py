@@ -258,6 +258,9 @@ def repetition(
         borrower_state = bench_.wait_run(BORROWER, run_id, timeout) if await_borrower else "not awaited"
     finally:
         watch.close()
+    # The allocator records a job's end (and its training job, if it ended before a cycle saw it run) in
+    # the cycle after its task ended: read the lender's row once that cycle has run.
+    airflow.wait_for_ledger_to_settle(lender_job, timeout=timeout)
     lender = job_row(bench_, lender_job)
     if lender is None or not (lender.get("training_job") or {}).get("name"):
         raise RuntimeError(f"the lender {lender_job} launched no training job: {lender}")

@@ -67,6 +67,16 @@ def wait_for(driver: WebDriver, condition: Callable[[WebDriver], T], what: str, 
         pytest.fail(f"{what} did not appear within {seconds} s; page text:\n{text(driver)[:3000]}")
 
 
+def click(driver: WebDriver, selector: str, what: str) -> None:
+    """Find ``selector`` and click it, again if the page's refresh replaced the element in between."""
+
+    def clicked(d: WebDriver) -> bool:
+        d.find_element(By.CSS_SELECTOR, selector).click()
+        return True
+
+    wait_for(driver, clicked, what)
+
+
 def log_in(driver: WebDriver, base_url: str, path: str, user: str, password: str) -> None:
     """Open ``path`` without a session: Airflow's login page comes first, then the page itself."""
     driver.delete_all_cookies()

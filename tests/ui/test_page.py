@@ -23,6 +23,7 @@ from tests.ui.browser import (
     ARTIFACTS,
     NEEDS_CHROMIUM,
     chromium,
+    click,
     console_errors,
     drawn_timeline,
     pick_window,
@@ -404,7 +405,7 @@ def test_the_page_is_in_airflow_navigation_and_a_viewer_can_read_it(
     # A link to the AWS console opens in a new tab (the frame may not open popups itself).
     browser.switch_to.frame(frame)
     console = "table.jobs td:last-child a[target=_blank]"
-    wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, console), "the SageMaker link").click()
+    click(browser, console, "the SageMaker link")
     browser.switch_to.default_content()
     wait_for(browser, lambda d: len(d.window_handles) == 2, "the AWS console's tab")
     airflow_tab = browser.current_window_handle
@@ -414,9 +415,7 @@ def test_the_page_is_in_airflow_navigation_and_a_viewer_can_read_it(
     browser.switch_to.window(airflow_tab)
     # A link to Airflow's own pages opens in Airflow, in the same window (the frame may not navigate it).
     browser.switch_to.frame(frame)
-    wait_for(
-        browser, lambda d: d.find_element(By.CSS_SELECTOR, "table.jobs td a[target=_top]"), "a task link"
-    ).click()
+    click(browser, "table.jobs td a[target=_top]", "a task link")
     browser.switch_to.default_content()
     wait_for(
         browser,
