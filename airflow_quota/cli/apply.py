@@ -7,6 +7,8 @@ the whole file is applied in one transaction (``apply_quota_config``: a new revi
 changes, one audit row per change). ``--dry-run`` prints the same diff and rolls the transaction back. A
 refusal (a share with unfinished jobs left out of the file) exits 1 and changes nothing. Limits lowered
 below current usage are allowed: the usage above them drains or is reclaimed.
+
+With ``--to-aws`` the same file goes to AWS Batch instead of the ledger (``apply_to_aws``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,14 @@ from airflow_quota.ledger.errors import ConfigApplyError
 
 
 def apply(args: argparse.Namespace) -> None:
+    if args.to_aws:  # AWS Batch, not the ledger: cli/apply_to_aws.py
+        from airflow_quota.cli.apply_to_aws import run_apply_to_aws
+
+        sys.exit(
+            run_apply_to_aws(
+                args.file, dry_run=args.dry_run, aws_conn_id=args.aws_conn_id, region=args.aws_region
+            )
+        )
     sys.exit(run_apply(args.file, dry_run=args.dry_run))
 
 

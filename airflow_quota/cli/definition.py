@@ -79,6 +79,24 @@ ARG_APPLY_FILE = _arg(
     help="The quota file to apply, or AWS Batch documents (repeat -f for each file)",
 )
 ARG_DRY_RUN = _arg("--dry-run", action="store_true", help="Show the changes and write nothing")
+ARG_TO_AWS = _arg(
+    "--to-aws",
+    action="store_true",
+    help="Create or update the design's AWS Batch resources (service environment, scheduling policy, job "
+    "queue, quota shares) instead of the quota ledger; never deletes",
+)
+ARG_AWS_CONN_ID = _arg(
+    "--aws-conn-id",
+    metavar="CONN_ID",
+    default="aws_default",
+    help="With --to-aws: the Airflow AWS connection to use (default: aws_default)",
+)
+ARG_AWS_REGION = _arg(
+    "--region",
+    dest="aws_region",
+    metavar="REGION",
+    help="With --to-aws: the AWS region (default: the connection's)",
+)
 ARG_OUTPUT = _arg(
     "-o", "--output", choices=("table", "json"), default="table", help="Print tables (default) or JSON"
 )
@@ -173,10 +191,12 @@ LEDGER_COMMANDS: list[ActionCommand | GroupCommand] = [
             "Validate a quota file, print its differences from what is applied (added, removed, and "
             "changed fields old -> new) and apply it in one transaction, audited. Exits 1 and writes "
             "nothing when the file is invalid or cannot be applied (a quota share with unfinished jobs "
-            "left out). Lowering limits below current usage is allowed."
+            "left out). Lowering limits below current usage is allowed. With --to-aws, create or update "
+            "the design's AWS Batch resources through an Airflow AWS connection instead (the diff first; "
+            "resources the file leaves out are reported, never deleted)."
         ),
         func=lazy_load_command("airflow_quota.cli.apply.apply"),
-        args=(ARG_APPLY_FILE, ARG_DRY_RUN),
+        args=(ARG_APPLY_FILE, ARG_DRY_RUN, ARG_TO_AWS, ARG_AWS_CONN_ID, ARG_AWS_REGION),
     ),
     GroupCommand(name="shares", help="Applied quota shares and their usage", subcommands=SHARES_COMMANDS),
     GroupCommand(name="jobs", help="Jobs in the quota ledger", subcommands=JOBS_COMMANDS),

@@ -1,5 +1,6 @@
 """The emulator's AWS Batch resources: service environments, quota-share scheduling policies,
-SAGEMAKER_TRAINING job queues and quota shares, as AWS Batch's API creates, updates and describes them.
+SAGEMAKER_TRAINING job queues and quota shares, as AWS Batch's API creates, updates and describes them
+(an unknown name is left out of a Describe* answer, as AWS does).
 
 Each Create* takes the request body as botocore sends it and each answer is a dict in the operation's
 output shape (checked in the tests by ``output_shapes``). A job queue's capacity is the sum of its
@@ -14,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_quota.engine.config import AWS_MAX_CAPACITY_LIMITS_PER_SHARE
 from airflow_quota.engine.model import UNLIMITED_BORROW, JobQueue, QuotaShare, ShareState, SharingStrategy
 
 
@@ -101,8 +103,27 @@ class BatchResources:
         return {"serviceEnvironmentName": name, "serviceEnvironmentArn": arn}
 
     def describe_environments(self, references: list[str]) -> dict[str, Any]:
-        chosen = [self.environment(r) for r in references] if references else list(self.environments.values())
+        """The named service environments that exist (like every Describe*, an unknown name is left out),
+        or all of them."""
+        chosen = (
+            [
+                self.environments[_name_of(r, "service-environment")]
+                for r in references
+                if self.has_environment(r)
+            ]
+            if references
+            else list(self.environments.values())
+        )
         return {"serviceEnvironments": [_environment_detail(e) for e in chosen]}
+
+    def has_environment(self, reference: str) -> bool:
+        return _name_of(reference, "service-environment") in self.environments
+
+    def update_environment(self, body: dict[str, Any]) -> dict[str, Any]:
+        """UpdateServiceEnvironment: its ``state`` and ``capacityLimits``, when given."""
+        environment = self.environment(body["serviceEnvironment"])
+        environment.body |= _without(body, "serviceEnvironment")
+        return {"serviceEnvironmentName": environment.name, "serviceEnvironmentArn": environment.arn}
 
     # -- scheduling policies -------------------------------------------------------------------------
 
@@ -121,6 +142,21 @@ class BatchResources:
             if self.is_ours(arn, "scheduling-policy")
         ]
         return [{"name": p.name, "arn": p.arn, **_without(p.body, "name")} for p in found]
+
+    def policy_arns(self) -> list[str]:
+        return [policy.arn for policy in self.policies.values()]
+
+    def update_policy(self, body: dict[str, Any]) -> dict[str, Any]:
+        """UpdateSchedulingPolicy of a quota-share policy: its ``quotaSharePolicy`` (AWS answers nothing)."""
+        policy = self.policies.get(_name_of(body["arn"], "scheduling-policy"))
+        if policy is None:
+            raise BatchClientError(f"Scheduling policy {body['arn']} does not exist")
+        if "fairsharePolicy" in body:
+            raise BatchClientError(
+                "fairsharePolicy: this scheduling policy has a quotaSharePolicy; a policy keeps its kind"
+            )
+        policy.body |= _without(body, "arn")
+        return {}
 
     # -- job queues ----------------------------------------------------------------------------------
 
@@ -145,6 +181,21 @@ class BatchResources:
         arn = f"{self.arn_prefix}:job-queue/{name}"
         self.queues[name] = QueueRecord(name, arn, stored)
         return {"jobQueueName": name, "jobQueueArn": arn}
+
+    def update_queue(self, body: dict[str, Any]) -> dict[str, Any]:
+        """UpdateJobQueue of a SAGEMAKER_TRAINING queue: state, priority, schedulingPolicyArn and
+        serviceEnvironmentOrder, when given."""
+        queue = self.queue(body["jobQueue"])
+        if body.get("computeEnvironmentOrder"):
+            raise BatchClientError("computeEnvironmentOrder: a SAGEMAKER_TRAINING job queue has none")
+        changes = _without(body, "jobQueue")
+        for entry in changes.get("serviceEnvironmentOrder") or []:
+            entry["serviceEnvironment"] = self.environment(entry["serviceEnvironment"]).arn
+        policy_arn = changes.get("schedulingPolicyArn")
+        if policy_arn is not None and not self.is_ours(policy_arn, "scheduling-policy"):
+            raise BatchClientError(f"schedulingPolicyArn: scheduling policy {policy_arn} does not exist")
+        queue.body |= changes
+        return {"jobQueueName": queue.name, "jobQueueArn": queue.arn}
 
     def describe_queues(self, references: list[str]) -> list[dict[str, Any]]:
         chosen = (
@@ -179,7 +230,7 @@ class BatchResources:
         name = body["quotaShareName"]
         if name in queue.shares:
             raise BatchClientError(f"Quota share {name} already exists in job queue {queue.name}")
-        _check_borrow_limit(body)
+        _check_share_limits(body)
         arn = f"{queue.arn}/quota-share/{name}"
         queue.shares[name] = QuotaShareRecord(name, arn, queue.arn, _without(body, "jobQueue"))
         return {"quotaShareName": name, "quotaShareArn": arn}
@@ -187,7 +238,7 @@ class BatchResources:
     def update_share(self, body: dict[str, Any]) -> dict[str, Any]:
         share = self.share(body["quotaShareArn"])
         updated = {**share.body, **_without(body, "quotaShareArn")}
-        _check_borrow_limit(updated)
+        _check_share_limits(updated)
         share.body = updated
         return {"quotaShareName": share.name, "quotaShareArn": share.arn}
 
@@ -214,6 +265,16 @@ def _name_of(reference: str, kind: str) -> str:
 
 def _without(body: dict[str, Any], *keys: str) -> dict[str, Any]:
     return {key: copy.deepcopy(value) for key, value in body.items() if key not in keys}
+
+
+def _check_share_limits(body: dict[str, Any]) -> None:
+    """What AWS Batch refuses in a quota share's body that botocore's validator lets through."""
+    if len(body["capacityLimits"]) > AWS_MAX_CAPACITY_LIMITS_PER_SHARE:
+        raise BatchClientError(
+            f"capacityLimits has {len(body['capacityLimits'])} entries: a quota share has at most "
+            f"{AWS_MAX_CAPACITY_LIMITS_PER_SHARE} capacity limits"
+        )
+    _check_borrow_limit(body)
 
 
 def _check_borrow_limit(body: dict[str, Any]) -> None:

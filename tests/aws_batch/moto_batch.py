@@ -4,9 +4,10 @@ moto 5.2.5 answers "Not yet implemented" to CreateServiceEnvironment, CreateQuot
 and GetJobQueueSnapshot, and drops a scheduling policy's ``quotaSharePolicy``. ``install()`` adds, in the
 process that hosts the server, these operations of botocore's ``batch`` model:
 
-* CreateServiceEnvironment, DescribeServiceEnvironments; CreateSchedulingPolicy with a
-  ``quotaSharePolicy`` and CreateJobQueue of ``jobQueueType: SAGEMAKER_TRAINING`` (other policies and
-  queues stay moto's, and DescribeSchedulingPolicies / DescribeJobQueues answer both);
+* CreateServiceEnvironment, UpdateServiceEnvironment, DescribeServiceEnvironments; Create- and
+  UpdateSchedulingPolicy with a ``quotaSharePolicy`` and Create- and UpdateJobQueue of ``jobQueueType:
+  SAGEMAKER_TRAINING`` (other policies and queues stay moto's, and ListSchedulingPolicies,
+  DescribeSchedulingPolicies and DescribeJobQueues answer both);
 * CreateQuotaShare, UpdateQuotaShare, DescribeQuotaShare, ListQuotaShares;
 * SubmitServiceJob (``clientToken``: the same request again answers the same job), DescribeServiceJob,
   ListServiceJobs, UpdateServiceJob, TerminateServiceJob(s), GetJobQueueSnapshot,
@@ -145,6 +146,12 @@ def _describe_service_environments(
     return jobs.resources.describe_environments(body.get("serviceEnvironments") or [])
 
 
+def _update_service_environment(
+    _: Any, jobs: ServiceJobs, body: dict[str, Any], now: float
+) -> dict[str, Any]:
+    return jobs.resources.update_environment(body)
+
+
 def _create_quota_share(_: Any, jobs: ServiceJobs, body: dict[str, Any], now: float) -> dict[str, Any]:
     return jobs.resources.create_share(body)
 
@@ -202,6 +209,7 @@ def _get_job_queue_snapshot(_: Any, jobs: ServiceJobs, body: dict[str, Any], now
 _NEW_OPERATIONS = {
     "createserviceenvironment": _create_service_environment,
     "describeserviceenvironments": _describe_service_environments,
+    "updateserviceenvironment": _update_service_environment,
     "createquotashare": _create_quota_share,
     "updatequotashare": _update_quota_share,
     "describequotashare": _describe_quota_share,
@@ -222,6 +230,9 @@ _moto_create_job_queue = batch_responses.BatchResponse.createjobqueue
 _moto_describe_job_queues = batch_responses.BatchResponse.describejobqueues
 _moto_create_scheduling_policy = batch_responses.BatchResponse.createschedulingpolicy
 _moto_describe_scheduling_policies = batch_responses.BatchResponse.describeschedulingpolicies
+_moto_list_scheduling_policies = batch_responses.BatchResponse.listschedulingpolicies
+_moto_update_scheduling_policy = batch_responses.BatchResponse.updateschedulingpolicy
+_moto_update_job_queue = batch_responses.BatchResponse.updatejobqueue
 
 
 def _create_job_queue(response: Any) -> str:
@@ -261,6 +272,36 @@ def _describe_scheduling_policies(response: Any) -> str:
     return json.dumps({"schedulingPolicies": [*theirs, *ours]})
 
 
+def _update_job_queue(response: Any) -> str:
+    body = json.loads(response.body or "{}")
+    with _LOCK:
+        ours = emulator(response.current_account, response.region).resources.is_ours(
+            body.get("jobQueue", ""), "job-queue"
+        )
+    if not ours:
+        return str(_moto_update_job_queue(response))
+    return _serves(lambda _, jobs, body, now: jobs.resources.update_queue(body))(response)
+
+
+def _update_scheduling_policy(response: Any) -> str:
+    body = json.loads(response.body or "{}")
+    with _LOCK:
+        ours = emulator(response.current_account, response.region).resources.is_ours(
+            body.get("arn", ""), "scheduling-policy"
+        )
+    if not ours:
+        return str(_moto_update_scheduling_policy(response))
+    _serves(lambda _, jobs, body, now: jobs.resources.update_policy(body))(response)
+    return ""
+
+
+def _list_scheduling_policies(response: Any) -> str:
+    with _LOCK:
+        ours = emulator(response.current_account, response.region).resources.policy_arns()
+    theirs = json.loads(_moto_list_scheduling_policies(response))["schedulingPolicies"]
+    return json.dumps({"schedulingPolicies": [*theirs, *({"arn": arn} for arn in ours)]})
+
+
 def install() -> None:
     """Patch moto's Batch responses and routes in this process (idempotent); SageMaker's too."""
     moto_sagemaker.install()
@@ -272,6 +313,9 @@ def install() -> None:
     response_class.describejobqueues = _describe_job_queues  # type: ignore[method-assign,assignment]
     response_class.createschedulingpolicy = _create_scheduling_policy  # type: ignore[method-assign,assignment]
     response_class.describeschedulingpolicies = _describe_scheduling_policies  # type: ignore[method-assign,assignment]
+    response_class.listschedulingpolicies = _list_scheduling_policies  # type: ignore[method-assign,assignment]
+    response_class.updateschedulingpolicy = _update_scheduling_policy  # type: ignore[method-assign,assignment]
+    response_class.updatejobqueue = _update_job_queue  # type: ignore[method-assign,assignment]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError
 
 from airflow_quota.aws_batch.design import import_design
 from airflow_quota.engine.config import parse_quota_config
-from tests.aws_batch.conftest import AnswerLog, create_design, quota_file, share, submit
+from tests.aws_batch.conftest import UNIT, AnswerLog, create_design, quota_file, share, submit
 
 
 def wait_for(what: str, condition: Callable[[], Any], timeout_s: float = 30.0) -> Any:
@@ -347,3 +347,39 @@ def test_list_service_jobs_filters_as_documented_and_terminate_service_jobs_repo
     assert [(e["job"], e["code"]) for e in answer["errors"]] == [("no-such-job", "ClientException")]
     assert {status(batch, job) for job in (waiting, other)} == {"FAILED"}
     batch.terminate_service_job(jobId=running, reason="done")
+
+
+def test_updates_change_what_describe_answers_and_unknown_names_are_left_out(
+    batch: Any, unique: str, answers: AnswerLog
+) -> None:
+    """UpdateServiceEnvironment, UpdateSchedulingPolicy and UpdateJobQueue (what ``apply --to-aws`` sends),
+    ListSchedulingPolicies listing the quota-share policies, and Describe* leaving out unknown names."""
+    queue = f"gpu-{unique}"
+    bundle = create_design(batch, quota_file(queue, 4, share("research", "LEND", 2)))
+    policy_arn = next(
+        p["arn"] for p in batch.list_scheduling_policies()["schedulingPolicies"] if p["arn"].endswith(queue)
+    )
+
+    batch.update_service_environment(
+        serviceEnvironment=queue, capacityLimits=[{"capacityUnit": UNIT, "maxCapacity": 6}]
+    )
+    batch.update_scheduling_policy(
+        arn=policy_arn, quotaSharePolicy={"idleResourceAssignmentStrategy": "FIFO"}
+    )
+    batch.update_job_queue(jobQueue=queue, priority=7, schedulingPolicyArn=policy_arn)
+
+    environments = batch.describe_service_environments(serviceEnvironments=[queue, f"none-{unique}"])
+    assert [e["capacityLimits"] for e in environments["serviceEnvironments"]] == [
+        [{"capacityUnit": UNIT, "maxCapacity": 6}]
+    ]
+    (job_queue,) = batch.describe_job_queues(jobQueues=[queue])["jobQueues"]
+    assert (job_queue["priority"], job_queue["schedulingPolicyArn"]) == (7, policy_arn)
+    assert policy_arn.endswith(bundle["schedulingPolicies"][0]["name"])
+    with pytest.raises(ClientError, match="fairsharePolicy: this scheduling policy has a quotaSharePolicy"):
+        batch.update_scheduling_policy(arn=policy_arn, fairsharePolicy={"shareDecaySeconds": 1})
+    assert {
+        "UpdateServiceEnvironment",
+        "UpdateSchedulingPolicy",
+        "UpdateJobQueue",
+        "ListSchedulingPolicies",
+    } <= set(answers.checked)
