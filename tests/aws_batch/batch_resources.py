@@ -92,6 +92,18 @@ class BatchResources:
             )
         return found
 
+    def tagged(self, arn: str) -> dict[str, Any] | None:
+        """The request body (where the tags are kept) of our resource ``arn``, or None if it is not ours."""
+        for records in (self.environments, self.policies, self.queues):
+            for record in records.values():
+                if record.arn == arn:
+                    return record.body
+        for queue in self.queues.values():
+            for share in queue.shares.values():
+                if share.arn == arn:
+                    return share.body
+        return None
+
     # -- service environments ------------------------------------------------------------------------
 
     def create_environment(self, body: dict[str, Any]) -> dict[str, Any]:

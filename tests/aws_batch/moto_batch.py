@@ -7,7 +7,8 @@ process that hosts the server, these operations of botocore's ``batch`` model:
 * CreateServiceEnvironment, UpdateServiceEnvironment, DescribeServiceEnvironments; Create- and
   UpdateSchedulingPolicy with a ``quotaSharePolicy`` and Create- and UpdateJobQueue of ``jobQueueType:
   SAGEMAKER_TRAINING`` (other policies and queues stay moto's, and ListSchedulingPolicies,
-  DescribeSchedulingPolicies and DescribeJobQueues answer both);
+  DescribeSchedulingPolicies and DescribeJobQueues answer both); TagResource and ListTagsForResource of
+  these resources (the tags their Describe* answers show);
 * CreateQuotaShare, UpdateQuotaShare, DescribeQuotaShare, ListQuotaShares;
 * SubmitServiceJob (``clientToken``: the same request again answers the same job), DescribeServiceJob,
   ListServiceJobs, UpdateServiceJob, TerminateServiceJob(s), GetJobQueueSnapshot,
@@ -25,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote
 
 from moto.batch import responses as batch_responses
 from moto.batch import urls as batch_urls
@@ -233,6 +235,7 @@ _moto_describe_scheduling_policies = batch_responses.BatchResponse.describesched
 _moto_list_scheduling_policies = batch_responses.BatchResponse.listschedulingpolicies
 _moto_update_scheduling_policy = batch_responses.BatchResponse.updateschedulingpolicy
 _moto_update_job_queue = batch_responses.BatchResponse.updatejobqueue
+_moto_tags = batch_responses.BatchResponse.tags
 
 
 def _create_job_queue(response: Any) -> str:
@@ -302,6 +305,20 @@ def _list_scheduling_policies(response: Any) -> str:
     return json.dumps({"schedulingPolicies": [*theirs, *({"arn": arn} for arn in ours)]})
 
 
+def _tags(response: Any) -> str:
+    """TagResource (POST) and ListTagsForResource (GET) of our resources; the rest, and UntagResource,
+    moto's."""
+    arn = unquote(response.path).split("/v1/tags/")[-1]
+    with _LOCK:
+        body = emulator(response.current_account, response.region).resources.tagged(arn)
+        if body is None or response.method not in ("POST", "GET"):
+            return str(_moto_tags(response))
+        if response.method == "POST":
+            body["tags"] = {**body.get("tags", {}), **json.loads(response.body or "{}").get("tags", {})}
+            return ""
+        return json.dumps({"tags": body.get("tags", {})})
+
+
 def install() -> None:
     """Patch moto's Batch responses and routes in this process (idempotent); SageMaker's too."""
     moto_sagemaker.install()
@@ -316,6 +333,7 @@ def install() -> None:
     response_class.listschedulingpolicies = _list_scheduling_policies  # type: ignore[method-assign,assignment]
     response_class.updateschedulingpolicy = _update_scheduling_policy  # type: ignore[method-assign,assignment]
     response_class.updatejobqueue = _update_job_queue  # type: ignore[method-assign,assignment]
+    response_class.tags = _tags  # type: ignore[method-assign,assignment]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -128,6 +128,24 @@ def test_dry_run_prints_the_diff_and_changes_nothing(tmp_path: Path, batch: Any,
     assert limit_of(shares_in_aws(batch, queue)["research"]) == 2
 
 
+def test_a_queue_moved_to_aws_batch_in_the_file_gets_its_scheduler_tag(
+    tmp_path: Path, batch: Any, queue: str
+) -> None:
+    assert apply_to_aws(write(tmp_path, design(queue))).returncode == 0
+    moved = design(queue)
+    moved["jobQueues"][0]["scheduler"] = "AWS_BATCH"
+
+    result = apply_to_aws(write(tmp_path, moved))
+
+    assert result.returncode == 0, result.stderr
+    assert f"changed: job queue {queue}\n    tags.airflow-quota:scheduler: - -> AWS_BATCH" in result.stdout
+    assert f"tagged job queue {queue} (airflow-quota:scheduler=AWS_BATCH)" in result.stdout
+    job_queue = batch.describe_job_queues(jobQueues=[queue])["jobQueues"][0]
+    assert job_queue["tags"] == {"airflow-quota:scheduler": "AWS_BATCH"}
+    assert batch.list_tags_for_resource(resourceArn=job_queue["jobQueueArn"])["tags"] == job_queue["tags"]
+    assert "Nothing to apply" in apply_to_aws(write(tmp_path, moved)).stdout
+
+
 def test_a_share_aws_has_but_the_file_lacks_is_reported_and_kept(
     tmp_path: Path, batch: Any, queue: str
 ) -> None:
