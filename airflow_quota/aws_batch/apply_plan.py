@@ -12,7 +12,7 @@ listed apart: apply never deletes.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from airflow_quota.aws_batch.botocore_model import KINDS, Kind, batch_model
@@ -180,21 +180,20 @@ def _change(
     changed_keys = [key for key in dict.fromkeys(f.path.split(".", 1)[0] for f in fields) if key != "tags"]
     updatable = set(_update_members(kind))
     identity_key, answer_key = UPDATE_IDENTITY[kind]
-    change = ResourceChange(kind, name, queue_name, "unchanged", (), None, arn=found.get(answer_key))
+    tags = _tags_to_set(wanted.get("tags"), found.get("tags"))
+    unchanged = ResourceChange(kind, name, queue_name, "unchanged", fields, None, tags, found.get(answer_key))
     for key in changed_keys:
         if key not in updatable:
             refusals.append(
-                f"{change.title}: {key} is {_shown(have.get(key))} in AWS and {_shown(wanted[key])} in the "
-                "file, and "
-                f"{UPDATE_OPERATION[kind]} cannot change {key}: change the file back, or delete the "
-                f"{KIND_NOUN[kind]} in AWS yourself (apply never deletes) and apply again"
+                f"{unchanged.title}: {key} is {_shown(have.get(key))} in AWS and {_shown(wanted[key])} in "
+                f"the file, and {UPDATE_OPERATION[kind]} cannot change {key}: change the file back, or "
+                f"delete the {KIND_NOUN[kind]} in AWS yourself (apply never deletes) and apply again"
             )
-    tags = _tags_to_set(wanted.get("tags"), found.get("tags"))
     to_update = [key for key in changed_keys if key in updatable]
     if not to_update:
-        return ResourceChange(kind, name, queue_name, "unchanged", fields, None, tags, change.arn)
+        return unchanged
     request = {identity_key: found[answer_key], **{key: body[key] for key in to_update}}
-    return ResourceChange(kind, name, queue_name, "update", fields, request, tags, change.arn)
+    return replace(unchanged, action="update", request=request)
 
 
 def _compared(kind: Kind, document: dict[str, Any]) -> dict[str, Any]:

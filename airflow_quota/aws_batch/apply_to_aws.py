@@ -114,7 +114,7 @@ def send_plan(
         if change.tags:
             _call(client, change, "TagResource", {"resourceArn": arn, "tags": change.tags}, done)
             record(f"tagged {change.title} ({', '.join(f'{k}={v}' for k, v in change.tags.items())})")
-        if change.kind != "quotaShares" and (change.request is not None):
+        if change.kind != "quotaShares" and change.request is not None:
             _settle(client, change, arn or change.name, done)
     return done
 
