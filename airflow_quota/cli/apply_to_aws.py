@@ -67,7 +67,7 @@ def run_apply_to_aws(
         out.print("Nothing to apply: AWS Batch already matches the file.")
         return 0
     if dry_run:
-        out.print(f"[yellow]Dry run:[/] {_summary(pending)}; {NOTHING_SENT.lower()}")
+        out.print(f"[yellow]Dry run:[/] {_summary(pending)}; {NOTHING_SENT.lower()}", soft_wrap=True)
         return 0
     try:
         with logs_to_stderr():
@@ -79,7 +79,7 @@ def run_apply_to_aws(
         else:
             err.print(NOTHING_SENT)
         return 1
-    out.print(f"[green]Applied to AWS Batch:[/] {escape('; '.join(done))}.")
+    out.print(f"[green]Applied to AWS Batch:[/] {escape('; '.join(done))}.", soft_wrap=True)
     return 0
 
 
