@@ -14,7 +14,7 @@ from airflow_quota.sim.__main__ import main as simulate
 from tests.db.conftest import Database, migrated
 from tests.db.test_allocator_cycle import QUEUE, START, db
 from tests.db.test_history_replay import QUOTA_FILE, build_history, name
-from tests.unit.sim.test_html_report import bars, figure
+from tests.unit.sim.test_html_report import bars, timelines
 
 pytestmark = [pytest.mark.db, pytest.mark.airflow]
 __all__ = ["db", "migrated"]  # the fixtures this module borrows
@@ -47,8 +47,8 @@ def test_history_exports_a_trace_that_simulate_replays_into_a_report(
     runs = json.loads(capsys.readouterr().out)["runs"]
     assert runs["configured"]["preemptions"]["total"] == 1
     assert runs["configured"]["jobStatus"] == {"succeeded": 5, "failed": 0, "unfinished": 0}
-    data, _ = figure(report.read_text(encoding="utf-8"), "timeline")
-    assert {bar["job"] for bar in bars(data)} == {name(task) for task in TASKS}
-    assert {(bar["job"], bar["preemptor"]) for bar in bars(data) if bar["kind"] == "stopping"} == {
+    _, timeline = timelines(report.read_text(encoding="utf-8"))["configured"]
+    assert {bar["jobId"] for bar in bars(timeline)} == {name(task) for task in TASKS}
+    assert {(bar["jobId"], bar["preemptedBy"]) for bar in bars(timeline) if bar["phase"] == "STOPPING"} == {
         (name("b-borrow"), name("a-job"))
     }
