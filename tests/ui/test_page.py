@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from selenium.webdriver.common.actions.action_builder import ActionBuilder
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.select import Select
 
 from airflow_quota.ledger.models import JobRow
@@ -254,20 +255,27 @@ def test_the_timeline_shows_a_borrower_stopped_for_its_preemptor_then_resuming(
     assert len(waits) == 2  # before its first grant, and from its requeue to its resume
 
     # Hover the stop phase: a tooltip; click it: its details say for whom it stops, with a link to it.
+    # The window slides with the clock, so the bar moves a little at each refresh: aim at it again each try.
     browser.execute_script("document.querySelector('.timeline-chart').scrollIntoView()")
-    bar = next(
-        item for item in timeline(browser) if item["jobId"] == vision_a and item["phase"] == "STOPPING"
-    )
-    hover = ActionBuilder(browser)
-    hover.pointer_action.move_to_location(int(bar["x"]), int(bar["y"]))
-    hover.perform()
-    wait_for(browser, lambda d: "Stopping for " + research_b in text(d), "the bar's tooltip")
-    click_at(browser, bar["x"], bar["y"])
-    details = wait_for(
-        browser,
-        lambda d: d.find_element(By.CSS_SELECTOR, ".timeline-details[data-phase=STOPPING]"),
-        "the stop phase's details",
-    )
+
+    def stop_phase(d: WebDriver) -> dict[str, Any]:
+        return next(item for item in timeline(d) if item["jobId"] == vision_a and item["phase"] == "STOPPING")
+
+    def hovered(d: WebDriver) -> bool:
+        bar = stop_phase(d)
+        hover = ActionBuilder(d)
+        hover.pointer_action.move_to_location(int(bar["x"]), int(bar["y"]))
+        hover.perform()
+        return "Stopping for " + research_b in text(d)
+
+    def clicked(d: WebDriver) -> WebElement | None:
+        bar = stop_phase(d)
+        click_at(d, bar["x"], bar["y"])
+        found = d.find_elements(By.CSS_SELECTOR, ".timeline-details[data-phase=STOPPING]")
+        return found[0] if found else None
+
+    wait_for(browser, hovered, "the bar's tooltip")
+    details = wait_for(browser, clicked, "the stop phase's details")
     assert details.get_attribute("data-job") == vision_a
     assert "Stopping for research-b (RECLAIM)" in details.text
     assert "Share\nvision" in details.text and "Priority\n10" in details.text
