@@ -20,8 +20,9 @@ cycle (taking its grant back would free nothing: its units are promised to it).
 What a cycle costs follows the jobs it can act on. The waiting jobs are grouped by share, unit and size
 and sorted once per cycle (``_Queued``); a share with no room within its own limits passes all its jobs
 to step 3 at once, a share that can neither borrow nor preempt is left out of step 3, and a job's turn
-costs a few dictionary look-ups unless it can start or preempt. Jobs of one group share one statusReason,
-which the plan keeps beside the jobs (``CyclePlan.status_reasons``) instead of copying each job.
+costs a few dictionary look-ups unless it can start or preempt. Jobs of one group share one statusReason
+(a job behind others of its share adds their number and the first of them), which the plan keeps beside
+the jobs (``CyclePlan.status_reasons``) instead of copying each job.
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ from airflow_quota.engine.model import (
     StopCause,
 )
 from airflow_quota.engine.reasons import (
+    EXACT_PLACES,
     StartableLimits,
     WaitingReasons,
     awaiting_victims_reason,
+    behind_text,
     capacity_lowered_reason,
     misconfiguration,
     startable_limits,
@@ -272,16 +275,33 @@ class _Cycle:
 
     def finish(self) -> CyclePlan:
         """The plan: the decisions, the jobs they changed, and every waiting job's statusReason where it
-        changed (beside the jobs: ``CyclePlan.status_reasons``)."""
+        changed (beside the jobs: ``CyclePlan.status_reasons``).
+
+        A group's reason is worked out once. A job with waiting jobs of its share on the same unit before
+        it (in share order) adds how many and the first of them: the same words for every job from
+        ``EXACT_PLACES`` on, so only the jobs at the front of each share and unit are looked at alone."""
         jobs, queued, withheld = self.jobs, self.queued, self.withheld
         for job in queued.reserved:
             self._explain_reserved(jobs[job.job_id])
         reasons = self.status_reasons
-        waiting_reasons = WaitingReasons(self.usage)
+        waiting_reasons = WaitingReasons(self.usage, self._stopping_units())
+        fronts = self._fronts()
+        group_reasons: dict[GroupKey, str] = {}
+        # Per share and unit with more jobs than its front: what every job behind the front adds.
+        behind_front = {
+            where: behind_text(EXACT_PLACES, front[0].job_id, where[0])
+            for where, front in fronts.items()
+            if len(front) == EXACT_PLACES
+        }
         for group, waiting in queued.groups.items():
+            share_name, unit, count = group
             reason = queued.misconfigurations[group]
+            if reason is None:
+                reason = group_reasons[group] = waiting_reasons.reason(
+                    self.usage.shares[share_name], unit, count
+                )
+                reason += behind_front.get((share_name, unit), "")
             if group not in self.decided_groups:  # the common case: one reason for the whole group
-                reason = reason or waiting_reasons.reason(self.usage.shares[group[0]], group[1], group[2])
                 for job in waiting:
                     if job.status_reason != reason:
                         reasons[job.job_id] = reason
@@ -293,15 +313,77 @@ class _Cycle:
                     if current.status is JobStatus.RUNNABLE:
                         self._explain_reserved(current)
                     continue
-                if job_id in withheld:
-                    job_reason = withheld_reason(withheld[job_id], job)
-                else:
-                    if reason is None:
-                        reason = waiting_reasons.reason(self.usage.shares[group[0]], group[1], group[2])
-                    job_reason = reason
+                job_reason = withheld_reason(withheld[job_id], job) if job_id in withheld else reason
                 if job_reason != job.status_reason:
                     reasons[job_id] = job_reason
+        for (share_name, unit), front in fronts.items():
+            first = front[0].job_id
+            for ahead, job in enumerate(front):
+                job_id = job.job_id
+                if job_id in withheld:
+                    continue  # its reason names the job that needed its units
+                reason = group_reasons[(share_name, unit, job.request.instance_count)]
+                if ahead:
+                    reason += behind_text(ahead, first, share_name)
+                if reason != job.status_reason:
+                    reasons[job_id] = reason
+                else:
+                    reasons.pop(job_id, None)
         return CyclePlan(tuple(self.decisions), QueueState(self.queue, jobs), reasons)
+
+    def _fronts(self) -> dict[tuple[str, str], list[Job]]:
+        """Per share and unit, its first ``EXACT_PLACES`` jobs still waiting, in share order.
+
+        A share's jobs are read in order only until every unit's front is as long as it can be."""
+        queued, jobs = self.queued, self.jobs
+        # Per share and unit, how many jobs still wait: those that can start some day, less the decided.
+        still_waiting: dict[tuple[str, str], int] = defaultdict(int)
+        for group, waiting in queued.groups.items():
+            if queued.misconfigurations[group] is None:
+                still_waiting[group[:2]] += len(waiting)
+        decided_shares: set[str] = set()
+        for decision in self.decisions:
+            job = queued.state.jobs[decision.job_id if isinstance(decision, Grant) else decision.preemptor_id]
+            if not job.awaiting_victims:  # not a reservation granted in step 1
+                still_waiting[(job.share_name, job.unit)] -= 1
+                decided_shares.add(job.share_name)
+        fronts: dict[tuple[str, str], list[Job]] = {}
+        for share_name, waiting in queued.by_share.items():
+            wanted = {
+                unit: min(EXACT_PLACES, still_waiting[(share_name, unit)])
+                for unit in queued.smallest[share_name]
+            }
+            own = {
+                unit: fronts.setdefault((share_name, unit), []) for unit, length in wanted.items() if length
+            }
+            unfinished = len(own)
+            check = share_name in decided_shares
+            for job in waiting:
+                if not unfinished:
+                    break
+                if check and jobs[job.job_id] is not job:
+                    continue
+                unit = job.request.capacity_unit
+                front = own.get(unit)
+                if front is not None and len(front) < wanted[unit]:
+                    front.append(job)
+                    if len(front) == wanted[unit]:
+                        unfinished -= 1
+        return {key: front for key, front in fronts.items() if front}
+
+    def _stopping_units(self) -> dict[str, int]:
+        """Per unit, what jobs being stopped still hold: those that came in so, and this cycle's victims."""
+        stopping: dict[str, int] = defaultdict(int)
+        for job in self.queued.holding:
+            if job.stop_cause is not None:
+                stopping[job.request.capacity_unit] += job.request.instance_count
+        for decision in self.decisions:
+            if isinstance(decision, Preemption):
+                for victim_id in decision.victim_ids:
+                    victim = self.queued.state.jobs[victim_id]
+                    if victim.stop_cause is None:
+                        stopping[victim.request.capacity_unit] += victim.request.instance_count
+        return stopping
 
     def _explain_reserved(self, job: Job) -> None:
         """The statusReason of a RUNNABLE preemptor: the victims it waits for, or why it still waits."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from airflow_quota.engine.model import (
     QUOTA_MANAGEMENT_LIMIT_EXCEEDED,
     SERVICE_ENVIRONMENT_MAX_RESOURCE,
@@ -64,18 +66,35 @@ def most_share_can_hold(capacity: int, share: QuotaShare, unit: str, totals: Uni
     return reachable if ceiling is None else min(ceiling, reachable)
 
 
-def waiting_reason(usage: Usage, share: QuotaShare, job: Job) -> str:
+def waiting_reason(
+    usage: Usage, share: QuotaShare, job: Job, stopping: Mapping[str, int] | None = None
+) -> str:
     """A plain-words statusReason for a RUNNABLE job that could not start in this cycle."""
-    return WaitingReasons(usage).reason(share, job.unit, job.count)
+    return WaitingReasons(usage, stopping or {}).reason(share, job.unit, job.count)
+
+
+#: How many shares a reason names in one list before it says "+N more" (reasons show in 80-column tables).
+NAMED_SHARES = 3
 
 
 class WaitingReasons:
     """``waiting_reason`` for the many jobs of one cycle's end: what depends on the share and unit alone
-    (usage, limits, what can be borrowed) is worked out once per share and unit."""
+    (usage, limits, what can be borrowed, who holds the unit) is worked out once per share and unit.
 
-    def __init__(self, usage: Usage) -> None:
+    Each reason says what the share uses and the job needs, then what holds the capacity it waits for:
+    its free units lent to borrowers or held by jobs being stopped; its own jobs (a share that does not
+    borrow, or at its borrow ceiling); or, for a job that would borrow, who holds the unit, its idle units
+    and whose they are (RESERVE ones are never lent), or that the queue is full.
+    """
+
+    def __init__(self, usage: Usage, stopping: Mapping[str, int]) -> None:
         self.usage = usage
+        #: Per unit, the units jobs being stopped still hold.
+        self.stopping = stopping
         self._terms: dict[tuple[str, str], tuple[int, int, str, int | None]] = {}
+        self._holders: dict[str, str] = {}
+        self._lent: dict[tuple[str, bool], str] = {}
+        self._borrow_tails: dict[tuple[str, str], str] = {}
 
     def reason(self, share: QuotaShare, unit: str, count: int) -> str:
         terms = self._terms.get((share.name, unit))
@@ -85,24 +104,115 @@ class WaitingReasons:
             terms = self._terms[(share.name, unit)] = (used, own, in_use, share.ceiling(unit))
         used, own, in_use, ceiling = terms
         if used + count <= own:
-            return (
-                f"Waiting for capacity: {in_use} and this job needs {count}; the free units are still held "
-                f"by jobs being stopped or lent to other shares"
-            )
+            held_elsewhere = self.lent_or_stopping(unit, share.lends)
+            return f"Waiting for capacity: {in_use} and this job needs {count}; {held_elsewhere}"
         if not share.borrows:
             return (
                 f"Waiting for capacity: {in_use} and this job needs {count}; a {share.strategy} share "
-                f"does not borrow"
+                "does not borrow: it waits for its own jobs to finish"
             )
         if ceiling is not None and used + count > ceiling:
             return (
                 f"Waiting for capacity: {in_use} and this job needs {count}, which would pass the share's "
-                f"borrow ceiling of {ceiling}"
+                f"borrow ceiling of {ceiling}: it waits for its own jobs to finish"
             )
-        return (
-            f"Waiting for capacity to borrow: {in_use} and this job needs {count}; "
-            f"{self.usage.borrowable_by(share.name, unit)} {unit} can be borrowed from other shares now"
-        )
+        tail = self._borrow_tails.get((share.name, unit))
+        if tail is None:
+            borrowable = self.usage.borrowable_by(share.name, unit)
+            tail = self._borrow_tails[(share.name, unit)] = (
+                f"{borrowable} can be borrowed now. {self.holders(unit)}"
+            )
+        return f"Waiting for capacity to borrow: {in_use} and this job needs {count}; {tail}"
+
+    def lent_or_stopping(self, unit: str, lends: bool) -> str:
+        """Why a share's own free units are not free: lent to borrowers (a share that lends), or held by
+        jobs being stopped."""
+        text = self._lent.get((unit, lends))
+        if text is None:
+            usage = self.usage
+            borrowers = [
+                f"{share.name} borrows {usage.usage(share.name, unit) - share.own_limit(unit)}"
+                for share in usage.queue.shares
+                if lends and share.name in usage.borrowing[unit]
+            ]
+            parts = [f"lent ({_named(borrowers)})"] if borrowers else []
+            if self.stopping.get(unit):
+                parts.append(f"held by jobs being stopped ({self.stopping[unit]})")
+            text = self._lent[(unit, lends)] = (
+                f"its free units are {' or '.join(parts)}" if parts else self.holders(unit)
+            )
+        return text
+
+    def holders(self, unit: str) -> str:
+        """Who holds ``unit`` (borrowed units marked), its idle units and whose, or that the queue is full."""
+        text = self._holders.get(unit)
+        if text is None:
+            text = self._holders[unit] = _holders_text(self.usage, unit, self.stopping.get(unit, 0))
+        return text
+
+
+def _holders_text(usage: Usage, unit: str, stopping: int) -> str:
+    shares = usage.queue.shares
+    held: list[str] = []
+    borrowed_total = 0
+    for share in shares:
+        used = usage.usage(share.name, unit)
+        if used:
+            borrowed = max(0, used - share.own_limit(unit))
+            borrowed_total += borrowed
+            held.append(
+                f"{share.name} {used}" + (f" ({borrowed} borrowed within its limit)" if borrowed else "")
+            )
+    held_text = _named(held) if held else "none"
+    stopping_text = f"; {stopping} held by jobs being stopped" if stopping else ""
+    idle = usage.idle(unit)
+    if not idle:
+        return f"The queue is full: {held_text}{stopping_text}"
+    # Whose the idle units are, in configuration order: a share's unused units (a lender's less what
+    # borrowers use beyond the unowned capacity, ``lent_capacity``'s convention), then unowned ones.
+    to_attribute = max(0, borrowed_total - usage.unowned(unit))
+    unowned = max(0, usage.unowned(unit) - borrowed_total)
+    reserve: list[str] = []
+    lenders: list[str] = []
+    left = idle
+    for share in shares:
+        free = max(0, share.own_limit(unit) - usage.usage(share.name, unit))
+        if share.lends:
+            lent = min(free, to_attribute)
+            to_attribute -= lent
+            free -= lent
+        free = min(free, left)
+        if free:
+            left -= free
+            if share.lends:
+                lenders.append(f"{free} of {share.name}")
+            else:
+                reserve.append(f"{free} of {share.name} (RESERVE, never lent)")
+    idle_parts = reserve + lenders
+    if left and unowned:
+        idle_parts.append(f"{min(left, unowned)} unowned")
+    idle_text = f"; idle: {_named(idle_parts)}" if idle_parts else f"; {idle} idle"
+    return f"Held: {held_text}{stopping_text}{idle_text}"
+
+
+def _named(items: list[str]) -> str:
+    shown = ", ".join(items[:NAMED_SHARES])
+    return shown if len(items) <= NAMED_SHARES else f"{shown} +{len(items) - NAMED_SHARES} more"
+
+
+#: A waiting job says exactly how many jobs of its share on the same unit come first up to this many less
+#: one; from it on, "5+": its reason does not change whenever one job ahead starts, a cycle need not
+#: write a new reason for thousands of jobs, and it is worked out once per group of jobs.
+#: ``airflow quota jobs show`` has the exact position.
+EXACT_PLACES = 5
+
+
+def behind_text(ahead: int, first: str, share_name: str) -> str:
+    """What a waiting job adds when ``ahead`` jobs of its share needing the same unit come first."""
+    if ahead == 1:
+        return f"; behind {first} of its share"
+    count = f"{EXACT_PLACES}+" if ahead >= EXACT_PLACES else str(ahead)
+    return f"; behind {count} waiting jobs of share {share_name}, first {first}"
 
 
 #: statusReason prefix of a job that could have started, but whose units a later decision of the same

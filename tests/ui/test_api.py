@@ -269,7 +269,7 @@ def test_jobs_with_position_lease_task_instance_and_training_job(
     assert (every["vision-b"]["position"], every["vision-c"]["position"]) == (1, 2)
     assert every["vision-b"]["statusReason"] == (
         f"Waiting for capacity: quota share vision is using 3 of its 2 {UNIT} and this job needs 2, "
-        "which would pass the share's borrow ceiling of 4"
+        "which would pass the share's borrow ceiling of 4: it waits for its own jobs to finish"
     )
     assert every["research-big"]["statusReason"] == "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE"
     assert every["research-big"]["position"] == 1
@@ -360,7 +360,8 @@ def test_the_timeline_shows_the_preemption_as_a_stop_phase_then_the_preemptor(
     waiting = {job["jobName"]: job["waits"] for job in timeline["jobs"]}
     assert waiting["urgent-low"][1]["reason"] == (
         f"Requeued after its preemption by {high}; Waiting for capacity: quota share urgent is using 2 of "
-        f"its 2 {UNIT} and this job needs 2; a RESERVE share does not borrow"
+        f"its 2 {UNIT} and this job needs 2; a RESERVE share does not borrow: it waits for its own jobs to "
+        "finish"
     )
     assert waiting["research-big"][-1]["endedAt"] is None
     assert waiting["research-big"][-1]["reason"].startswith("Waiting since its submission; MISCONFIGURATION")

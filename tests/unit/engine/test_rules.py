@@ -13,10 +13,12 @@ from airflow_quota.engine.model import (
     Job,
     JobQueue,
     JobStatus,
+    SharingStrategy,
     StopCause,
 )
 from airflow_quota.engine.planner import plan_cycle
-from airflow_quota.engine.reasons import WITHHELD
+from airflow_quota.engine.reasons import WITHHELD, WaitingReasons
+from airflow_quota.engine.usage import Usage
 from tests.unit.engine.builders import (
     BORROW,
     LEND,
@@ -518,6 +520,70 @@ CASES = [
         (running("r", "a", 2), waiting("w", "a", 1, at=1)),
         reasons={"w": "Waiting for capacity: quota share a is using 2 of its 2 gpu and this job needs 1"},
     ),
+    # -- what holds the capacity a waiting job needs -------------------------------------------------------
+    Case(
+        "an_idle_unit_of_a_reserve_share_is_named_as_never_lent_to_a_job_that_would_borrow",
+        queue(4, share("vision", 2, RESERVE), share("research", 2, BORROW)),
+        (running("v", "vision", 1), running("r", "research", 2), waiting("w", "research", 1, at=1)),
+        reasons={
+            "w": "Waiting for capacity to borrow: quota share research is using 2 of its 2 gpu and this job "
+            "needs 1; 0 can be borrowed now. Held: vision 1, research 2; idle: 1 of vision (RESERVE, never "
+            "lent)"
+        },
+    ),
+    Case(
+        "another_share_borrowing_within_its_limit_is_named_with_its_borrowed_units",
+        queue(
+            5, share("a", 2, BORROW), share("r", 1, RESERVE), share("l", 1, LEND), share("b", 1, borrow=100)
+        ),
+        (running("a1", "a", 2), running("b1", "b", 2), waiting("w", "a", 1, at=1)),
+        reasons={
+            "w": "Waiting for capacity to borrow: quota share a is using 2 of its 2 gpu and this job needs "
+            "1; 0 can be borrowed now. Held: a 2, b 2 (1 borrowed within its limit); idle: 1 of r (RESERVE, "
+            "never lent)"
+        },
+    ),
+    Case(
+        "a_full_queue_says_so_and_who_holds_it",
+        queue(4, share("a", 2, RESERVE), share("b", 2, BORROW)),
+        (running("a1", "a", 2), running("b1", "b", 2), waiting("w", "b", 1, at=1)),
+        reasons={
+            "w": "Waiting for capacity to borrow: quota share b is using 2 of its 2 gpu and this job needs "
+            "1; 0 can be borrowed now. The queue is full: a 2, b 2"
+        },
+    ),
+    Case(
+        "a_share_that_does_not_borrow_waits_for_its_own_jobs_holding_its_limit",
+        queue(4, share("a", 2, RESERVE), share("b", 2, BORROW)),
+        (running("a1", "a", 2), waiting("w", "a", 1, at=1)),
+        reasons={
+            "w": "Waiting for capacity: quota share a is using 2 of its 2 gpu and this job needs 1; a "
+            "RESERVE share does not borrow: it waits for its own jobs to finish"
+        },
+    ),
+    Case(
+        "a_share_at_its_borrow_ceiling_waits_for_its_own_jobs",
+        queue(4, share("a", 2, BORROW, borrow=50), share("l", 2, LEND)),
+        (running("a1", "a", 3), waiting("w", "a", 1, at=1)),
+        reasons={
+            "w": "Waiting for capacity: quota share a is using 3 of its 2 gpu and this job needs 1, which "
+            "would pass the share's borrow ceiling of 3: it waits for its own jobs to finish"
+        },
+    ),
+    Case(
+        "free_units_of_its_own_still_held_by_jobs_being_stopped_are_named",
+        queue(3, share("l", 2, LEND), share("b", 1, BORROW)),
+        (
+            running("b1", "b", 1),
+            running("b2", "b", 2, stopping_for="l1"),
+            waiting("l1", "l", 1, at=1, awaiting=frozenset({"b2"})),
+            waiting("l2", "l", 1, at=2),
+        ),
+        reasons={
+            "l2": "Waiting for capacity: quota share l is using 1 of its 2 gpu and this job needs 1; its "
+            "free units are held by jobs being stopped (2)"
+        },
+    ),
     Case(
         "a_preemptor_waiting_for_its_victims_names_them",
         queue(2, share("a", 2, RESERVE, preempt=True)),
@@ -543,6 +609,95 @@ def test_rule(case: Case) -> None:
     assert summarize(plan.decisions) == Summary(case.granted, case.preempted)
     for job_id, reason in case.reasons.items():
         assert plan.state.jobs[job_id].status_reason.startswith(reason), plan.state.jobs[job_id].status_reason
+
+
+FULL = (
+    "Waiting for capacity: quota share a is using 2 of its 2 gpu and this job needs 1; a RESERVE share "
+    "does not borrow: it waits for its own jobs to finish"
+)
+TWELVE_WAITING = tuple(waiting(f"w{index:02}", "a", 1, at=index) for index in range(12))
+
+
+PLACES = [
+    ("the_first_waiting_job_of_its_share_says_nothing_of_others", TWELVE_WAITING, "w00", FULL),
+    ("the_second_names_the_first", TWELVE_WAITING, "w01", FULL + "; behind w00 of its share"),
+    (
+        "the_fifth_counts_the_four_ahead",
+        TWELVE_WAITING,
+        "w04",
+        FULL + "; behind 4 waiting jobs of share a, first w00",
+    ),
+    (
+        "from_five_ahead_it_says_5_or_more",
+        TWELVE_WAITING,
+        "w05",
+        FULL + "; behind 5+ waiting jobs of share a, first w00",
+    ),
+    (
+        "the_last_says_5_or_more_too",
+        TWELVE_WAITING,
+        "w11",
+        FULL + "; behind 5+ waiting jobs of share a, first w00",
+    ),
+    (
+        "the_share_order_is_priority_first",
+        (waiting("early", "a", 1, at=1), waiting("urgent", "a", 1, prio=5, at=2)),
+        "early",
+        FULL + "; behind urgent of its share",
+    ),
+    (
+        "a_job_waiting_for_another_unit_is_not_ahead",
+        (waiting("tpu-job", "a", 1, at=0, unit="tpu"), waiting("w", "a", 1, at=1)),
+        "w",
+        FULL,
+    ),
+    (
+        "a_job_granted_in_the_cycle_is_not_ahead",
+        (
+            waiting("big", "a", 2, prio=9, at=0, unit="tpu"),
+            waiting("w", "a", 1, at=1, unit="tpu"),
+            waiting("x", "a", 1, at=2, unit="tpu"),
+        ),
+        "x",
+        FULL.replace("gpu", "tpu") + "; behind w of its share",
+    ),
+]
+
+
+@pytest.mark.parametrize(("jobs", "job_id", "reason"), [pytest.param(*row[1:], id=row[0]) for row in PLACES])
+def test_a_waiting_job_says_its_place_in_its_share_and_who_comes_first(
+    jobs: tuple[Job, ...], job_id: str, reason: str
+) -> None:
+    a_full_share = queue(2, share("a", 2, RESERVE, tpu=2), tpu=2)
+    plan = plan_cycle(state(a_full_share, running("r", "a", 2), *jobs), now=100.0)
+
+    assert plan.state.jobs[job_id].status_reason == reason
+
+
+@pytest.mark.parametrize(
+    ("strategy", "reason"),
+    [
+        pytest.param(
+            LEND,
+            "Waiting for capacity: quota share l is using 0 of its 2 gpu and this job needs 1; its free "
+            "units are lent (b borrows 2) or held by jobs being stopped (1)",
+            id="a_lenders_free_units_name_the_borrowers_using_them",
+        ),
+        pytest.param(
+            RESERVE,
+            "Waiting for capacity: quota share l is using 0 of its 2 gpu and this job needs 1; its free "
+            "units are held by jobs being stopped (1)",
+            id="a_reserve_shares_free_units_are_never_said_to_be_lent",
+        ),
+    ],
+)
+def test_free_units_of_its_own_name_what_holds_them(strategy: SharingStrategy, reason: str) -> None:
+    # Such a wait follows a configuration change or comes before a reclaim: the words are read from the
+    # usage as it is, without a cycle (which would reclaim).
+    lender_queue = queue(4, share("l", 2, strategy), share("b", 2, BORROW))
+    usage = Usage(lender_queue, [running("b1", "b", 4)])
+
+    assert WaitingReasons(usage, {"gpu": 1}).reason(lender_queue.shares[0], "gpu", 1) == reason
 
 
 def test_rule_ids_are_unique() -> None:

@@ -20,7 +20,8 @@ def test_a_waiting_reason_does_not_offer_the_shares_own_idle_units_as_borrowable
     status, reason = status_at(result, 1, "b")
 
     assert status == "RUNNABLE"
-    assert "2 idle gpu can be borrowed from other shares now" not in reason, reason
+    assert "; 0 can be borrowed now. " in reason, reason
+    assert "idle: 2 of borrower" in reason, reason  # its own idle units are named as its own
 
 
 def test_the_reason_given_to_terminate_a_running_job_is_kept_when_it_has_stopped() -> None:
