@@ -11,4 +11,4 @@ echo "test: mypy"
 # The test files run side by side on QUOTA_TEST_WORKERS pytest-xdist workers (tests/conftest.py says in
 # which order); QUOTA_TEST_WORKERS=0 runs them one after another in this process.
 echo "test: pytest"
-exec .venv/bin/pytest -n "${QUOTA_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder "$@"
+exec .venv/bin/pytest -n "${QUOTA_TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder "$@"

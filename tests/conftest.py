@@ -10,9 +10,9 @@ SIGKILL mid-cycle), the SageMaker SDK or a benchmark run.
 tests together, so its module fixtures (a migrated database, a running Airflow) are made once. The files in
 ``SPREAD_FILES`` are the exception: their tests are independent (each starts its own Airflow, like the
 soak's two runs) and run on whichever workers are free. Files are handed out longest first
-(``LONGEST_FIRST``): a long one started last would leave the other workers idle while it runs. At most two
-Airflow installations run at once, whatever the number of workers (``tests/airflow/harness.py``,
-``AIRFLOW_SLOTS``).
+(``LONGEST_FIRST``): a long one started last would leave the other workers idle while it runs. At most three
+tests' Airflow installations run at once, whatever the number of workers (``tests/airflow/harness.py``,
+``AIRFLOW_SLOTS``); the soak and the benchmark runs start theirs through their own scripts, without a slot.
 
 ``QUOTA_TEST_TIMELINE=FILE`` appends one JSON line per test (worker, test, start and end in seconds since
 the epoch, and the CPU seconds its worker and the worker's finished child processes used meanwhile: an
@@ -36,19 +36,20 @@ from xdist.scheduler import LoadFileScheduling
 #: from ``python -m tests.timeline``: the longest start first, so the suite does not end waiting for a long
 #: one that started last. Other files: 60 s if they start Airflow (``airflow``), 10 s with a database.
 LONGEST_FIRST = {
-    "tests/airflow/test_soak.py": 370,
-    "tests/e2e/test_demo_flow.py": 260,
-    "tests/sagemaker/test_end_to_end.py": 240,
-    "tests/aws_batch/test_end_to_end.py": 170,
-    "tests/distributed/test_celery_two_schedulers.py": 165,
-    "tests/e2e/test_demo_command.py": 165,
-    "tests/ui/test_api_limits.py": 165,
-    "tests/airflow/test_overhead_benchmarks_run.py": 140,
-    "tests/local/test_end_to_end_local.py": 150,
-    "tests/airflow/test_scheduler_grants.py": 115,
-    "tests/db/test_allocator_hosts.py": 105,
-    "tests/ui/test_page.py": 100,
-    "tests/db/test_allocator_crash.py": 90,
+    "tests/airflow/test_soak.py": 350,
+    "tests/distributed/test_celery_two_schedulers.py": 210,
+    "tests/e2e/test_demo_command.py": 185,
+    "tests/sagemaker/test_end_to_end.py": 165,
+    "tests/aws_batch/test_end_to_end.py": 165,
+    "tests/e2e/test_demo_flow.py": 140,
+    "tests/airflow/test_scheduler_grants.py": 110,
+    "tests/ui/test_api_limits.py": 95,
+    "tests/local/test_end_to_end_local.py": 90,
+    "tests/db/test_allocator_hosts.py": 90,
+    "tests/airflow/test_overhead_benchmarks_run.py": 65,
+    "tests/ui/test_page.py": 60,
+    "tests/db/test_migrations.py": 60,
+    "tests/cli/test_quota_cli.py": 55,
 }
 
 

@@ -36,7 +36,8 @@ COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 T = TypeVar("T")
 #: Under pytest-xdist, at most this many Airflow installations run at once, whichever workers start them:
 #: more on a 2-core machine starve each other (heartbeats, api-server calls time out) and fail for that.
-AIRFLOW_SLOTS = int(os.environ.get("QUOTA_TEST_AIRFLOW_SLOTS", "2"))
+#: Three of the four workers (scripts/test.sh): the fourth runs the tests that need no Airflow meanwhile.
+AIRFLOW_SLOTS = int(os.environ.get("QUOTA_TEST_AIRFLOW_SLOTS", "3"))
 SLOTS = Path(tempfile.gettempdir()) / "airflow-quota-test-slots"
 
 
