@@ -113,6 +113,8 @@ class JobRow(LedgerBase):
         # Pages of jobs, newest first (REST API and CLI), filtered or not by status.
         Index("quota_job_submitted_idx", "submitted_at", "submit_seq"),
         Index("quota_job_status_submitted_idx", "status", "submitted_at", "submit_seq"),
+        # The GPU timeline's jobs of a window: unfinished, or changed since the window's start.
+        Index("quota_job_queue_updated_idx", "job_queue_name", "updated_at"),
     )
 
     job_id: Mapped[str] = mapped_column(String(JOB_ID_LENGTH), primary_key=True)

@@ -303,6 +303,30 @@ def test_upgrading_to_0004_keeps_each_job_queue_scheduled_by_airflow_until_its_f
     assert "scheduler" not in columns
 
 
+def test_upgrading_to_0005_indexes_jobs_by_queue_and_last_change_and_a_downgrade_drops_it(
+    empty_database: Database,
+) -> None:
+    """The GPU timeline's query of a window's jobs has its index after an upgrade, and not after a
+    downgrade to 0004 (the data stays)."""
+    before_index = "3c7e51b0d9a4"
+    upgrade(empty_database, to_revision=before_index)
+    apply_with_sql(empty_database, 4)
+
+    def job_indexes() -> dict[str, list[str]]:
+        inspector = sa.inspect(empty_database.engine)
+        return {index["name"] or "": index["column_names"] for index in inspector.get_indexes("quota_job")}
+
+    assert "quota_job_queue_updated_idx" not in job_indexes()
+    upgrade(empty_database)
+    assert job_indexes()["quota_job_queue_updated_idx"] == ["job_queue_name", "updated_at"]
+
+    with empty_database.session() as session:
+        QuotaDBManager(session).downgrade(to_revision=before_index)
+    assert "quota_job_queue_updated_idx" not in job_indexes()
+    with empty_database.session() as session:
+        assert applied_config(session, "gpu") is not None
+
+
 def test_the_migration_files_alone_build_the_models(empty_database: Database) -> None:
     """From nothing to head through every migration file (not create_all), the schema is the models'."""
     upgrade(empty_database, to_revision="heads")
