@@ -109,6 +109,9 @@ class AirflowProcesses:
             "AIRFLOW__API__PORT": str(self.api_port),
             "AIRFLOW__API__BASE_URL": base_url,
             "AIRFLOW__API__WORKERS": "1",
+            # Three installations share two cores in the suite: an api-server call can take over the
+            # default 5 s, and a task whose deferral call times out fails without its own code running.
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
             "AIRFLOW__API_AUTH__JWT_SECRET": "quota-tests-jwt-secret",
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
@@ -183,6 +186,11 @@ class AirflowProcesses:
             text = path.read_text(errors="replace").splitlines()[-lines:]
             tails.append(f"--- {path.name} ---\n" + "\n".join(text))
         return "\n".join(tails)
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
+        """Every log file of one task instance (all tries), as the worker wrote them."""
+        folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+        return "".join(path.read_text(errors="replace") for path in sorted(folder.rglob("*.log")))
 
     def session(self) -> Session:
         return Session(self.engine)
