@@ -150,3 +150,10 @@ def call_factory(factory: Callable[..., Any], context: Context) -> Any:
     except (TypeError, ValueError):
         takes_context = False
     return factory(context) if takes_context else factory()
+
+
+def task_identity(context: Context) -> TaskIdentity:
+    """Who the task instance is (DAG, run, task, map index, try): what its job names and tags are made of."""
+    ti = context["ti"]
+    map_index = -1 if ti.map_index is None else int(ti.map_index)
+    return TaskIdentity(ti.dag_id, ti.run_id, ti.task_id, map_index, int(ti.try_number))

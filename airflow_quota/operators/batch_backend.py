@@ -38,6 +38,7 @@ from airflow_quota.backends.sagemaker import (
     checkpoint_s3_uri,
     quota_tags,
 )
+from airflow_quota.operators.backend import task_identity
 from airflow_quota.operators.task_store import read_document
 
 if TYPE_CHECKING:
@@ -300,9 +301,3 @@ class BatchBackend:
 
     def request_stop(self, job_id: str, reason: str) -> None:
         self.jobs.terminate(job_id, reason)
-
-
-def task_identity(context: Context) -> TaskIdentity:
-    ti = context["ti"]
-    map_index = -1 if ti.map_index is None else int(ti.map_index)
-    return TaskIdentity(ti.dag_id, ti.run_id, ti.task_id, map_index, int(ti.try_number))

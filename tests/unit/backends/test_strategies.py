@@ -9,7 +9,12 @@ import pytest
 
 
 @pytest.mark.parametrize(
-    "strategy", ["airflow_quota.operators.sagemaker_backend", "airflow_quota.operators.local_backend"]
+    "strategy",
+    [
+        "airflow_quota.operators.sagemaker_backend",
+        "airflow_quota.operators.local_backend",
+        "airflow_quota.operators.batch_backend",
+    ],
 )
 def test_a_backend_strategy_imports_without_the_operator(strategy: str) -> None:
     probe = f"import sys, {strategy}; print('airflow_quota.operators.training' in sys.modules)"
