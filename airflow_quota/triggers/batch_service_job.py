@@ -8,8 +8,7 @@ SUCCEEDED or FAILED, carrying the same facts for the operator's XCom. When the t
 cleared, the triggerer cancels the trigger and calls ``on_kill``, which terminates the service job
 (TerminateServiceJob).
 
-An event is never fired sooner than ``not_before`` (as ``SageMakerTrainingJobTrigger``'s: Airflow 3.3 fails
-a task resumed before the executor has reported the worker run that deferred it, apache/airflow#71580).
+An event is never fired sooner than ``not_before`` (``AwsJobTrigger``, ``triggers/aws_job.py``, says why).
 
 Calls go through the amazon provider's sync Batch hook in a worker thread (``asyncio.to_thread``), so
 the triggerer's event loop never blocks.
@@ -19,10 +18,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Unpack
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
 
 from airflow_quota.operators.batch_backend import (
     FINAL_STATUSES,
@@ -30,13 +28,14 @@ from airflow_quota.operators.batch_backend import (
     latest_training_job_arn,
     preemptions_of,
 )
+from airflow_quota.triggers.aws_job import AwsJobSettings, AwsJobTrigger
 
 #: Consecutive failed DescribeServiceJob calls after which the trigger gives up with an ``Error`` event.
 MAX_DESCRIBE_ERRORS = 10
 KILLED_REASON = "Its Airflow task was killed, marked failed or cleared"
 
 
-class BatchServiceJobTrigger(BaseTrigger):
+class BatchServiceJobTrigger(AwsJobTrigger):
     """Waits for a service job to end.
 
     Event: ``{"status": "SUCCEEDED"|"FAILED"|"Error", "job_id", "job_arn", "status_reason",
@@ -44,33 +43,12 @@ class BatchServiceJobTrigger(BaseTrigger):
     stopped_at, status_reason}]}``.
     """
 
-    def __init__(
-        self,
-        *,
-        job_id: str,
-        aws_conn_id: str | None = "aws_default",
-        region_name: str | None = None,
-        poll_interval: float = 30.0,
-        not_before: str | None = None,
-    ) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]  # BaseTrigger.__init__ is untyped
-        self.job_id = job_id
-        self.aws_conn_id = aws_conn_id
-        self.region_name = region_name
-        self.poll_interval = poll_interval
-        self.not_before = not_before
+    job_key = "job_id"
+    job_label = "Service job"
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "job_id": self.job_id,
-                "aws_conn_id": self.aws_conn_id,
-                "region_name": self.region_name,
-                "poll_interval": self.poll_interval,
-                "not_before": self.not_before,
-            },
-        )
+    def __init__(self, *, job_id: str, **settings: Unpack[AwsJobSettings]) -> None:
+        super().__init__(**settings)
+        self.job_id = job_id
 
     def _jobs(self) -> ServiceJobs:
         return ServiceJobs(self.aws_conn_id, self.region_name)
@@ -101,15 +79,6 @@ class BatchServiceJobTrigger(BaseTrigger):
                 yield TriggerEvent(service_job_event(description))  # type: ignore[no-untyped-call]
                 return
             await asyncio.sleep(self.poll_interval)
-
-    async def _settle(self) -> None:
-        """Wait until ``not_before`` (ISO 8601), if it is still ahead."""
-        if self.not_before is None:
-            return
-        delay = (datetime.fromisoformat(self.not_before) - datetime.now(UTC)).total_seconds()
-        if delay > 0:
-            self.log.info("Service job %s ended; firing in %.1f s (settle time)", self.job_id, delay)
-            await asyncio.sleep(delay)
 
     async def on_kill(self) -> None:
         """The task was marked failed or cleared: terminate the service job (no wait)."""

@@ -10,10 +10,7 @@ The allocator preempts a task deferred here by resuming it with a ``Preempt`` ev
 then cancels this trigger and calls ``on_kill``, as it does when a user marks the task failed or clears
 it. ``on_kill`` asks SageMaker to stop the job in all those cases (the operator waits for ``Stopped``).
 
-An event is never fired sooner than ``not_before``, which the operator sets a few seconds after it
-defers: Airflow 3.3 fails a task resumed before the executor has reported the worker run that deferred
-it (apache/airflow#71580, #72716; the allocator's grants wait the same ``settle_time`` for the same
-reason). A job that ends within seconds, or one that is re-attached to after it completed, would hit it.
+An event is never fired sooner than ``not_before`` (``AwsJobTrigger``, ``triggers/aws_job.py``, says why).
 
 The calls go through the amazon provider's sync ``SageMakerHook``, each in a worker thread
 (``asyncio.to_thread``), so the triggerer's event loop never blocks and the provider's optional
@@ -24,51 +21,30 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Unpack
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
 
 from airflow_quota.backends.sagemaker import TERMINAL_STATUSES, SageMakerTrainingJobs
+from airflow_quota.triggers.aws_job import AwsJobSettings, AwsJobTrigger
 
 #: Consecutive failed DescribeTrainingJob calls after which the trigger gives up with an ``Error`` event.
 MAX_DESCRIBE_ERRORS = 10
 
 
-class SageMakerTrainingJobTrigger(BaseTrigger):
+class SageMakerTrainingJobTrigger(AwsJobTrigger):
     """Waits for a training job to end; the event's ``status`` is its final ``TrainingJobStatus``.
 
     Event: ``{"status": "Completed"|"Failed"|"Stopped"|"Missing"|"Error", "training_job_name",
     "training_job_arn", "secondary_status", "failure_reason", "model_artifacts"}``.
     """
 
-    def __init__(
-        self,
-        *,
-        training_job_name: str,
-        aws_conn_id: str | None = "aws_default",
-        region_name: str | None = None,
-        poll_interval: float = 30.0,
-        not_before: str | None = None,
-    ) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]  # BaseTrigger.__init__ is untyped
-        self.training_job_name = training_job_name
-        self.aws_conn_id = aws_conn_id
-        self.region_name = region_name
-        self.poll_interval = poll_interval
-        self.not_before = not_before
+    job_key = "training_job_name"
+    job_label = "Training job"
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "training_job_name": self.training_job_name,
-                "aws_conn_id": self.aws_conn_id,
-                "region_name": self.region_name,
-                "poll_interval": self.poll_interval,
-                "not_before": self.not_before,
-            },
-        )
+    def __init__(self, *, training_job_name: str, **settings: Unpack[AwsJobSettings]) -> None:
+        super().__init__(**settings)
+        self.training_job_name = training_job_name
 
     def _jobs(self) -> SageMakerTrainingJobs:
         return SageMakerTrainingJobs(self.aws_conn_id, self.region_name)
@@ -104,17 +80,6 @@ class SageMakerTrainingJobTrigger(BaseTrigger):
                 yield TriggerEvent(_event(name, description, status=status[0]))  # type: ignore[no-untyped-call]
                 return
             await asyncio.sleep(self.poll_interval)
-
-    async def _settle(self) -> None:
-        """Wait until ``not_before`` (ISO 8601), if it is still ahead."""
-        if self.not_before is None:
-            return
-        delay = (datetime.fromisoformat(self.not_before) - datetime.now(UTC)).total_seconds()
-        if delay > 0:
-            self.log.info(
-                "Training job %s ended; firing in %.1f s (settle time)", self.training_job_name, delay
-            )
-            await asyncio.sleep(delay)
 
     async def on_kill(self) -> None:
         """The task was preempted, marked or cleared: ask SageMaker to stop the job (no wait)."""

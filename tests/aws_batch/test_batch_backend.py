@@ -161,6 +161,14 @@ def test_the_trigger_serializes_what_it_needs() -> None:
     )
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_quota.triggers.batch_service_job.BatchServiceJobTrigger"
+    # A deferred task's row in a live metadata DB holds these kwargs: they never change.
+    assert kwargs == {
+        "job_id": "j-1",
+        "aws_conn_id": "aws_batch",
+        "region_name": "eu-west-1",
+        "poll_interval": 5,
+        "not_before": "2026-12-01",
+    }
     rebuilt = BatchServiceJobTrigger(**kwargs)
     assert rebuilt.serialize() == (classpath, kwargs)
 

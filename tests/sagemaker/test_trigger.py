@@ -31,6 +31,14 @@ def test_it_round_trips_through_serialize() -> None:
     trigger = trigger_for("job-a1")
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_quota.triggers.sagemaker.SageMakerTrainingJobTrigger"
+    # A deferred task's row in a live metadata DB holds these kwargs: they never change.
+    assert kwargs == {
+        "training_job_name": "job-a1",
+        "aws_conn_id": "aws_default",
+        "region_name": None,
+        "poll_interval": 0.1,
+        "not_before": None,
+    }
     assert SageMakerTrainingJobTrigger(**kwargs).serialize() == (classpath, kwargs)
 
 
