@@ -78,6 +78,7 @@ def get_provider_info() -> dict[str, Any]:
         "db-managers": ["airflow_quota.ledger.db.QuotaDBManager"],
         "extra-links": [
             "airflow_quota.operators.links.SageMakerTrainingJobLink",
+            "airflow_quota.operators.links.BatchServiceJobLink",
             "airflow_quota.operators.links.QuotaShareLink",
         ],
         "plugins": [{"name": "airflow_quota", "plugin-class": "airflow_quota.api.plugin.QuotaPlugin"}],

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_quota.operators.admission_steps import AdmissionSteps
-from airflow_quota.operators.batch_backend import SERVICE_JOB_XCOM_KEY, BatchBackend, ServiceJobSpec
+from airflow_quota.operators.batch_backend import (
+    SERVICE_JOB_XCOM_KEY,
+    BatchBackend,
+    ServiceJobSpec,
+    latest_training_job_arn,
+)
+from airflow_quota.operators.links import TRAINING_JOB_XCOM_KEY, SageMakerTrainingJobLink
 from airflow_quota.operators.sagemaker_backend import SageMakerBackend
 
 if TYPE_CHECKING:
@@ -45,11 +51,16 @@ class BatchSteps(AdmissionSteps):
         context["ti"].xcom_push(
             key=SERVICE_JOB_XCOM_KEY, value={"job_id": job["jobId"], "job_arn": job.get("jobArn")}
         )
+        # The SageMaker training job link: a re-attached job's latest attempt, else none yet.
+        training_job = SageMakerTrainingJobLink.xcom_value_of_arn(latest_training_job_arn(job))
+        context["ti"].xcom_push(key=TRAINING_JOB_XCOM_KEY, value=training_job)
         self.defer(trigger=batch.monitor(str(job["jobId"])), method_name="on_service_job", timeout=None)
 
     def on_service_job(self, context: Context, event: Mapping[str, Any] | None = None) -> Any:
         """The service job ended: its result (service and training job ARNs, attempts, preemptions)."""
         self._current_service_job = None
+        training_job = SageMakerTrainingJobLink.xcom_value_of_arn((event or {}).get("training_job_arn"))
+        context["ti"].xcom_push(key=TRAINING_JOB_XCOM_KEY, value=training_job)  # its last attempt's
         return self._batch_backend().finish(event or {})
 
     def _batch_backend(self) -> BatchBackend:

@@ -1,4 +1,5 @@
-"""Extra links of QuotaTrainingOperator: its training job in the SageMaker console, its share's page.
+"""Extra links of QuotaTrainingOperator: its training job in the SageMaker console, its AWS Batch service job
+in the AWS Batch console (on a job queue AWS Batch schedules), its share's page.
 
 Airflow lists them on the task instance; they appear in the UI once the provider registers them
 (``extra-links`` in ``get_provider_info``). The console link is the amazon provider's ``BaseAwsLink``
@@ -13,6 +14,8 @@ from urllib.parse import quote
 from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK, BaseAwsLink
 from airflow.sdk import BaseOperatorLink, conf
 
+from airflow_quota.operators.batch_backend import SERVICE_JOB_XCOM_KEY
+
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
     from airflow.sdk.types import TaskInstanceKey
@@ -21,6 +24,14 @@ if TYPE_CHECKING:
 
 #: XCom key under which the operator keeps its current training job (name, region, console domain).
 TRAINING_JOB_XCOM_KEY = "quota_training_job"
+
+
+def _arn_parts(arn: str | None) -> tuple[str, str] | None:
+    """``(partition, region)`` of an ARN (``arn:<partition>:<service>:<region>:...``), or None."""
+    parts = (arn or "").split(":")
+    if len(parts) < 6 or parts[0] != "arn" or not parts[1] or not parts[3]:
+        return None
+    return parts[1], parts[3]
 
 
 class SageMakerTrainingJobLink(BaseAwsLink):
@@ -45,9 +56,44 @@ class SageMakerTrainingJobLink(BaseAwsLink):
             "training_job_name": link.training_job_name,
         }
 
+    @classmethod
+    def xcom_value_of_arn(cls, training_job_arn: str | None) -> dict[str, Any]:
+        """``xcom_value`` for a training job known by its ARN (an AWS Batch service job's latest attempt,
+        ``arn:<partition>:sagemaker:<region>:<account>:training-job/<name>``); empty when it is not one."""
+        where = _arn_parts(training_job_arn)
+        if where is None or ":training-job/" not in str(training_job_arn):
+            return {}
+        partition, region = where
+        return {
+            "region_name": region,
+            "aws_domain": cls.get_aws_domain(partition),
+            "training_job_name": str(training_job_arn).rsplit("/", 1)[-1],
+        }
+
     def format_link(self, **kwargs: Any) -> str:
         if "aws_domain" not in kwargs and "partition" in kwargs:  # pushed by airflow-quota 0.3.0 or older
             kwargs["aws_domain"] = self.get_aws_domain(kwargs["partition"])
+        return str(super().format_link(**kwargs))
+
+
+class BatchServiceJobLink(BaseAwsLink):
+    """The task's AWS Batch service job in the AWS Batch console (a job queue AWS Batch schedules).
+
+    Read from what the operator pushes when it submits the job (``SERVICE_JOB_XCOM_KEY``: its id and ARN);
+    the console's region and domain come from the ARN. Empty on a queue our allocator schedules.
+    """
+
+    name = "AWS Batch service job"
+    key = SERVICE_JOB_XCOM_KEY
+    format_str = BASE_AWS_CONSOLE_LINK + "/batch/home?region={region_name}#jobs/detail/{job_id}"
+
+    def format_link(self, **kwargs: Any) -> str:
+        where = _arn_parts(kwargs.get("job_arn"))
+        if where is not None and kwargs.get("job_id"):
+            partition, region = where
+            kwargs.setdefault("region_name", region)
+            kwargs.setdefault("aws_domain", self.get_aws_domain(partition))
+            kwargs["job_id"] = quote(str(kwargs["job_id"]), safe="")
         return str(super().format_link(**kwargs))
 
 

@@ -41,7 +41,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_quota.operators.batch_backend import AWS_BATCH, SCHEDULER_EVENT_KEY
 from airflow_quota.operators.batch_steps import BatchSteps
 from airflow_quota.operators.lease_steps import LeaseSteps
-from airflow_quota.operators.links import QuotaShareLink, SageMakerTrainingJobLink
+from airflow_quota.operators.links import BatchServiceJobLink, QuotaShareLink, SageMakerTrainingJobLink
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -89,7 +89,7 @@ class QuotaTrainingOperator(LeaseSteps, BatchSteps):
     )
     template_fields_renderers = {"training_job_config": "json"}  # noqa: RUF012 - BaseOperator declares it
     ui_color = "#f0e4ff"
-    operator_extra_links = (SageMakerTrainingJobLink(), QuotaShareLink())
+    operator_extra_links = (SageMakerTrainingJobLink(), BatchServiceJobLink(), QuotaShareLink())
 
     def on_grant(
         self,

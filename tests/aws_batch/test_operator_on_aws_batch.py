@@ -16,12 +16,18 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
 from airflow_quota.operators.batch_backend import SERVICE_JOB_XCOM_KEY
+from airflow_quota.operators.links import (
+    TRAINING_JOB_XCOM_KEY,
+    BatchServiceJobLink,
+    SageMakerTrainingJobLink,
+)
 from airflow_quota.operators.training import QuotaTrainingOperator
 from airflow_quota.triggers.admission import QuotaAdmissionTrigger
 from airflow_quota.triggers.batch_service_job import BatchServiceJobTrigger
 from tests.aws_batch.conftest import UNIT, create_design, quota_file, share, submit
 from tests.aws_batch.test_emulator import status, wait_for
 from tests.sagemaker.conftest import training_request
+from tests.sagemaker.moto_process import REGION
 from tests.sagemaker.task_runtime import TaskInstanceStandIn, TaskRun
 
 HANDED_TO_AWS_BATCH = {"scheduler": "AWS_BATCH"}
@@ -86,6 +92,18 @@ def test_the_task_runs_as_a_service_job_preempted_and_resumed_by_aws_batch_in_on
     [preemption] = result["preemptions"]
     assert "RECLAIM" in preemption["status_reason"]
     assert result["training_job_arn"] != preemption["training_job_arn"]
+    # The task's extra links: its service job in the AWS Batch console, its last attempt's training job.
+    assert BatchServiceJobLink().format_link(**run.ti.xcom[SERVICE_JOB_XCOM_KEY]) == (
+        f"https://console.aws.amazon.com/batch/home?region={REGION}#jobs/detail/{job_id}"
+    )
+    training_job_name = result["training_job_arn"].rsplit("/", 1)[-1]
+    assert SageMakerTrainingJobLink().format_link(**run.ti.xcom[TRAINING_JOB_XCOM_KEY]) == (
+        f"https://console.aws.amazon.com/sagemaker/home?region={REGION}#/jobs/{training_job_name}"
+    )
+    assert {link.name for link in run.operator.operator_extra_links} >= {
+        "AWS Batch service job",
+        "SageMaker training job",
+    }
 
 
 def test_a_retried_try_does_not_submit_a_second_service_job(batch: Any, queue: str, unique: str) -> None:
