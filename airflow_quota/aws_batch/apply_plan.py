@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from airflow_quota.aws_batch.botocore_model import KINDS, Kind, batch_model
+from airflow_quota.aws_batch.design import ARN_KEY, NAME_KEY, name_of
 
 #: How each kind is named in messages.
 KIND_NOUN: dict[Kind, str] = {
@@ -23,13 +24,6 @@ KIND_NOUN: dict[Kind, str] = {
     "schedulingPolicies": "scheduling policy",
     "jobQueues": "job queue",
     "quotaShares": "quota share",
-}
-#: The key that names a resource in its Create* body, per kind.
-NAME_KEY: dict[Kind, str] = {
-    "serviceEnvironments": "serviceEnvironmentName",
-    "schedulingPolicies": "name",
-    "jobQueues": "jobQueueName",
-    "quotaShares": "quotaShareName",
 }
 CREATE_OPERATION: dict[Kind, str] = {
     "serviceEnvironments": "CreateServiceEnvironment",
@@ -43,15 +37,13 @@ UPDATE_OPERATION: dict[Kind, str] = {
     "jobQueues": "UpdateJobQueue",
     "quotaShares": "UpdateQuotaShare",
 }
-#: The Update* request's key that says which resource, and the key of AWS's answer that holds its value.
-UPDATE_IDENTITY: dict[Kind, tuple[str, str]] = {
-    "serviceEnvironments": ("serviceEnvironment", "serviceEnvironmentArn"),
-    "schedulingPolicies": ("arn", "arn"),
-    "jobQueues": ("jobQueue", "jobQueueArn"),
-    "quotaShares": ("quotaShareArn", "quotaShareArn"),
+#: The Update* request's key that says which resource (its value: the ARN, ``ARN_KEY`` of AWS's answer).
+UPDATE_IDENTITY: dict[Kind, str] = {
+    "serviceEnvironments": "serviceEnvironment",
+    "schedulingPolicies": "arn",
+    "jobQueues": "jobQueue",
+    "quotaShares": "quotaShareArn",
 }
-#: The key of AWS's answer that holds a resource's ARN.
-ARN_KEY: dict[Kind, str] = {kind: UPDATE_IDENTITY[kind][1] for kind in KINDS}
 
 Action = Literal["create", "update", "unchanged"]
 
@@ -179,9 +171,10 @@ def _change(
     )
     changed_keys = [key for key in dict.fromkeys(f.path.split(".", 1)[0] for f in fields) if key != "tags"]
     updatable = set(_update_members(kind))
-    identity_key, answer_key = UPDATE_IDENTITY[kind]
     tags = _tags_to_set(wanted.get("tags"), found.get("tags"))
-    unchanged = ResourceChange(kind, name, queue_name, "unchanged", fields, None, tags, found.get(answer_key))
+    unchanged = ResourceChange(
+        kind, name, queue_name, "unchanged", fields, None, tags, found.get(ARN_KEY[kind])
+    )
     for key in changed_keys:
         if key not in updatable:
             refusals.append(
@@ -192,7 +185,7 @@ def _change(
     to_update = [key for key in changed_keys if key in updatable]
     if not to_update:
         return unchanged
-    request = {identity_key: found[answer_key], **{key: body[key] for key in to_update}}
+    request = {UPDATE_IDENTITY[kind]: found[ARN_KEY[kind]], **{key: body[key] for key in to_update}}
     return replace(unchanged, action="update", request=request)
 
 
@@ -229,11 +222,6 @@ def _update_members(kind: Kind) -> list[str]:
     shape = batch_model().operation_model(UPDATE_OPERATION[kind]).input_shape
     assert shape is not None
     return list(shape.members)
-
-
-def name_of(reference: str) -> str:
-    """The name at the end of an ARN (``arn:...:job-queue/NAME``), or the reference itself."""
-    return reference.rsplit("/", 1)[-1] if reference.startswith("arn:") else reference
 
 
 def flatten(document: Mapping[str, Any] | None, prefix: str = "") -> dict[str, Any]:

@@ -16,13 +16,9 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from airflow_quota.aws_batch.apply_plan import (
-    ARN_KEY,
-    AwsState,
-    ResourceChange,
-    name_of,
-)
+from airflow_quota.aws_batch.apply_plan import AwsState, ResourceChange
 from airflow_quota.aws_batch.botocore_model import Kind
+from airflow_quota.aws_batch.design import ARN_KEY, name_of
 
 #: How long to wait for a resource to leave CREATING/UPDATING, and how often to ask.
 SETTLE_TIMEOUT_S = 600.0

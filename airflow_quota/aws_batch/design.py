@@ -47,21 +47,21 @@ SCHEDULER_TAG = "airflow-quota:scheduler"
 #: Keys of an answer that are about the call, not the design.
 _CALL_KEYS = frozenset({"nextToken", "ResponseMetadata"})
 #: The key that names a resource in its request body, per kind.
-_NAME_KEY: dict[Kind, str] = {
+NAME_KEY: dict[Kind, str] = {
     "serviceEnvironments": "serviceEnvironmentName",
     "schedulingPolicies": "name",
     "jobQueues": "jobQueueName",
     "quotaShares": "quotaShareName",
 }
-#: A key only AWS's answer for a resource carries (its ARN), per kind.
-_ANSWER_KEY: dict[Kind, str] = {
+#: The key of AWS's answer that holds a resource's ARN (a key only an answer carries), per kind.
+ARN_KEY: dict[Kind, str] = {
     "serviceEnvironments": "serviceEnvironmentArn",
     "schedulingPolicies": "arn",
     "jobQueues": "jobQueueArn",
     "quotaShares": "quotaShareArn",
 }
 #: Top-level keys that only AWS documents have: lists of resources, and what names one resource.
-_AWS_TOP_KEYS = frozenset({*KINDS, *_NAME_KEY.values(), *_ANSWER_KEY.values(), *_CALL_KEYS} - {"jobQueues"})
+_AWS_TOP_KEYS = frozenset({*KINDS, *NAME_KEY.values(), *ARN_KEY.values(), *_CALL_KEYS} - {"jobQueues"})
 #: The order a lone body's kind is recognised in: a quota share's answer also holds jobQueueArn.
 _SINGLE_BODY_ORDER: tuple[Kind, ...] = (
     "quotaShares",
@@ -95,10 +95,10 @@ class Resource:
 
     @property
     def name(self) -> str | None:
-        name = self.body.get(_NAME_KEY[self.kind])
+        name = self.body.get(NAME_KEY[self.kind])
         if isinstance(name, str):
             return name
-        arn = self.body.get(_ANSWER_KEY[self.kind])
+        arn = self.body.get(ARN_KEY[self.kind])
         return name_of(arn) if isinstance(arn, str) else None
 
 
@@ -177,7 +177,7 @@ def resources_in(document: Mapping[str, Any], prefix: str) -> tuple[list[Resourc
         return resources, issues
     body = {key: value for key, value in document.items() if key not in _CALL_KEYS}
     for kind in _SINGLE_BODY_ORDER:
-        if _NAME_KEY[kind] in body or _ANSWER_KEY[kind] in body:
+        if NAME_KEY[kind] in body or ARN_KEY[kind] in body:
             return [Resource(kind, body, prefix, _is_answer(kind, body))], []
     return [], [
         ConfigIssue(
@@ -280,7 +280,7 @@ def _one_per_name(resources: Iterable[Resource]) -> tuple[dict[Kind, list[Resour
             issues.append(
                 ConfigIssue(
                     resource.where or "(top level)",
-                    f"{_NAME_KEY[resource.kind]} {resource.name} is also at "
+                    f"{NAME_KEY[resource.kind]} {resource.name} is also at "
                     f"{_without_colon_prefix_path(first.where) or 'the top level'} "
                     "with other values: keep one of them",
                 )
@@ -291,7 +291,7 @@ def _one_per_name(resources: Iterable[Resource]) -> tuple[dict[Kind, list[Resour
 def _design_fields(resource: Resource) -> str:
     """What a resource says about the design: not its own ARN, status or tags, nor empty lists an answer
     adds (a SageMaker job queue's ``computeEnvironmentOrder: []``); another resource's ARN as its name."""
-    ignored = {"status", "statusReason", "tags", *_ANSWER_KEY.values(), "jobQueue", "jobQueueArn"}
+    ignored = {"status", "statusReason", "tags", *ARN_KEY.values(), "jobQueue", "jobQueueArn"}
     fields = {k: v for k, v in resource.body.items() if k not in ignored and v not in (None, [], {})}
     return json.dumps(_arns_as_names(fields), sort_keys=True, default=str)
 
