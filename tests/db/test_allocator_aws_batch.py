@@ -6,7 +6,7 @@ the ledger; jobs the ledger knew before the queue moved go on through our alloca
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -15,21 +15,16 @@ from airflow.models.taskinstance import TaskInstance
 from airflow.sdk.serde import deserialize
 from airflow.utils.state import TaskInstanceState
 
-from airflow_quota.allocator.cycle import CycleReport, run_allocation_cycle
 from airflow_quota.allocator.settings import CycleSettings
 from airflow_quota.engine.config import QuotaConfig, parse_quota_config
 from airflow_quota.ledger.configuration import apply_quota_config
 from airflow_quota.ledger.models import AuditRow, JobRow
-from airflow_quota.triggers.admission import QuotaAdmissionTrigger
+from tests.db.allocation import DAG_ID, QUEUE, RUN_ID, START, cycle, defer
 from tests.db.conftest import Database
-from tests.db.metadata_rows import insert_deferred_task, reset_for_allocation
+from tests.db.metadata_rows import reset_for_allocation
 
 pytestmark = pytest.mark.db
 
-QUEUE = "gpu-training"
-DAG_ID = "train"
-RUN_ID = "run-1"
-START = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 SETTLE_TIME = CycleSettings().settle_time
 
 
@@ -61,34 +56,6 @@ def db(migrated: Database) -> Iterator[Database]:
 def apply(db: Database, config: QuotaConfig, at: datetime) -> None:
     with db.session() as session, session.begin():
         apply_quota_config(session, config, applied_by="test", source="quotas.yaml", now=at)
-
-
-def defer(db: Database, task_id: str, *, deferred_at: datetime = START, pid: int | None = None) -> str:
-    kwargs = QuotaAdmissionTrigger(
-        job_queue=QUEUE,
-        job_name=task_id,
-        quota_share_name="team-a",
-        capacity_unit="gpu",
-        instance_count=1,
-        scheduling_priority=0,
-        submitted_at=deferred_at.isoformat(),
-    ).serialize()[1]
-    with db.session() as session, session.begin():
-        return insert_deferred_task(
-            session,
-            kwargs,
-            dag_id=DAG_ID,
-            run_id=RUN_ID,
-            task_id=task_id,
-            deferred_at=deferred_at,
-            pid=pid,
-            next_kwargs={"round": 1},
-        )
-
-
-def cycle(db: Database, now: datetime) -> CycleReport:
-    with db.session() as session, session.begin():
-        return run_allocation_cycle(session, now)
 
 
 def task(db: Database, task_id: str) -> TaskInstance:

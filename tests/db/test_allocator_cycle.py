@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -25,17 +24,14 @@ from airflow_quota.allocator.settings import CycleSettings
 from airflow_quota.engine.config import parse_quota_config
 from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger
+from tests.db.allocation import DAG_ID, QUEUE, RUN_ID, START, cycle, defer
 from tests.db.conftest import Database
-from tests.db.metadata_rows import insert_deferred_task, reset_for_allocation
+from tests.db.metadata_rows import reset_for_allocation
 
 pytestmark = pytest.mark.db
 
 SETTLE_TIME = CycleSettings().settle_time
 
-QUEUE = "gpu-training"
-DAG_ID = "train"
-RUN_ID = "run-1"
-START = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 QUOTAS = parse_quota_config(
     {
         "jobQueues": [
@@ -64,49 +60,6 @@ POSTGRESQL_ONLY = pytest.mark.parametrize("database", ["postgresql"], indirect=T
 def db(migrated: Database) -> Iterator[Database]:
     reset_for_allocation(migrated.engine, dag_id=DAG_ID, run_id=RUN_ID, start=START, quotas=QUOTAS)
     yield migrated
-
-
-def defer(
-    db: Database,
-    task_id: str,
-    *,
-    priority: int = 0,
-    gpus: int = 1,
-    pid: int | None = None,
-    deferred_at: datetime = START,
-    plain_json: bool = False,
-    **request: Any,
-) -> str:
-    """Write a task instance DEFERRED on the admission trigger, as Airflow leaves one; return its job id."""
-    kwargs = (
-        QuotaAdmissionTrigger(
-            job_queue=QUEUE,
-            job_name=task_id,
-            quota_share_name="team-a",
-            capacity_unit="gpu",
-            instance_count=gpus,
-            scheduling_priority=priority,
-            submitted_at=deferred_at.isoformat(),
-        ).serialize()[1]
-        | request
-    )
-    with db.session() as session, session.begin():
-        return insert_deferred_task(
-            session,
-            kwargs,
-            dag_id=DAG_ID,
-            run_id=RUN_ID,
-            task_id=task_id,
-            deferred_at=deferred_at,
-            pid=pid,
-            next_kwargs={"round": 1},
-            plain_json=plain_json,
-        )
-
-
-def cycle(db: Database, now: datetime) -> CycleReport:
-    with db.session() as session, session.begin():
-        return run_allocation_cycle(session, now)
 
 
 def task_instances(db: Database) -> dict[str, TaskInstance]:
