@@ -27,6 +27,7 @@ from airflow_quota.sim.report import FREE_PREEMPTION_LINE, FREE_PREEMPTION_SCENA
 from airflow_quota.sim.rest_timeline import SIMULATED_DAY
 from airflow_quota.sim.scenario import Settings
 from airflow_quota.sim.trace import TraceReport, run_trace
+from tests.unit.sim.traces import write_trace_files
 
 ROOT = Path(__file__).resolve().parents[3]
 STATIC = ROOT / "airflow_quota" / "api" / "static"
@@ -166,23 +167,6 @@ def test_a_scenario_with_free_preemptions_says_so_on_the_page(
     assert "Preemption is free in this run" in capsys.readouterr().out  # the text output says it too
 
 
-QUOTAS = """
-jobQueues:
-  - jobQueueName: q
-    capacityLimits: [{capacityUnit: gpu, maxCapacity: 4}]
-    quotaShares:
-      - {quotaShareName: x, capacityLimits: [{capacityUnit: gpu, maxCapacity: 2}],
-         resourceSharingConfiguration: {strategy: LEND_AND_BORROW}}
-      - {quotaShareName: y, capacityLimits: [{capacityUnit: gpu, maxCapacity: 2}],
-         resourceSharingConfiguration: {strategy: LEND_AND_BORROW}}
-"""
-# big borrows y's 2 idle GPUs; small (y) reclaims them at t=10.
-TRACE = """submitTime,jobName,quotaShareName,schedulingPriority,capacityUnit,instanceCount,duration
-0,big,x,5,gpu,4,100
-10,small,y,1,gpu,2,10
-"""
-
-
 @pytest.mark.parametrize(
     ("options", "warned"),
     [
@@ -194,9 +178,8 @@ TRACE = """submitTime,jobName,quotaShareName,schedulingPriority,capacityUnit,ins
 def test_a_trace_report_with_free_preemptions_says_so_on_the_page(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], options: tuple[str, ...], warned: bool
 ) -> None:
-    (tmp_path / "quotas.yaml").write_text(QUOTAS)
-    (tmp_path / "jobs.csv").write_text(TRACE)
-    argv = ["--trace", str(tmp_path / "jobs.csv"), "--config", str(tmp_path / "quotas.yaml"), *options]
+    trace, quotas = write_trace_files(tmp_path)
+    argv = ["--trace", str(trace), "--config", str(quotas), *options]
 
     page = write_report(tmp_path, *argv, capsys=capsys)
 

@@ -12,38 +12,26 @@ from airflow_quota.engine.config import QuotaConfigError
 from airflow_quota.sim.__main__ import main
 from airflow_quota.sim.scenario import Settings, SubmitJob
 from airflow_quota.sim.trace import load_queue_configuration, load_trace, run_trace
+from tests.unit.sim.traces import lending_queue, write_trace_files
 
 ROOT = Path(__file__).resolve().parents[3]
 TRACES = ROOT / "examples" / "traces"
 
-QUOTAS = """
-jobQueues:
-  - jobQueueName: first
-    capacityLimits: [{capacityUnit: gpu, maxCapacity: 4}]
-    quotaShares:
-      - {quotaShareName: x, capacityLimits: [{capacityUnit: gpu, maxCapacity: 2}],
-         resourceSharingConfiguration: {strategy: LEND_AND_BORROW}}
-      - {quotaShareName: y, capacityLimits: [{capacityUnit: gpu, maxCapacity: 2}],
-         resourceSharingConfiguration: {strategy: LEND_AND_BORROW}}
-  - jobQueueName: second
+QUOTAS = (
+    "jobQueues:\n"
+    + lending_queue("first")
+    + """  - jobQueueName: second
     capacityLimits: [{capacityUnit: gpu, maxCapacity: 8}]
     quotaShares:
       - {quotaShareName: x, capacityLimits: [{capacityUnit: gpu, maxCapacity: 8}],
          resourceSharingConfiguration: {strategy: RESERVE}}
 """
-
-# big borrows y's 2 idle GPUs; small (y) reclaims them at t=10.
-TRACE = """submitTime,jobName,quotaShareName,schedulingPriority,capacityUnit,instanceCount,duration
-0,big,x,5,gpu,4,100
-10,small,y,1,gpu,2,10
-"""
+)
 
 
 @pytest.fixture
 def files(tmp_path: Path) -> tuple[Path, Path]:
-    (tmp_path / "quotas.yaml").write_text(QUOTAS)
-    (tmp_path / "jobs.csv").write_text(TRACE)
-    return tmp_path / "jobs.csv", tmp_path / "quotas.yaml"
+    return write_trace_files(tmp_path, QUOTAS)
 
 
 def test_a_preemption_loses_only_its_stop_time_without_checkpoints(files: tuple[Path, Path]) -> None:

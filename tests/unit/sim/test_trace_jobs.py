@@ -15,23 +15,7 @@ from airflow_quota.sim.__main__ import main
 from airflow_quota.sim.report import FREE_PREEMPTION_LINE, TRACE_JOB_HEADERS, number, trace_jobs_table
 from airflow_quota.sim.scenario import Settings
 from airflow_quota.sim.trace import TraceReport, TraceRun, run_trace
-
-QUOTAS = """
-jobQueues:
-  - jobQueueName: q
-    capacityLimits: [{capacityUnit: gpu, maxCapacity: 4}]
-    quotaShares:
-      - {quotaShareName: x, capacityLimits: [{capacityUnit: gpu, maxCapacity: 2}],
-         resourceSharingConfiguration: {strategy: LEND_AND_BORROW}}
-      - {quotaShareName: y, capacityLimits: [{capacityUnit: gpu, maxCapacity: 2}],
-         resourceSharingConfiguration: {strategy: LEND_AND_BORROW}}
-"""
-
-# big borrows y's 2 idle GPUs; small (y) reclaims them at t=10; big resumes once small is done.
-TRACE = """submitTime,jobName,quotaShareName,schedulingPriority,capacityUnit,instanceCount,duration
-0,big,x,5,gpu,4,100
-10,small,y,1,gpu,2,10
-"""
+from tests.unit.sim.traces import write_trace_files
 
 JOB_KEYS = (
     "submittedAt",
@@ -46,9 +30,7 @@ JOB_KEYS = (
 
 @pytest.fixture
 def files(tmp_path: Path) -> tuple[Path, Path]:
-    (tmp_path / "quotas.yaml").write_text(QUOTAS)
-    (tmp_path / "jobs.csv").write_text(TRACE)
-    return tmp_path / "jobs.csv", tmp_path / "quotas.yaml"
+    return write_trace_files(tmp_path)
 
 
 def trace_argv(files: tuple[Path, Path], *options: str) -> list[str]:
@@ -150,13 +132,13 @@ def test_the_jobs_table_shows_the_numbers_of_the_json(
 
 
 def test_a_job_still_waiting_at_the_end_shows_no_start_and_no_end(tmp_path: Path) -> None:
-    (tmp_path / "quotas.yaml").write_text(QUOTAS)
     # forever never finishes and holds all 4 GPUs; late arrives at 5 and waits to the end of the run.
-    (tmp_path / "jobs.csv").write_text(
-        "submitTime,jobName,quotaShareName,capacityUnit,instanceCount,duration\n"
-        "0,forever,x,gpu,2,\n0,other,y,gpu,2,50\n5,late,x,gpu,2,10\n"
+    files = write_trace_files(
+        tmp_path,
+        trace="submitTime,jobName,quotaShareName,capacityUnit,instanceCount,duration\n"
+        "0,forever,x,gpu,2,\n0,other,y,gpu,2,50\n5,late,x,gpu,2,10\n",
     )
-    report = run_trace(tmp_path / "jobs.csv", tmp_path / "quotas.yaml")
+    report = run_trace(*files)
     console = Console(width=120, record=True)
     console.print(trace_jobs_table(report.runs[0]))
     rows = {line.split()[0]: line.split() for line in console.export_text().splitlines() if line.split()}
