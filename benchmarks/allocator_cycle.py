@@ -45,7 +45,6 @@ import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -78,11 +77,11 @@ from airflow_quota.allocator.cycle import CycleReport, run_allocation_cycle  # n
 from airflow_quota.allocator.host import freeze_startup_objects  # noqa: E402
 from airflow_quota.engine.config import parse_quota_config  # noqa: E402
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger  # noqa: E402
+from tests.databases import run_migrate  # noqa: E402
 from tests.db.metadata_rows import reset_for_allocation  # noqa: E402
 
 TITLE = "Allocation cycle against the metadata DB (run_allocation_cycle + commit)"
 POSTGRES_SERVER = os.environ.get("QUOTA_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
-AIRFLOW = Path(sys.executable).parent / "airflow"
 QUEUE = "gpu-training"
 DAG_ID = "bench"
 RUN_ID = "run-1"
@@ -144,26 +143,12 @@ class Backend:
     engine: sa.Engine
 
 
-def migrate(url: str, home: Path) -> None:
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url,
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-    }
-    result = subprocess.run(
-        [str(AIRFLOW), "db", "migrate"], env=env, capture_output=True, text=True, timeout=600, check=False
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"airflow db migrate failed on {url}:\n{result.stderr[-4000:]}")
-
-
 @contextmanager
 def sqlite_backend() -> Iterator[Backend]:
     home = Path(tempfile.mkdtemp(prefix="quota-bench-sqlite-"))
     url = f"sqlite:///{home / 'airflow.db'}"
     try:
-        migrate(url, home)
+        run_migrate(url, home)
         engine = sa.create_engine(url)
         yield Backend("sqlite", url, engine)
         engine.dispose()
@@ -181,7 +166,7 @@ def postgresql_backend() -> Iterator[Backend]:
     home = Path(tempfile.mkdtemp(prefix="quota-bench-postgresql-"))
     url = server.set(database=name).render_as_string(hide_password=False)
     try:
-        migrate(url, home)
+        run_migrate(url, home)
         engine = sa.create_engine(url)
         yield Backend("postgresql", url, engine)
         engine.dispose()

@@ -51,7 +51,6 @@ import os
 import pstats
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -97,10 +96,10 @@ from airflow_quota.engine.usage import usage_of  # noqa: E402
 from airflow_quota.ledger.configuration import apply_quota_config  # noqa: E402
 from airflow_quota.protocol import PREEMPT_KEY  # noqa: E402
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger  # noqa: E402
+from tests.databases import run_migrate  # noqa: E402
 
 TITLE = "Kueue's scheduler benchmark (baseline) on our allocator and ledger, PostgreSQL, real time"
 POSTGRES_SERVER = os.environ.get("QUOTA_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
-AIRFLOW = Path(sys.executable).parent / "airflow"
 DAG_ID = "kueue-bench"
 RUN_ID = "run-1"
 UNIT = "gpu"
@@ -264,16 +263,7 @@ def fresh_database() -> Iterator[str]:
         connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
     url = server.set(database=name).render_as_string(hide_password=False)
     try:
-        env = {
-            **os.environ,
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url,
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        }
-        result = subprocess.run(
-            [str(AIRFLOW), "db", "migrate"], env=env, capture_output=True, text=True, timeout=600, check=False
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"airflow db migrate failed:\n{result.stderr[-4000:]}")
+        run_migrate(url, Path(os.environ["AIRFLOW_HOME"]))
         engine = sa.create_engine(url)
         with engine.begin() as connection:
             connection.execute(
