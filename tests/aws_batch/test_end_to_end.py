@@ -2,13 +2,19 @@
 triggerer, dag processor, api-server; LocalExecutor; SQLite), AWS Batch and SageMaker being moto's server
 with our emulators.
 
-The quota file is tests/sagemaker's with one line more, ``scheduler: AWS_BATCH``; its design is created in
-the emulator as ``airflow quota export --format aws`` prints it. The allocator hands each waiting task to
+The quota file is tests/sagemaker's with one line more, ``scheduler: AWS_BATCH``, and the demo's job queue
+twice (``demo_story.demo_queues``); the design of its AWS_BATCH queues is created in the emulator as
+``airflow quota export --format aws`` prints it. The allocator hands each waiting task to
 AWS Batch and holds nothing for it; each task submits a service job and follows it:
 
 * the SageMaker end-to-end story, unchanged DAGs: team-b's job borrows team-a's idle instance, team-a's
   job reclaims it, AWS Batch (the emulator) preempts the borrower's service job and runs its second
   attempt on the same checkpoint prefix once team-a's is done; both tasks succeed in their first try;
+* the demo's story (tests/aws_batch/dags/quota_batch_demo.py: demo/quotas.yaml's design, SageMaker jobs),
+  the same DAGs once on a queue our allocator schedules and once on one AWS Batch schedules, side by side:
+  nlp borrows research's idle instances, research reclaims them from the two lowest-priority trials, an
+  urgent nlp job preempts nlp's own running trial (in-share), each victim's second attempt resumes its
+  checkpoint prefix, every task succeeds in its first try; the same victims and grants order on both;
 * a task marked failed while it waits on its service job terminates the job (its trigger's ``on_kill``);
 * a try that fails while its service job still runs (here AWS Batch unreachable from the triggerer) is
   retried, and the retry follows the same service job instead of submitting a second one.
@@ -18,6 +24,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +39,7 @@ import yaml
 from airflow_quota.backends.sagemaker import TaskIdentity
 from airflow_quota.triggers.batch_service_job import KILLED_REASON
 from tests.airflow.harness import AirflowProcesses, free_port
+from tests.aws_batch import demo_story
 from tests.aws_batch.conftest import create_design
 from tests.sagemaker.moto_process import REGION, emulator_connection
 
@@ -67,9 +76,12 @@ def airflow(
     dags.mkdir()
     shutil.copy(SAGEMAKER_TESTS / "dags" / "quota_sagemaker_reclaim.py", dags)  # the same DAGs
     shutil.copy(HERE / "dags" / "quota_batch_long.py", dags)
+    shutil.copy(HERE / "dags" / "quota_batch_demo.py", dags)
+    document = quota_file()
+    document["jobQueues"] += demo_story.demo_queues()
     quotas = home / "quotas.yaml"
-    quotas.write_text(yaml.safe_dump(quota_file()))
-    create_design(batch, quota_file())
+    quotas.write_text(yaml.safe_dump(document))
+    create_design(batch, {"jobQueues": [q for q in document["jobQueues"] if q["scheduler"] == "AWS_BATCH"]})
     processes = AirflowProcesses(
         home,
         f"sqlite:///{home}/airflow.db",
@@ -136,11 +148,16 @@ def finished(airflow: AirflowProcesses, dag_id: str, run_id: str, timeout: float
     )
 
 
-def return_value(airflow: AirflowProcesses, dag_id: str, run_id: str) -> dict[str, Any]:
+def return_value(
+    airflow: AirflowProcesses, dag_id: str, run_id: str, task_id: str = "train"
+) -> dict[str, Any]:
     with airflow.engine.connect() as connection:
         value = connection.execute(
-            sa.text("SELECT value FROM xcom WHERE dag_id = :d AND run_id = :r AND key = 'return_value'"),
-            {"d": dag_id, "r": run_id},
+            sa.text(
+                "SELECT value FROM xcom WHERE dag_id = :d AND run_id = :r AND task_id = :t"
+                " AND key = 'return_value'"
+            ),
+            {"d": dag_id, "r": run_id, "t": task_id},
         ).scalar_one()
     return dict(json.loads(value) if isinstance(value, str) else value)
 
@@ -190,6 +207,121 @@ def test_the_owner_reclaims_its_instance_from_a_borrower_aws_batch_preempted(
     assert [share["quotaShareName"] for share in snapshot["quotaShares"]] == ["team-a", "team-b"]
     table = airflow.airflow("quota", "jobs", "list", "--queue", QUEUE)
     assert f"Service jobs of job queue {QUEUE} (scheduled by AWS Batch)" in table.stdout, table.stderr
+
+
+#: The demo's preemptions on both schedulers: research reclaims its two instances from nlp's two lowest
+#: priority trials; nlp's urgent job, unable to borrow, preempts nlp's own running trial.
+DEMO_PREEMPTIONS = {
+    ("trial_c", "pretrain", "RECLAIM"),
+    ("trial_b", "pretrain", "RECLAIM"),
+    ("trial_a", "urgent", "IN_SHARE_PRIORITY"),
+}
+SCHEDULERS = tuple(demo_story.QUEUES)
+
+
+def trigger(airflow: AirflowProcesses, dag_id: str, run_id: str) -> None:
+    """``airflow.trigger``, tried again when SQLite was busy: with a dozen tasks deferring and resuming at
+    once, the api-server's write can wait past SQLite's lock timeout and answer 500 "Database error"."""
+    for _ in range(3):
+        try:
+            airflow.trigger(dag_id, run_id)
+            return
+        except AssertionError as error:
+            if "Database error" not in str(error):
+                raise
+            if airflow.run_state(dag_id, run_id) is not None:  # the run was created all the same
+                return
+            time.sleep(1)
+    airflow.trigger(dag_id, run_id)
+
+
+def test_the_demo_story_on_aws_batch_matches_our_allocator(
+    airflow: AirflowProcesses, batch: Any, sagemaker: Any
+) -> None:
+    """The same DAGs on the demo's design, one queue per scheduler, side by side in one Airflow: the same
+    borrowers, the same reclaim and in-share victims, every victim resumed from its checkpoint in its
+    first Airflow try."""
+    run = demo_story.RUN
+    dag_ids = [demo_story.dag_id(dag, s) for dag in demo_story.TASKS for s in SCHEDULERS]
+    for dag_id in dag_ids:
+        airflow.wait_for_dag(dag_id)
+
+    def granted(scheduler: str) -> Counter[str]:
+        return demo_story.granted_so_far(airflow.engine, batch, scheduler)
+
+    for scheduler in SCHEDULERS:
+        for dag in ("demo_nlp_sweep", "demo_vision_eval"):
+            trigger(airflow, demo_story.dag_id(dag, scheduler), run)
+    first = ("trial_a", "trial_b", "trial_c", "evaluate")
+    airflow.wait_for(  # nlp borrows research's two idle instances on both queues
+        "nlp's trials and vision's job to start on both queues",
+        lambda: all(all(granted(s)[task] for task in first) for s in SCHEDULERS),
+        180,
+    )
+    for scheduler in SCHEDULERS:
+        trigger(airflow, demo_story.dag_id("demo_research_pretrain", scheduler), run)
+    urgent: set[str] = set()
+
+    def urgent_once_research_trains() -> bool:
+        for scheduler in set(SCHEDULERS) - urgent:
+            if granted(scheduler)["pretrain"]:
+                trigger(airflow, demo_story.dag_id("demo_nlp_urgent", scheduler), run)
+                urgent.add(scheduler)
+        return len(urgent) == len(SCHEDULERS)
+
+    airflow.wait_for("research to reclaim its instances on both queues", urgent_once_research_trains, 180)
+    for dag_id in dag_ids:
+        finished(airflow, dag_id, run)
+
+    for dag_id in dag_ids:  # preempted and resumed in the same try: no Airflow retry used
+        states = airflow.task_states(dag_id, run)
+        assert set(states.values()) == {("success", 1)}, (dag_id, states, airflow.log_tails())
+    airflow.wait_for_ledger_to_settle()
+    stories = {"ours": demo_story.our_story(airflow.engine), "aws": demo_story.aws_story(batch)}
+    for scheduler, story in stories.items():
+        print(f"{scheduler}: {story.timeline()}; preempted: {sorted(story.preemptions)}")
+    for scheduler, story in stories.items():
+        assert story.preemptions == DEMO_PREEMPTIONS, scheduler
+        assert story.attempts == {
+            "trial_a": 2,
+            "trial_b": 2,
+            "trial_c": 2,
+            "evaluate": 1,
+            "pretrain": 1,
+            "urgent": 1,
+        }, scheduler
+        # Borrowers first, then research's reclaim, then the urgent job; the victims' second attempts last
+        # (among themselves, in the order each scheduler saw the jobs before them end: timing, not policy).
+        assert {grant for grant in story.order[:4]} == {(task, 1) for task in first}, story.order
+        assert story.order[4:6] == [("pretrain", 1), ("urgent", 1)], story.order
+        assert {grant for grant in story.order[6:]} == {(t, 2) for t in ("trial_a", "trial_b", "trial_c")}
+        for trial in ("trial_a", "trial_b", "trial_c"):  # the second attempt resumes the first's checkpoint
+            (status_1, uri_1), (status_2, uri_2) = (
+                training_job(sagemaker, name) for name in story.training_jobs[trial]
+            )
+            assert (status_1, status_2) == ("Stopped", "Completed"), (scheduler, trial)
+            assert uri_1 == uri_2
+            assert uri_1.endswith(f"/checkpoints/{demo_story.identity(scheduler, trial).task_key}/")
+    # What a user of each sees: the allocator's jobs in the ledger; AWS Batch's in XCom and the CLI.
+    aws_jobs = demo_story.service_jobs(batch)
+    result = return_value(airflow, demo_story.dag_id("demo_nlp_sweep", "aws"), run, "trial_a")
+    assert result["attempts"] == 2
+    assert [each["status_reason"] for each in result["preemptions"]] == [
+        f"Preempted by {aws_jobs['urgent']['jobId']} (IN_SHARE_PRIORITY)"
+    ]
+    listed = quota_cli(airflow, "jobs", "list", "--output", "json")
+    ours = [job for job in listed["jobs"] if job["jobQueue"] == "demo-ours"]
+    assert {(job["jobId"].split("/")[2], job["status"], job["preemptedAttemptCount"]) for job in ours} == {
+        (task, "SUCCEEDED", 1 if task.startswith("trial") else 0)
+        for tasks in demo_story.TASKS.values()
+        for task in tasks
+    }
+    assert {
+        (job["jobId"], job["status"], job["scheduledBy"]) for job in listed["serviceJobs"]["demo-aws"]
+    } == {(job["jobId"], "SUCCEEDED", "AWS_BATCH") for job in aws_jobs.values()}
+    [snapshot] = quota_cli(airflow, "snapshot", "--queue", "demo-aws", "--output", "json")["jobQueues"]
+    assert snapshot["scheduledBy"] == "AWS_BATCH"
+    assert [share["quotaShareName"] for share in snapshot["quotaShares"]] == ["vision", "research", "nlp"]
 
 
 def quota_cli(airflow: AirflowProcesses, *args: str) -> Any:
