@@ -117,6 +117,8 @@ class TrainingJobRecord(TypedDict):
     ended_as: NotRequired[str]
     #: Local: SIGTERM -> SIGKILL seconds; an orphaned process group may live this long after its task.
     grace_period: NotRequired[float]
+    #: SageMaker: the training job's ARN, once its CreateTrainingJob answered (the API's serviceResourceId).
+    arn: NotRequired[str]
     #: SageMaker: the connection to stop an orphaned training job with.
     aws_conn_id: NotRequired[str | None]
     region_name: NotRequired[str | None]

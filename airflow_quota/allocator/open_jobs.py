@@ -89,6 +89,10 @@ def _note_training_job(part: QueuePart, row: JobRow) -> TrainingJobRecord | None
     if record is None:
         return None
     noted = {"backend": record.get("backend"), "name": record.get("name"), "state": record.get("state")}
+    known = row.training_job or {}  # its ARN is kept when a later record of the same job leaves it out
+    arn = record.get("arn") or (known.get("arn") if known.get("name") == noted["name"] else None)
+    if arn:
+        noted["arn"] = arn
     if row.training_job != noted:
         row.training_job = noted
     return record

@@ -65,9 +65,15 @@ def _job_report(
         instanceCount=row.instance_count,
         position=position,
         submittedAt=row.submitted_at,
+        scheduledAt=times.started_at,
         startedAt=times.started_at,
         stoppedAt=times.stopped_at,
         attempt=row.attempt,
+        capacityUsage=[
+            schemas.CapacityUsage(capacityUnit=row.held_capacity_unit, quantity=row.held_instance_count)
+        ]
+        if row.held_capacity_unit and row.held_instance_count
+        else [],
         preemptionRetriesBeforeTermination=row.preemption_retries_before_termination,
         lease=schemas.Lease(
             capacityUnit=row.held_capacity_unit,
@@ -127,12 +133,15 @@ def _training_jobs(session: Session, rows: list[JobRow]) -> dict[str, schemas.Tr
         if not known or not known.get("name"):
             continue
         backend, name = str(known.get("backend") or ""), str(known["name"])
-        region = record.get("region_name") if record and record.get("name") == name else None
+        own_record = record if record and record.get("name") == name else {}
+        region = own_record.get("region_name")
+        arn = known.get("arn") or own_record.get("arn")
         found[row.job_id] = schemas.TrainingJob(
             backend=backend,
             name=name,
             state=str(known.get("state") or ""),
             consoleUrl=sagemaker_console_url(name, region) if backend == "sagemaker" else None,
+            arn=str(arn) if arn else None,
         )
     return found
 

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+)
 
 from airflow_quota.engine.config import JobRequestError, validate_scheduling_priority
 from airflow_quota.engine.model import MAX_PRIORITY, MIN_PRIORITY
@@ -43,12 +50,25 @@ class CapacityLimit(_Body):
     maxCapacity: int = Field(description="Instances of that unit")
 
 
+class CapacityUsage(_Body):
+    capacityUnit: str
+    quantity: int | float = Field(description="Instances of that unit (AWS Batch may send fractions)")
+
+
+#: Who schedules a job queue: our allocator, or AWS Batch (the quota file's ``scheduler``).
+Scheduler = Annotated[
+    Literal["AIRFLOW", "AWS_BATCH"],
+    Field(description="Who schedules the job queue: AIRFLOW (our allocator) or AWS_BATCH (AWS Batch itself)"),
+]
+
+
 class JobQueue(_Body):
     jobQueueName: str
     capacityLimits: list[CapacityLimit] = Field(description="The queue's total capacity per unit")
     revision: int = Field(description="Increases with every applied change to the queue or its shares")
     updatedAt: datetime
     quotaShareNames: list[str] = Field(description="Its quota shares, in quota-file order")
+    scheduler: Scheduler
 
 
 class JobQueueList(_Body):
@@ -83,17 +103,43 @@ class ShareUnitUsage(_Body):
     runnable: int = Field(description="RUNNABLE (waiting) jobs of the share on this unit")
 
 
-class QuotaShare(_Body):
-    jobQueueName: str
-    quotaShareName: str
+class ResourceSharingConfiguration(_Body):
+    """As AWS Batch's DescribeQuotaShare nests it: ``borrowLimit`` only for LEND_AND_BORROW."""
+
     strategy: str = Field(description="RESERVE, LEND or LEND_AND_BORROW")
     borrowLimit: int | None = Field(
-        description="LEND_AND_BORROW: % of its own limit it may borrow per unit, -1 = no limit; else null"
+        default=None,
+        exclude_if=lambda limit: limit is None,
+        description="LEND_AND_BORROW only (absent otherwise): % of its own limit it may borrow per unit, "
+        "-1 = no limit",
     )
+
+
+class PreemptionConfiguration(_Body):
     inSharePreemption: str = Field(description="ENABLED or DISABLED")
-    state: str = Field(description="ENABLED or DISABLED")
+
+
+class QuotaShare(_Body):
+    """A quota share in AWS Batch's DescribeQuotaShare nesting, with the job queue's name and its usage."""
+
+    jobQueueName: str
+    quotaShareName: str
     capacityLimits: list[CapacityLimit]
-    usage: list[ShareUnitUsage] = Field(description="Per capacity unit")
+    resourceSharingConfiguration: ResourceSharingConfiguration
+    preemptionConfiguration: PreemptionConfiguration
+    state: str = Field(description="ENABLED or DISABLED")
+    scheduler: Scheduler
+    capacityUsage: list[CapacityUsage] = Field(
+        description="Capacity its jobs use now, per unit (AWS_BATCH: GetJobQueueSnapshot's)"
+    )
+    usage: list[ShareUnitUsage] = Field(
+        description="Per capacity unit: own, borrowed, lent, idle (AIRFLOW only: empty for AWS_BATCH)"
+    )
+    error: str | None = Field(
+        default=None,
+        description="AWS_BATCH: why AWS Batch could not be asked (the configuration shown is then the "
+        "applied quota file's)",
+    )
 
 
 class QuotaShareList(_Body):
@@ -127,9 +173,21 @@ class Lease(_Body):
     )
 
 
+class ServiceResourceId(_Body):
+    """AWS Batch's name for what an attempt ran: its SageMaker training job's ARN."""
+
+    name: str = Field(description="TrainingJobArn")
+    value: str
+
+
 class PreemptedAttempt(_Body):
+    """One preempted attempt, in AWS Batch's recentPreemptedAttempts words, and ours beside them."""
+
     model_config = ConfigDict(extra="allow")
 
+    serviceResourceId: ServiceResourceId | None = Field(
+        default=None, description="The attempt's training job (its ARN), when the task reported it"
+    )
     attempt: int | None = None
     startedAt: str | None = None
     stoppedAt: str | None = None
@@ -163,6 +221,9 @@ class TrainingJob(_Body):
     name: str
     state: str = Field(description="launched or ended")
     consoleUrl: str | None = Field(description="SageMaker: the training job in the AWS console")
+    arn: str | None = Field(
+        default=None, description="SageMaker: its TrainingJobArn, when the task reported it"
+    )
 
 
 class Job(_Body):
@@ -177,11 +238,18 @@ class Job(_Body):
     instanceCount: int
     position: int | None = Field(description="A RUNNABLE job's place in its share's order (1 is next)")
     submittedAt: datetime
+    scheduledAt: datetime | None = Field(
+        description="When the current attempt (the last, once finished) was granted: it became SCHEDULED"
+    )
     startedAt: datetime | None = Field(
-        description="When the current attempt (the last, once finished) was granted; null before the first"
+        description="The same moment as scheduledAt (the ledger does not keep when an attempt began "
+        "RUNNING); null before the first grant"
     )
     stoppedAt: datetime | None = Field(description="When the job finished (SUCCEEDED or FAILED); else null")
     attempt: int = Field(description="Grants so far (the current attempt), 0 before the first")
+    capacityUsage: list[CapacityUsage] = Field(
+        description="What it holds now (empty while it waits): AWS Batch's capacityUsage"
+    )
     preemptionRetriesBeforeTermination: int | None
     lease: Lease
     preemptionSummary: PreemptionSummary
@@ -218,13 +286,16 @@ class AuditEventList(_Body):
 
 
 class FrontJob(_Body):
-    jobArn: str = Field(description="The job id")
+    jobArn: str = Field(description="The job id (AWS_BATCH: the service job's ARN)")
     quotaShareName: str
     position: int = Field(description="Its place in its share's order")
-    schedulingPriority: int
-    capacityUnit: str
-    instanceCount: int
-    statusReason: str
+    schedulingPriority: int | None = Field(description="Null for AWS_BATCH (GetJobQueueSnapshot omits it)")
+    capacityUnit: str | None = Field(description="Null for AWS_BATCH")
+    instanceCount: int | None = Field(description="Null for AWS_BATCH")
+    statusReason: str | None = Field(description="Null for AWS_BATCH")
+    earliestTimeAtPosition: datetime | None = Field(
+        default=None, description="AWS_BATCH: since when it holds this place; null for AIRFLOW"
+    )
 
 
 class FrontOfQueue(_Body):
@@ -235,11 +306,6 @@ class FrontOfQueue(_Body):
 class FrontOfQuotaShares(_Body):
     quotaShares: dict[str, list[FrontJob]] = Field(description="Per share, its first RUNNABLE jobs in order")
     lastUpdatedAt: datetime
-
-
-class CapacityUsage(_Body):
-    capacityUnit: str
-    quantity: int
 
 
 class ShareCapacityUtilization(_Body):
@@ -258,13 +324,47 @@ class QueueUtilization(_Body):
 
 
 class JobQueueSnapshot(_Body):
-    """Like AWS Batch's GetJobQueueSnapshot, plus each unit laid out by owner."""
+    """Like AWS Batch's GetJobQueueSnapshot, plus each unit laid out by owner (AIRFLOW only)."""
 
     jobQueueName: str
+    scheduler: Scheduler
+    error: str | None = Field(default=None, description="AWS_BATCH: why AWS Batch could not be asked")
     frontOfQueue: FrontOfQueue
     frontOfQuotaShares: FrontOfQuotaShares
     queueUtilization: QueueUtilization
-    capacity: list[UnitUsage]
+    capacity: list[UnitUsage] = Field(description="Each unit laid out by owner; empty for AWS_BATCH")
+
+
+class ServiceJob(_Body):
+    """A job of a queue AWS Batch schedules, read from AWS Batch (ListServiceJobs, DescribeServiceJob)."""
+
+    jobId: str = Field(description="The service job's id")
+    jobArn: str
+    jobName: str | None
+    jobQueueName: str
+    quotaShareName: str | None
+    status: str
+    statusReason: str
+    schedulingPriority: int | None = Field(description="DescribeServiceJob's; null in a list (AWS omits it)")
+    capacityUsage: list[CapacityUsage]
+    createdAt: datetime | None
+    scheduledAt: datetime | None
+    startedAt: datetime | None
+    stoppedAt: datetime | None
+    isTerminated: bool | None
+    latestAttempt: dict[str, Any] | None = Field(description="{serviceResourceId: {name, value}}")
+    preemptionSummary: dict[str, Any] | None = Field(
+        description="DescribeServiceJob's {preemptedAttemptCount, recentPreemptedAttempts}; null in a list"
+    )
+    trainingJob: TrainingJob | None = Field(description="The latest attempt's SageMaker training job")
+    scheduledBy: Literal["AWS_BATCH"] = "AWS_BATCH"
+
+
+class ServiceJobList(_Body):
+    jobQueueName: str
+    scheduler: Literal["AWS_BATCH"] = "AWS_BATCH"
+    jobs: list[ServiceJob] = Field(description="Newest first, at most `limit`")
+    error: str | None = Field(default=None, description="Why AWS Batch could not be asked")
 
 
 class TimelineBar(_Body):
@@ -275,7 +375,11 @@ class TimelineBar(_Body):
     schedulingPriority: int
     capacityUnit: str
     row: int = Field(
-        description="The unit of capacity (0-based row); laid out by the timeline, not a device id"
+        description="The unit of capacity (0-based row): on a unit with devices, the GPU's device index when "
+        "the grant recorded it; otherwise laid out by the timeline"
+    )
+    device: int | None = Field(
+        default=None, description="The GPU's device index, when the grant recorded it (a local unit)"
     )
     borrowed: bool = Field(description="This unit is borrowed from another share's idle capacity")
     attempt: int | None = Field(description="The job's attempt (grant) number")
@@ -317,6 +421,9 @@ class TimelineUnit(_Body):
     capacity: int = Field(description="The queue's capacity of the unit now")
     rows: int = Field(
         description="Rows to draw: the capacity, or more when a bar needed one (after a change)"
+    )
+    devices: bool = Field(
+        default=False, description="The rows are the host's GPUs (a local unit): row i is device index i"
     )
     bars: list[TimelineBar]
 

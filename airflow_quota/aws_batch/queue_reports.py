@@ -39,11 +39,12 @@ def aws_scheduled_queues(session: Session, job_queue_name: str | None = None) ->
     return list(session.scalars(query.order_by(JobQueueRow.job_queue_name)))
 
 
-def batch_client(aws_conn_id: str | None = "aws_default") -> Any:
-    """A boto3 Batch client of the Airflow AWS connection ``aws_conn_id`` (the provider's Batch hook)."""
+def batch_client(aws_conn_id: str | None = "aws_default", config: Any = None) -> Any:
+    """A boto3 Batch client of the Airflow AWS connection ``aws_conn_id`` (the provider's Batch hook), with
+    ``config`` (a botocore ``Config``: timeouts, retries) when given."""
     from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
 
-    return BatchClientHook(aws_conn_id=aws_conn_id).conn
+    return BatchClientHook(aws_conn_id=aws_conn_id, config=config).conn
 
 
 def queue_snapshot_from_aws(
@@ -109,6 +110,7 @@ def service_jobs_from_aws(
 def _job_report(job: dict[str, Any], job_queue_name: str) -> dict[str, Any]:
     return {
         "jobId": job["jobId"],
+        "jobArn": job.get("jobArn"),
         "jobName": job.get("jobName"),
         "jobQueue": job_queue_name,
         "quotaShareName": job.get("quotaShareName"),
@@ -116,8 +118,10 @@ def _job_report(job: dict[str, Any], job_queue_name: str) -> dict[str, Any]:
         "statusReason": job.get("statusReason") or "",
         "capacityUsage": _usage(job.get("capacityUsage")),
         "createdAt": _iso(job.get("createdAt")),
+        "scheduledAt": _iso(job.get("scheduledAt")),
         "startedAt": _iso(job.get("startedAt")),
         "stoppedAt": _iso(job.get("stoppedAt")),
+        "isTerminated": job.get("isTerminated"),
         "trainingJobArn": ((job.get("latestAttempt") or {}).get("serviceResourceId") or {}).get("value"),
         "scheduledBy": SCHEDULED_BY_AWS_BATCH,
     }

@@ -1,4 +1,5 @@
-"""``airflow quota snapshot`` and ``jobs list`` on job queues AWS Batch schedules: read from AWS, shown apart.
+"""``airflow quota snapshot`` and ``jobs list`` on job queues AWS Batch schedules: read from AWS, shown apart;
+and ``jobs update-priority`` on their service jobs: sent to AWS Batch (UpdateServiceJob).
 
 The ledger holds nothing for such a queue, so both commands ask AWS Batch (``aws_batch/queue_reports.py``)
 through the Airflow AWS connection ``aws_default``, and title each table "scheduled by AWS Batch". When AWS
@@ -12,10 +13,13 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import RenderableType
 from rich.markup import escape
+from sqlalchemy.orm import Session
 
 from airflow_quota.aws_batch.queue_reports import (
     SCHEDULED_BY_AWS_BATCH,
@@ -23,7 +27,21 @@ from airflow_quota.aws_batch.queue_reports import (
     queue_snapshot_from_aws,
     service_jobs_from_aws,
 )
-from airflow_quota.cli.common import add_column, reasons_after, reasons_inline, table, table_time
+from airflow_quota.aws_batch.service_job_priority import (
+    ServiceJobError,
+    change_priority,
+    find_service_job,
+    queue_name_of,
+)
+from airflow_quota.cli.common import (
+    add_column,
+    console,
+    fail,
+    reasons_after,
+    reasons_inline,
+    table,
+    table_time,
+)
 
 SCHEDULED_BY = "scheduled by AWS Batch"
 
@@ -64,6 +82,33 @@ def aws_queue_jobs(
             )
     except Exception as error:
         return _unreadable(job_queue_name, error)
+
+
+def change_service_job_priority(session: Session, reference: str, priority: int, queues: list[str]) -> None:
+    """``jobs update-priority`` on a job the ledger does not hold: a service job of one of ``queues`` (the
+    job queues AWS Batch schedules), changed in AWS Batch (UpdateServiceJob) and audited; exits 1 saying
+    why when there is no such job, it has finished, or AWS Batch refuses."""
+    try:
+        with _logs_to_stderr():
+            client = batch_client()
+            described = find_service_job(client, reference, queues)
+            if described is None:
+                fail(
+                    f"no job {reference} is in the quota ledger, nor in the job queues AWS Batch schedules "
+                    f"({', '.join(queues)})"
+                )
+            after = change_priority(session, client, described, priority, datetime.now(UTC))
+    except ServiceJobError as error:
+        fail(str(error))
+    except (BotoCoreError, ClientError) as error:
+        fail(f"AWS Batch refused or could not be asked ({type(error).__name__}: {error}): nothing changed")
+    console().print(
+        f"Service job {escape(str(after['jobId']))} ({escape(str(after.get('jobName')))}, job queue "
+        f"{escape(queue_name_of(str(after['jobQueue'])))}, {SCHEDULED_BY}): schedulingPriority "
+        f"{described.get('schedulingPriority')} -> {after.get('schedulingPriority')} (sent to AWS Batch with "
+        "UpdateServiceJob; audited).",
+        soft_wrap=True,
+    )
 
 
 def _unreadable(job_queue_name: str, error: Exception) -> dict[str, Any]:

@@ -167,7 +167,11 @@ JOBS_COMMANDS = [
     ActionCommand(
         name="update-priority",
         help="Change a job's schedulingPriority (0 to 9999)",
-        description="Change a job's schedulingPriority (0 to 9999, higher first). " + ALLOCATOR_NOTE,
+        description=(
+            "Change a job's schedulingPriority (0 to 9999, higher first). " + ALLOCATOR_NOTE + " A job "
+            "of a job queue AWS Batch schedules (NAME its service job id, ARN or job name) is changed in AWS "
+            "Batch (UpdateServiceJob, through the Airflow connection aws_default)."
+        ),
         func=lazy_load_command("airflow_quota.cli.jobs.jobs_update_priority"),
         args=(ARG_JOB_NAME, ARG_PRIORITY),
     ),

@@ -21,7 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from airflow_quota.aws_batch.queue_reports import SERVICE_JOB_STATUSES, aws_scheduled_queues
-from airflow_quota.cli.aws_queues import aws_jobs_tables, aws_queue_jobs
+from airflow_quota.cli.aws_queues import aws_jobs_tables, aws_queue_jobs, change_service_job_priority
 from airflow_quota.cli.common import (
     JOB_LABEL_NOTE,
     add_column,
@@ -226,6 +226,10 @@ def jobs_update_priority(args: argparse.Namespace) -> None:
     except JobRequestError as error:
         fail("; ".join(issue.message for issue in error.issues))
     with metadata_session() as session:
+        aws_queues = aws_scheduled_queues(session)
+        if aws_queues and not in_ledger(session, args.name):  # a service job of a queue AWS Batch schedules
+            change_service_job_priority(session, args.name, priority, aws_queues)
+            return
         row = unfinished_job(session, args.name, "change its priority")
         job_id, old = row.job_id, row.scheduling_priority
         state = load_queue_state(session, row.job_queue_name)
@@ -255,6 +259,13 @@ def jobs_terminate(args: argparse.Namespace) -> None:
         else "being stopped: the allocator stops its task, and it is FAILED once stopped"
     )
     console().print(f"{escape(job_id)} terminated (audited): {what}. {escape(status_reason)}", soft_wrap=True)
+
+
+def in_ledger(session: Session, name: str) -> bool:
+    """Whether a job of the ledger has this id or job name."""
+    if session.get(JobRow, name) is not None:
+        return True
+    return session.scalar(select(JobRow.job_id).where(JobRow.job_name == name).limit(1)) is not None
 
 
 def find_job(session: Session, name: str) -> JobRow:

@@ -19,19 +19,21 @@ def add_audit_row(
     *,
     message: str,
     job: Job | None = None,
+    job_id: str | None = None,
     quota_share_name: str | None = None,
     related_job_id: str | None = None,
     rule: str | None = None,
     details: dict[str, Any] | None = None,
 ) -> None:
-    """Append one audit row; a ``job`` gives its id and its share (``quota_share_name`` is then ignored)."""
+    """Append one audit row; a ``job`` gives its id and its share (``job_id`` and ``quota_share_name`` are
+    then ignored: they name a job the ledger does not hold, such as an AWS Batch service job)."""
     session.add(
         AuditRow(
             at=now,
             job_queue_name=job_queue_name,
             kind=kind.value,
             quota_share_name=quota_share_name if job is None else job.share_name,
-            job_id=None if job is None else job.job_id,
+            job_id=job_id if job is None else job.job_id,
             related_job_id=related_job_id,
             rule=rule,
             message=message,

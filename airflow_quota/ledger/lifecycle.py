@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -198,7 +199,7 @@ def record_stop_completed(
     row = job_row(session, job_id)
     rule = row.preemption_rule
     if before.stop_cause is StopCause.PREEMPTED and started:
-        attempt = {
+        attempt: dict[str, Any] = {
             "attempt": row.attempt,
             "startedAt": None if row.started_at is None else _iso(row.started_at),
             "stoppedAt": _iso(now),
@@ -206,6 +207,9 @@ def record_stop_completed(
             "rule": rule,
             "statusReason": after.jobs[job_id].status_reason,
         }
+        arn = (row.training_job or {}).get("arn")
+        if arn:  # AWS Batch's words for what the attempt ran
+            attempt = {"serviceResourceId": {"name": "TrainingJobArn", "value": arn}, **attempt}
         row.recent_preempted_attempts = [*row.recent_preempted_attempts, attempt][-RECENT_PREEMPTED_ATTEMPTS:]
     write_changed_jobs(session, state, after, now)
     job = after.jobs[job_id]

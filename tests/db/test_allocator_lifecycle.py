@@ -210,6 +210,14 @@ def test_a_granted_task_moves_scheduled_starting_running_as_it_starts_and_launch
     row = job(teams, job_id)
     assert row.status == "RUNNING"
     assert row.training_job == {"backend": "sagemaker", "name": "train-a1", "state": "launched"}
+    # Once its CreateTrainingJob answered, the task's record has the ARN: the API's serviceResourceId.
+    arn = "arn:aws:sagemaker:us-west-2:123456789012:training-job/train-a1"
+    record_training_job(teams, job_id, "launched", arn=arn)
+    cycle(teams, 4)
+    assert job(teams, job_id).training_job == {**row.training_job, "arn": arn}
+    record_training_job(teams, job_id, "launched")  # a later record of the same job without it keeps it
+    cycle(teams, 5)
+    assert job(teams, job_id).training_job == {**row.training_job, "arn": arn}
 
 
 def test_a_borrower_deferred_on_its_monitor_is_resumed_with_a_preempt_event_and_told_in_its_store(

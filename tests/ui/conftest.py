@@ -269,11 +269,13 @@ class Ledger:
         in_ledger: bool = True,
         region: str | None = "us-west-2",
         lease: str = "",
+        arn: str | None = None,
     ) -> None:
         """What the task reports it launched: its record under protocol.TRAINING_JOB_KEY in its
         task_state_store (with ``region``; none when it is None) and, copied by the allocator, the job row's
-        ``training_job`` (``in_ledger``). The record belongs to dag run 1, made here when missing (PostgreSQL
-        checks the foreign key; this engine, unlike Airflow's, leaves SQLite's off).
+        ``training_job`` (``in_ledger``; with its TrainingJobArn ``arn``, when given). The record belongs to
+        dag run 1, made here when missing (PostgreSQL checks the foreign key; this engine, unlike Airflow's,
+        leaves SQLite's off).
         """
         dag_id, run_id, task_id, map_index, _ = job_id.split("/")
         record = {"backend": "sagemaker", "name": name, "attempt": 1, "lease_id": lease or f"{job_id}#1"}
@@ -281,6 +283,8 @@ class Ledger:
         with self.engine.begin() as connection:
             if in_ledger:
                 ledger_record = {"backend": "sagemaker", "name": name, "state": "launched"}
+                if arn is not None:
+                    ledger_record["arn"] = arn
                 connection.execute(
                     sa.update(JobRow).where(JobRow.job_id == job_id).values(training_job=ledger_record)
                 )

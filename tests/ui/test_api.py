@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from botocore.validate import ParamValidator
 
+from airflow_quota.aws_batch.botocore_model import batch_model
 from tests.ui.conftest import QUEUE, UNIT, ApiServer, Ledger
 
 pytestmark = pytest.mark.airflow
@@ -65,6 +67,16 @@ class Seeded:
 @pytest.fixture
 def seeded(api_server: ApiServer) -> Iterator[Seeded]:
     yield Seeded(Ledger(api_server.engine))
+
+
+#: A quota share's fields that AWS Batch's DescribeQuotaShare answers with (the REST API's share has them).
+AWS_SHARE_FIELDS = (
+    "quotaShareName",
+    "capacityLimits",
+    "resourceSharingConfiguration",
+    "preemptionConfiguration",
+    "state",
+)
 
 
 def by_name(items: list[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
@@ -142,10 +154,20 @@ def test_the_openapi_document_describes_every_endpoint(api_server: ApiServer) ->
             "/jobs/terminate",
             "/jobQueues/{jobQueueName}/timeline",
             "/taskInstances/timeline",
+            "/jobQueues/{jobQueueName}/serviceJobs",
         )
     }
     share_usage = document["components"]["schemas"]["ShareUnitUsage"]["properties"]
     assert {"own", "borrowed", "borrowedFrom", "lent", "lentTo", "idle"} <= set(share_usage)
+    schemas = document["components"]["schemas"]
+    assert {"resourceSharingConfiguration", "preemptionConfiguration", "capacityLimits", "scheduler"} <= set(
+        schemas["QuotaShare"]["properties"]
+    )
+    assert {"strategy", "borrowLimit", "inSharePreemption"}.isdisjoint(schemas["QuotaShare"]["properties"])
+    assert set(schemas["ResourceSharingConfiguration"]["properties"]) == {"strategy", "borrowLimit"}
+    assert "scheduler" in schemas["JobQueue"]["properties"]
+    assert {"scheduledAt", "startedAt", "stoppedAt", "capacityUsage"} <= set(schemas["Job"]["properties"])
+    assert "serviceResourceId" in schemas["PreemptedAttempt"]["properties"]
     assert "401" in document["paths"]["/api/jobs"]["get"]["responses"]
     assert "422" in document["paths"]["/api/jobs/terminate"]["post"]["responses"]
 
@@ -163,13 +185,25 @@ def test_job_queues(api_server: ApiServer, seeded: Seeded) -> None:
 def test_shares_split_usage_into_own_borrowed_lent_and_idle(api_server: ApiServer, seeded: Seeded) -> None:
     shares = by_name(api_server.get(f"{API}/quotaShares").json()["quotaShares"], "quotaShareName")
     research, vision, urgent = (shares[name] for name in ("research", "vision", "urgent"))
-    assert (research["strategy"], research["borrowLimit"], research["inSharePreemption"]) == (
-        "LEND",
-        None,
-        "DISABLED",
-    )
-    assert (vision["strategy"], vision["borrowLimit"]) == ("LEND_AND_BORROW", 100)
-    assert (urgent["strategy"], urgent["inSharePreemption"]) == ("RESERVE", "ENABLED")
+    # AWS Batch's DescribeQuotaShare nesting: borrowLimit only for LEND_AND_BORROW.
+    assert {key: research[key] for key in AWS_SHARE_FIELDS} == {
+        "quotaShareName": "research",
+        "capacityLimits": [{"capacityUnit": UNIT, "maxCapacity": 4}],
+        "resourceSharingConfiguration": {"strategy": "LEND"},
+        "preemptionConfiguration": {"inSharePreemption": "DISABLED"},
+        "state": "ENABLED",
+    }
+    assert vision["resourceSharingConfiguration"] == {"strategy": "LEND_AND_BORROW", "borrowLimit": 100}
+    assert urgent["resourceSharingConfiguration"] == {"strategy": "RESERVE"}
+    assert urgent["preemptionConfiguration"] == {"inSharePreemption": "ENABLED"}
+    assert {share["scheduler"] for share in shares.values()} == {"AIRFLOW"}
+    create_quota_share = batch_model().operation_model("CreateQuotaShare").input_shape
+    for each in shares.values():  # each one, as it is, a CreateQuotaShare body botocore accepts
+        body = {key: each[key] for key in AWS_SHARE_FIELDS} | {"jobQueue": QUEUE}
+        report = ParamValidator().validate(body, create_quota_share)
+        assert not report.has_errors(), report.generate_report()
+    assert research["capacityUsage"] == [{"capacityUnit": UNIT, "quantity": 2}]
+    assert vision["capacityUsage"] == [{"capacityUnit": UNIT, "quantity": 3}]  # 1 of them borrowed
     (research_usage,) = research["usage"]
     assert research_usage == {
         "quotaShareName": "research",
@@ -238,6 +272,10 @@ def test_jobs_with_position_lease_task_instance_and_training_job(
     assert vision_a["lease"] == {"capacityUnit": UNIT, "instanceCount": 3, "borrowed": 1, "devices": None}
     assert every["research-a"]["lease"]["devices"] == [0, 1]
     assert vision_a["attempt"] == 1
+    # AWS Batch's names: what it holds (capacityUsage), when it was granted (scheduledAt).
+    assert vision_a["capacityUsage"] == [{"capacityUnit": UNIT, "quantity": 3}]
+    assert vision_a["scheduledAt"] == vision_a["startedAt"] == "2026-03-01T12:00:25Z"
+    assert (every["vision-b"]["capacityUsage"], every["vision-b"]["scheduledAt"]) == ([], None)
     assert vision_a["taskInstance"] == {
         "dagId": "train",
         "runId": "run-1",
@@ -252,6 +290,7 @@ def test_jobs_with_position_lease_task_instance_and_training_job(
         "state": "launched",
         # the task's own extra link (the amazon provider's console links), not a copy
         "consoleUrl": "https://console.aws.amazon.com/sagemaker/home?region=us-west-2#/jobs/vision-a-2026-03-01",
+        "arn": None,  # the task reported none
     }
     assert every["vision-c"]["taskInstance"]["path"] == "dags/train/runs/run-1/tasks/vision-c/mapped/3"
     assert every["research-a"]["trainingJob"] == {
@@ -259,6 +298,7 @@ def test_jobs_with_position_lease_task_instance_and_training_job(
         "name": "research-a-1",
         "state": "launched",
         "consoleUrl": "https://console.aws.amazon.com/sagemaker/home#/jobs/research-a-1",
+        "arn": None,
     }
     assert every["vision-b"]["trainingJob"]["consoleUrl"] == (
         "https://console.aws.amazon.com/sagemaker/home?region=us-west-2#/jobs/vision-b-1"
@@ -311,6 +351,27 @@ def test_a_preempted_job_says_by_whom_and_when(api_server: ApiServer, seeded: Se
     assert [type(decision).__name__ for decision in decided.decisions] == ["Preemption"]
     assert summary["lastPreemptedAt"] == "2026-03-01T12:00:50Z"  # the second cycle's time
     assert low["status"] == "RUNNABLE" and low["lease"]["instanceCount"] == 0
+
+
+def test_a_preempted_attempt_names_its_training_job_as_aws_batch_does(
+    api_server: ApiServer, seeded: Seeded
+) -> None:
+    ledger = seeded.ledger
+    ledger.running(seeded.urgent_high)
+    arn = "arn:aws:sagemaker:us-west-2:123456789012:training-job/urgent-high-t1-a1"
+    ledger.training_job(seeded.urgent_high, "urgent-high-t1-a1", arn=arn)
+    ledger.submit("urgent-top", "urgent", 2, priority=99)
+    ledger.cycle()
+    ledger.stopped(seeded.urgent_high)
+
+    high = jobs(api_server)["urgent-high"]
+    (attempt,) = high["preemptionSummary"]["recentPreemptedAttempts"]
+    assert attempt["serviceResourceId"] == {"name": "TrainingJobArn", "value": arn}
+    assert attempt["startedAt"] < attempt["stoppedAt"]
+    assert high["trainingJob"]["arn"] == arn
+    # A job whose task reported no ARN says nothing in its place (urgent-low, preempted in the seed).
+    (low_attempt,) = jobs(api_server)["urgent-low"]["preemptionSummary"]["recentPreemptedAttempts"]
+    assert low_attempt["serviceResourceId"] is None
 
 
 def test_a_job_being_stopped_shows_its_preemptor(api_server: ApiServer, seeded: Seeded) -> None:

@@ -10,8 +10,9 @@ from sqlalchemy import select
 
 from airflow_quota.api import schemas
 from airflow_quota.api.access import MAY_READ
+from airflow_quota.api.aws_queue_reports import aws_snapshot
 from airflow_quota.api.schemas import Name
-from airflow_quota.api.usage_reports import queue_states, unit_report
+from airflow_quota.api.usage_reports import queue_states, scheduled_by_aws_batch, unit_report
 from airflow_quota.ledger.configuration import applied_config
 from airflow_quota.ledger.models import JobQueueRow
 from airflow_quota.ledger.views import queue_usage, share_positions
@@ -23,7 +24,13 @@ FRONT_OF_SHARE = 10
 router = APIRouter()
 
 
-@router.get("/jobQueues", tags=["read"], summary="Job queues as applied", dependencies=[MAY_READ])
+@router.get(
+    "/jobQueues",
+    tags=["read"],
+    summary="Job queues as applied",
+    description="Each with `scheduler`: AIRFLOW (our allocator) or AWS_BATCH (AWS Batch schedules it).",
+    dependencies=[MAY_READ],
+)
 def list_job_queues(session: SessionDep) -> schemas.JobQueueList:
     queues = []
     for row in session.scalars(select(JobQueueRow).order_by(JobQueueRow.job_queue_name)):
@@ -35,6 +42,7 @@ def list_job_queues(session: SessionDep) -> schemas.JobQueueList:
                 revision=row.revision,
                 updatedAt=row.updated_at,
                 quotaShareNames=[share["quotaShareName"] for share in document.get("quotaShares", [])],
+                scheduler="AWS_BATCH" if row.scheduler == "AWS_BATCH" else "AIRFLOW",
             )
         )
     return schemas.JobQueueList(jobQueues=queues)
@@ -44,12 +52,18 @@ def list_job_queues(session: SessionDep) -> schemas.JobQueueList:
     "/jobQueues/{jobQueueName}/snapshot",
     tags=["read"],
     summary="Like AWS Batch's GetJobQueueSnapshot",
-    description="The front of the queue and of each share, usage per share and unit, and each unit by owner.",
+    description=(
+        "The front of the queue and of each share, usage per share and unit, and each unit by owner. A job "
+        "queue AWS Batch schedules: AWS Batch's own GetJobQueueSnapshot (the front of each share and the "
+        "capacity in use; no unit laid out by owner), or `error` saying why AWS Batch could not be asked."
+    ),
     responses={404: {"model": schemas.ErrorDetail}},
     dependencies=[MAY_READ],
 )
 def job_queue_snapshot(session: SessionDep, jobQueueName: Name) -> schemas.JobQueueSnapshot:
     state = queue_states(session, jobQueueName)[0]
+    if scheduled_by_aws_batch(session, jobQueueName):
+        return aws_snapshot(jobQueueName, [share.name for share in state.queue.shares])
     now = datetime.now(UTC)
     positions = share_positions(state)
     waiting = sorted(
@@ -92,6 +106,7 @@ def job_queue_snapshot(session: SessionDep, jobQueueName: Name) -> schemas.JobQu
     ]
     return schemas.JobQueueSnapshot(
         jobQueueName=state.queue.name,
+        scheduler="AIRFLOW",
         frontOfQueue=schemas.FrontOfQueue(jobs=queue_front[:FRONT_OF_QUEUE], lastUpdatedAt=now),
         frontOfQuotaShares=schemas.FrontOfQuotaShares(
             quotaShares={name: fronts[:FRONT_OF_SHARE] for name, fronts in per_share.items()},

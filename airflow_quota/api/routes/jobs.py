@@ -11,9 +11,20 @@ from sqlalchemy.orm import Session
 
 from airflow_quota.api import schemas
 from airflow_quota.api.access import MAY_CHANGE, MAY_READ
+from airflow_quota.api.aws_queue_reports import (
+    FINISHED_STATUSES,
+    OPEN_STATUSES,
+    aws_client,
+    aws_service_jobs,
+    described_job,
+    unreadable,
+)
 from airflow_quota.api.job_reports import job_reports
 from airflow_quota.api.routes.params import Offset, QueueFilter, ShareFilter
-from airflow_quota.api.schemas import JobId
+from airflow_quota.api.schemas import JobId, Name
+from airflow_quota.api.usage_reports import queue_states, scheduled_by_aws_batch
+from airflow_quota.aws_batch.queue_reports import aws_scheduled_queues
+from airflow_quota.aws_batch.service_job_priority import ServiceJobError, change_priority, find_service_job
 from airflow_quota.engine.model import JobStatus
 from airflow_quota.ledger.job_rows import FINAL_STATUSES
 from airflow_quota.ledger.lifecycle import record_priority_change, record_termination
@@ -90,11 +101,23 @@ def get_job(session: SessionDep, jobId: JobId) -> schemas.Job:
     "/jobs/update-priority",
     tags=["write"],
     summary="Change a job's schedulingPriority",
-    description="Audited (PRIORITY_CHANGED, old and new). The allocator applies it from its next cycle.",
-    responses=schemas.WRITE_ERRORS,
+    description=(
+        "Audited (PRIORITY_CHANGED, old and new). The allocator applies it from its next cycle. A job of a "
+        "queue AWS Batch schedules (`jobId` its service job id, ARN or job name) is changed in AWS Batch "
+        "(UpdateServiceJob): the answer is then its ServiceJob, read back from AWS Batch."
+    ),
+    responses={
+        **schemas.WRITE_ERRORS,
+        502: {"model": schemas.ErrorDetail, "description": "AWS Batch refused"},
+    },
     dependencies=[MAY_CHANGE],
 )
-def update_job_priority(session: SessionDep, body: schemas.PriorityUpdate) -> schemas.Job:
+def update_job_priority(
+    session: SessionDep, body: schemas.PriorityUpdate
+) -> schemas.Job | schemas.ServiceJob:
+    aws_queues = aws_scheduled_queues(session)
+    if aws_queues and session.get(JobRow, body.jobId) is None:
+        return _update_service_job_priority(session, body, aws_queues)
     row = _unfinished_job(session, body.jobId, "change its priority")
     state = load_queue_state(session, row.job_queue_name)
     record_priority_change(session, state, row.job_id, body.schedulingPriority, datetime.now(UTC))
@@ -122,6 +145,63 @@ def terminate_job(session: SessionDep, body: schemas.Termination) -> schemas.Job
     record_termination(session, state, row.job_id, datetime.now(UTC), reason)
     session.flush()
     return job_reports(session, [row])[0]
+
+
+def _update_service_job_priority(
+    session: Session, body: schemas.PriorityUpdate, aws_queues: list[str]
+) -> schemas.ServiceJob:
+    """The job is not in the ledger: a service job of a queue AWS Batch schedules, changed there."""
+    try:
+        client = aws_client()
+        described = find_service_job(client, body.jobId, aws_queues)
+        if described is None:
+            raise HTTPException(
+                status.HTTP_404_NOT_FOUND,
+                f"no job {body.jobId} is in the quota ledger, nor in the job queues AWS Batch schedules "
+                f"({', '.join(aws_queues)})",
+            )
+        after = change_priority(session, client, described, body.schedulingPriority, datetime.now(UTC))
+    except ServiceJobError as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error
+    except HTTPException:
+        raise
+    except Exception as error:  # AWS Batch refused, or could not be asked: nothing was changed
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, unreadable(error)) from error
+    session.flush()
+    return described_job(after, client.meta.region_name)
+
+
+@router.get(
+    "/jobQueues/{jobQueueName}/serviceJobs",
+    tags=["read"],
+    summary="A job queue AWS Batch schedules: its service jobs, read from AWS Batch",
+    description=(
+        "ListServiceJobs of the queue, newest first, at most `limit`: unfinished ones by default "
+        "(`finished=true`: SUCCEEDED and FAILED ones). `error` says why AWS Batch could not be asked. A "
+        "queue our allocator schedules has its jobs at `/jobs`: 409."
+    ),
+    responses={404: {"model": schemas.ErrorDetail}, 409: {"model": schemas.ErrorDetail}},
+    dependencies=[MAY_READ],
+)
+def list_service_jobs(
+    session: SessionDep,
+    jobQueueName: Name,
+    quotaShareName: ShareFilter = None,
+    finished: Annotated[bool, Query(description="true: only SUCCEEDED and FAILED jobs")] = False,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="The newest N")] = DEFAULT_JOBS,
+) -> schemas.ServiceJobList:
+    queue_states(session, jobQueueName)  # 404 when not applied
+    if not scheduled_by_aws_batch(session, jobQueueName):
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"job queue {jobQueueName} is scheduled by our allocator: its jobs are at /jobs?jobQueueName=...",
+        )
+    return aws_service_jobs(
+        jobQueueName,
+        statuses=FINISHED_STATUSES if finished else OPEN_STATUSES,
+        quota_share_name=quotaShareName,
+        limit=limit,
+    )
 
 
 def _job_row(session: Session, job_id: str) -> JobRow:

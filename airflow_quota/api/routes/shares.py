@@ -13,7 +13,12 @@ from airflow_quota.api import schemas
 from airflow_quota.api.access import MAY_CHANGE, MAY_READ
 from airflow_quota.api.routes.params import QueueFilter
 from airflow_quota.api.schemas import Name
-from airflow_quota.api.usage_reports import queue_states, share_report, share_reports
+from airflow_quota.api.usage_reports import (
+    queue_share_reports,
+    queue_states,
+    scheduled_by_aws_batch,
+    share_report,
+)
 from airflow_quota.engine.config import QuotaConfigError, parse_quota_config
 from airflow_quota.ledger.configuration import applied_config, apply_quota_config
 from airflow_quota.ledger.errors import ConfigApplyError
@@ -26,11 +31,19 @@ router = APIRouter()
     "/quotaShares",
     tags=["read"],
     summary="Quota shares with their limits and usage",
-    description="Per capacity unit: own, borrowed (from whom), lent (to whom) and idle units; job counts.",
+    description=(
+        "In AWS Batch's DescribeQuotaShare nesting. Per capacity unit: own, borrowed (from whom), lent (to "
+        "whom) and idle units; job counts. A job queue AWS Batch schedules (`scheduler: AWS_BATCH`): its "
+        "shares as AWS Batch has them (ListQuotaShares) and the capacity each uses (GetJobQueueSnapshot)."
+    ),
     dependencies=[MAY_READ],
 )
 def list_quota_shares(session: SessionDep, jobQueueName: QueueFilter = None) -> schemas.QuotaShareList:
-    shares = [share for state in queue_states(session, jobQueueName) for share in share_reports(state)]
+    shares = [
+        share
+        for state in queue_states(session, jobQueueName)
+        for share in queue_share_reports(session, state)
+    ]
     return schemas.QuotaShareList(quotaShares=shares)
 
 
@@ -53,7 +66,8 @@ def get_quota_share(session: SessionDep, jobQueueName: Name, quotaShareName: Nam
         "The fields given replace the applied ones. The whole configuration is then validated like a quota "
         "file (`airflow quota validate`) and applied like `airflow quota apply`: a new revision of the job "
         "queue, one CONFIG_CHANGED audit row, applied by the caller, source `REST API`. Invalid: 422 listing "
-        "every problem, nothing changed."
+        "every problem, nothing changed. A job queue AWS Batch schedules: 409 (change the quota file and "
+        "`airflow quota apply --to-aws`)."
     ),
     responses=schemas.WRITE_ERRORS,
     dependencies=[MAY_CHANGE],
@@ -65,6 +79,12 @@ def update_quota_share(
     quotaShareName: Name,
     update: schemas.QuotaShareUpdate,
 ) -> schemas.QuotaShareUpdateResult:
+    if scheduled_by_aws_batch(session, jobQueueName):
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"job queue {jobQueueName} is scheduled by AWS Batch: change its quota share in the quota file "
+            "and run 'airflow quota apply -f FILE --to-aws' (and 'airflow quota apply -f FILE')",
+        )
     documents = [applied_config(session, name) for name in job_queue_names(session)]
     queues = [document for document in documents if document is not None]
     where = _find_share(queues, jobQueueName, quotaShareName)

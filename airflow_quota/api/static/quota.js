@@ -154,9 +154,19 @@
 
   // --- shares --------------------------------------------------------------------------------------
 
+  // A share's configuration, in AWS Batch's DescribeQuotaShare nesting (borrowLimit only for LEND_AND_BORROW).
+  function strategyOf(share) {
+    return share.resourceSharingConfiguration.strategy;
+  }
+
   function borrowLimitText(share) {
-    if (share.borrowLimit === null) return "-";
-    return share.borrowLimit === -1 ? "no limit" : `${share.borrowLimit}%`;
+    const limit = share.resourceSharingConfiguration.borrowLimit;
+    if (limit === null || limit === undefined) return "-";
+    return limit === -1 ? "no limit" : `${limit}%`;
+  }
+
+  function inSharePreemptionOf(share) {
+    return share.preemptionConfiguration.inSharePreemption;
   }
 
   function sharesTable(shares, colorOf) {
@@ -170,9 +180,9 @@
               el("td", { rowspan: units.length },
                 el("span", { class: "swatch", style: `background:${colorOf(share.quotaShareName)}` }),
                 shareLink(share.jobQueueName, share.quotaShareName)),
-              el("td", { rowspan: units.length }, share.strategy),
+              el("td", { rowspan: units.length }, strategyOf(share)),
               el("td", { rowspan: units.length, class: "num" }, borrowLimitText(share)),
-              el("td", { rowspan: units.length }, share.inSharePreemption),
+              el("td", { rowspan: units.length }, inSharePreemptionOf(share)),
               el("td", { rowspan: units.length }, share.state),
             ]
           : [];
@@ -203,11 +213,16 @@
   function shareCard(share) {
     const facts = [
       ["Job queue", share.jobQueueName],
-      ["Strategy", share.strategy],
+      ["Strategy", strategyOf(share)],
       ["Borrow limit", borrowLimitText(share)],
-      ["In-share preemption", share.inSharePreemption],
+      ["In-share preemption", inSharePreemptionOf(share)],
       ["State", share.state],
     ];
+    if (share.scheduler === "AWS_BATCH") {
+      facts.push(["Scheduled by", "AWS Batch (read from AWS Batch)"]);
+      for (const used of share.capacityUsage) facts.push([used.capacityUnit, `${used.quantity} in use`]);
+      if (share.error) facts.push(["Error", share.error]);
+    }
     for (const usage of share.usage) {
       facts.push([usage.capacityUnit,
         `limit ${usage.limit}, ceiling ${usage.ceiling}: ${usage.used} in use (${usage.own} own, ${usage.borrowed} borrowed), ` +
@@ -233,7 +248,7 @@
   function holdersIndex(queues, snapshots, shareLists) {
     const index = new Map();
     queues.forEach((queue, i) => {
-      const strategies = new Map(shareLists[i].quotaShares.map((share) => [share.quotaShareName, share.strategy]));
+      const strategies = new Map(shareLists[i].quotaShares.map((share) => [share.quotaShareName, strategyOf(share)]));
       for (const unit of snapshots[i].capacity) index.set(`${queue.jobQueueName} ${unit.capacityUnit}`, { unit, strategies });
     });
     return (job) => {
@@ -390,6 +405,91 @@
     return el("div", {}, table, more);
   }
 
+  // --- job queues AWS Batch schedules: read from AWS Batch ------------------------------------------
+
+  const SCHEDULED_BY_AWS = "scheduled by AWS Batch";
+
+  // One unit of the queue's capacity: what each share's jobs use now (GetJobQueueSnapshot), the rest idle.
+  function awsUnitBar(limit, usage, colorOf) {
+    const used = usage.filter((entry) => entry.capacityUnit === limit.capacityUnit && entry.quantity);
+    const inUse = used.reduce((sum, entry) => sum + entry.quantity, 0);
+    const total = Math.max(limit.maxCapacity, inUse);
+    const idle = Math.max(0, limit.maxCapacity - inUse);
+    const segments = used.map((entry) => segment(entry.quantity, total, colorOf(entry.quotaShareName),
+      `${entry.quotaShareName} ${entry.quantity}`, `${entry.quotaShareName}: ${entry.quantity} in use`));
+    if (idle) segments.push(segment(idle, total, "transparent", `idle ${idle}`, `${idle} idle`, "idle"));
+    return el("div", { class: "unit", "data-unit": limit.capacityUnit },
+      el("div", { class: "unit-title" },
+        el("span", {}, limit.capacityUnit),
+        el("span", { class: "queue-total" }, `${limit.maxCapacity} total: ${inUse} in use, ${idle} idle`)),
+      el("div", { class: "bar" }, segments));
+  }
+
+  function awsSharesTable(shares, colorOf) {
+    const rows = shares.map((share) => {
+      const limits = share.capacityLimits.map((limit) => `${limit.capacityUnit} × ${limit.maxCapacity}`).join(", ");
+      const used = share.capacityUsage.map((entry) => `${entry.capacityUnit} × ${entry.quantity}`).join(", ");
+      return el("tr", { class: share.quotaShareName === focusShare ? "focus" : null, "data-share": share.quotaShareName },
+        el("td", {},
+          el("span", { class: "swatch", style: `background:${colorOf(share.quotaShareName)}` }),
+          shareLink(share.jobQueueName, share.quotaShareName)),
+        el("td", {}, strategyOf(share)),
+        el("td", { class: "num" }, borrowLimitText(share)),
+        el("td", {}, inSharePreemptionOf(share)),
+        el("td", {}, share.state),
+        el("td", {}, limits),
+        el("td", {}, used || "none"));
+    });
+    const headers = ["Quota share", "Strategy", "Borrow limit", "In-share preemption", "State", "Capacity limits", "In use"];
+    return el("table", { class: "shares", "data-scheduler": "AWS_BATCH" },
+      el("thead", {}, el("tr", {}, headers.map((header, i) => el("th", { class: i === 2 ? "num" : null }, header)))),
+      el("tbody", {}, rows));
+  }
+
+  function serviceJobsTable(jobs, positions) {
+    const rows = jobs.map((job) => {
+      const training = job.trainingJob
+        ? el("a", { href: job.trainingJob.consoleUrl, target: "_blank", rel: "noopener" }, job.trainingJob.name)
+        : "";
+      const used = job.capacityUsage.map((entry) => `${entry.quantity} × ${entry.capacityUnit}`).join(", ");
+      return el("tr", { "data-job": job.jobId, class: job.quotaShareName === focusShare ? "focus" : null },
+        el("td", {}, job.quotaShareName || ""),
+        el("td", { class: "num" }, positions.get(job.jobArn) ?? ""),
+        el("td", { title: job.jobArn }, job.jobName || job.jobId, el("div", { class: "muted" }, job.jobId)),
+        el("td", {}, badge(job.status)),
+        el("td", {}, used),
+        el("td", { class: "reason" }, plainReason(job)),
+        el("td", {}, dateTime(job.createdAt)),
+        el("td", {}, training));
+    });
+    const headers = ["Quota share", "Position", "Service job", "Status", "Capacity", "Why it waits / what happened", "Created", "Training job"];
+    return el("table", { class: "jobs service-jobs" },
+      el("thead", {}, el("tr", {}, headers.map((header, i) => el("th", { class: i === 1 ? "num" : null }, header)))),
+      el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: headers.length, class: "muted" }, "No service jobs."))));
+  }
+
+  function awsQueueSection(queue, snapshot, shares, jobs, colorOf) {
+    const usage = snapshot.queueUtilization.quotaShareUtilization.topCapacityUtilization.flatMap((share) =>
+      share.capacityUsage.map((entry) => ({ ...entry, quotaShareName: share.quotaShareName })));
+    const positions = new Map();
+    for (const front of Object.values(snapshot.frontOfQuotaShares.quotaShares)) {
+      for (const job of front) positions.set(job.jobArn, job.position);
+    }
+    const errors = [...new Set([snapshot.error, jobs.open.error, jobs.finished.error, ...shares.map((s) => s.error)].filter(Boolean))];
+    return el("section", { class: "queue", "data-queue": queue.jobQueueName, "data-scheduler": "AWS_BATCH" },
+      el("h2", {}, `Job queue ${queue.jobQueueName} `, el("span", { class: "badge aws-batch" }, SCHEDULED_BY_AWS),
+        el("span", { class: "muted", style: "font-weight:400;font-size:13px" }, `  revision ${queue.revision}`)),
+      el("p", { class: "muted" }, "AWS Batch admits, preempts and re-queues this queue's jobs: its shares, the capacity " +
+        "in use and its service jobs are read from AWS Batch. The GPU timeline and the decisions below are our allocator's."),
+      errors.map((message) => el("div", { class: "error" }, message)),
+      queue.capacityLimits.map((limit) => awsUnitBar(limit, usage, colorOf)),
+      el("h3", {}, "Quota shares"),
+      awsSharesTable(shares, colorOf),
+      el("h3", {}, "Service jobs"),
+      serviceJobsTable(jobs.open.jobs, positions),
+      jobs.finished.jobs.length ? [el("h3", {}, "Recently finished"), serviceJobsTable(jobs.finished.jobs, positions)] : null);
+  }
+
   // --- the GPU timeline ----------------------------------------------------------------------------
 
   function windowPicker() {
@@ -427,8 +527,18 @@
       get("/jobs" + query({ ...shareFilter, finished: "true", limit: 10 })),
       get("/events" + query({ ...shareFilter, limit: 200 })),
     ]);
-    const timelines = await Promise.all(queues.map((q) =>
+    const byAws = (q) => q.scheduler === "AWS_BATCH";
+    const timelines = await Promise.all(queues.map((q) => byAws(q) ? null :
       get(`/jobQueues/${encodeURIComponent(q.jobQueueName)}/timeline` + query({ window: timelineWindow }))));
+    const serviceJobs = await Promise.all(queues.map(async (q) => {
+      if (!byAws(q)) return null;
+      const path = `/jobQueues/${encodeURIComponent(q.jobQueueName)}/serviceJobs`;
+      const [open, done] = await Promise.all([
+        get(path + query({ quotaShareName: focusShare, limit: OPEN_JOBS })),
+        get(path + query({ quotaShareName: focusShare, finished: "true", limit: 10 })),
+      ]);
+      return { open, finished: done };
+    }));
     holdersOf = holdersIndex(queues, snapshots, shareLists);
     const content = [];
     if (focusShare) {
@@ -443,6 +553,10 @@
       const shares = shareLists[index].quotaShares;
       const palette = new Map(queue.quotaShareNames.map((name, i) => [name, COLORS[i % COLORS.length]]));
       const colorOf = (name) => palette.get(name) || "#6e7781";
+      if (byAws(queue)) {
+        content.push(awsQueueSection(queue, snapshots[index], shares, serviceJobs[index], colorOf));
+        return;
+      }
       content.push(el("section", { class: "queue", "data-queue": queue.jobQueueName },
         el("h2", {}, `Job queue ${queue.jobQueueName}`,
           el("span", { class: "muted", style: "font-weight:400;font-size:13px" }, `  revision ${queue.revision}`)),

@@ -1,0 +1,176 @@
+"""The REST API on a job queue AWS Batch schedules: a real ``airflow api-server`` whose Airflow connection
+``aws_default`` points at the emulator shows the queue's shares, snapshot and service jobs read from AWS Batch
+(marked ``scheduler: AWS_BATCH``), sends a priority change to AWS Batch, and says why when AWS Batch cannot
+answer for a queue, while a queue our allocator schedules is answered from the ledger beside it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.aws_batch.conftest import UNIT, create_design, quota_file, share, submit
+from tests.aws_batch.test_emulator import status, wait_for
+from tests.sagemaker.moto_process import REGION, emulator_connection
+from tests.ui.conftest import ApiServer, Ledger, _serve
+
+pytestmark = pytest.mark.airflow
+
+API = "/quota/api"
+
+
+@pytest.fixture(scope="module")
+def server(endpoint_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    """An api-server (SQLite) started with ``aws_default`` on the emulator."""
+    home: Path = tmp_path_factory.mktemp("airflow-home-aws-rest")
+    connection = emulator_connection(endpoint_url)
+    saved = {name: os.environ.get(name) for name in connection}
+    os.environ.update(connection)
+    serving = _serve(home, f"sqlite:///{home / 'airflow.db'}")
+    try:
+        started = next(serving)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    yield started
+    next(serving, None)  # stops it
+
+
+@pytest.fixture
+def queues(batch: Any, unique: str, server: ApiServer) -> dict[str, Any]:
+    """Three queues applied: ``aws`` (AWS Batch schedules it; research runs on both instances, one borrowed
+    from nlp, then nlp's two jobs: one runs, one waits), ``missing`` (AWS Batch's by the quota file, but
+    never created in AWS) and ``ours`` (our allocator's)."""
+    aws, missing, ours = f"gpu-{unique}", f"gone-{unique}", f"ours-{unique}"
+    design = quota_file(
+        aws, 2, share("research", "LEND_AND_BORROW", 1, borrow_limit=-1), share("nlp", "RESERVE", 1)
+    )
+    create_design(batch, design)
+    document = {
+        "jobQueues": [
+            design["jobQueues"][0] | {"scheduler": "AWS_BATCH"},
+            quota_file(missing, 1, share("solo", "RESERVE", 1))["jobQueues"][0] | {"scheduler": "AWS_BATCH"},
+            quota_file(ours, 1, share("solo", "LEND", 1))["jobQueues"][0],
+        ]
+    }
+    ledger = Ledger(server.engine)
+    ledger.empty()
+    ledger.apply(document)
+    jobs = {"research": submit(batch, aws, "research-train", "research", 1, duration_s="120")}
+    wait_for("research's job to run", lambda: status(batch, jobs["research"]) == "RUNNING")
+    jobs["nlp-1"] = submit(batch, aws, "nlp-1", "nlp", 1, duration_s="120")
+    wait_for("nlp's first job to run", lambda: status(batch, jobs["nlp-1"]) == "RUNNING")
+    jobs["nlp-2"] = submit(batch, aws, "nlp-2", "nlp", 1, duration_s="120")
+    wait_for("nlp's second job to wait", lambda: status(batch, jobs["nlp-2"]) == "RUNNABLE")
+    return {"aws": aws, "missing": missing, "ours": ours, "jobs": jobs}
+
+
+def get(server: ApiServer, path: str, **params: Any) -> Any:
+    response = server.get(API + path, **params)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_a_queue_aws_batch_schedules_is_read_from_aws_batch(
+    batch: Any, server: ApiServer, queues: dict[str, Any]
+) -> None:
+    aws, jobs = queues["aws"], queues["jobs"]
+    schedulers = {q["jobQueueName"]: q["scheduler"] for q in get(server, "/jobQueues")["jobQueues"]}
+    assert schedulers == {aws: "AWS_BATCH", queues["missing"]: "AWS_BATCH", queues["ours"]: "AIRFLOW"}
+
+    shares = {s["quotaShareName"]: s for s in get(server, "/quotaShares", jobQueueName=aws)["quotaShares"]}
+    assert list(shares) == ["research", "nlp"]  # quota-file order
+    research = shares["research"]
+    assert (research["scheduler"], research["error"], research["usage"]) == ("AWS_BATCH", None, [])
+    assert research["resourceSharingConfiguration"] == {"strategy": "LEND_AND_BORROW", "borrowLimit": -1}
+    assert shares["nlp"]["preemptionConfiguration"] == {"inSharePreemption": "DISABLED"}
+    assert (
+        research["capacityUsage"] == shares["nlp"]["capacityUsage"] == [{"capacityUnit": UNIT, "quantity": 1}]
+    )
+
+    snapshot = get(server, f"/jobQueues/{aws}/snapshot")
+    assert (snapshot["scheduler"], snapshot["error"], snapshot["capacity"]) == ("AWS_BATCH", None, [])
+    assert snapshot["queueUtilization"]["totalCapacityUsage"] == [{"capacityUnit": UNIT, "quantity": 2}]
+    (front,) = snapshot["frontOfQuotaShares"]["quotaShares"]["nlp"]
+    assert (front["jobArn"].rsplit("/", 1)[-1], front["position"]) == (jobs["nlp-2"], 1)
+    assert front["earliestTimeAtPosition"] is not None
+
+    listed = get(server, f"/jobQueues/{aws}/serviceJobs")
+    assert (listed["scheduler"], listed["error"]) == ("AWS_BATCH", None)
+    by_id = {job["jobId"]: job for job in listed["jobs"]}
+    assert list(by_id) == [jobs["nlp-2"], jobs["nlp-1"], jobs["research"]]  # newest first
+    running = by_id[jobs["nlp-1"]]
+    assert (running["status"], running["quotaShareName"]) == ("RUNNING", "nlp")
+    assert running["capacityUsage"] == [{"capacityUnit": UNIT, "quantity": 1}]
+    arn = running["latestAttempt"]["serviceResourceId"]["value"]
+    assert running["trainingJob"]["arn"] == arn
+    assert running["trainingJob"]["consoleUrl"] == (
+        f"https://console.aws.amazon.com/sagemaker/home?region={REGION}#/jobs/{arn.rsplit('/', 1)[-1]}"
+    )
+    assert by_id[jobs["nlp-2"]]["trainingJob"] is None  # it has not started
+    assert get(server, f"/jobQueues/{aws}/serviceJobs", finished="true")["jobs"] == []
+    assert [
+        job["jobId"]
+        for job in get(server, f"/jobQueues/{aws}/serviceJobs", quotaShareName="research")["jobs"]
+    ] == [jobs["research"]]
+
+
+def test_a_priority_change_through_the_api_reaches_aws_batch(
+    batch: Any, server: ApiServer, queues: dict[str, Any]
+) -> None:
+    aws, waiting = queues["aws"], queues["jobs"]["nlp-2"]
+
+    response = server.send(
+        "POST", f"{API}/jobs/update-priority", {"jobId": waiting, "schedulingPriority": 70}
+    )
+
+    assert response.status_code == 200, response.text
+    job = response.json()
+    assert (job["jobId"], job["jobQueueName"], job["schedulingPriority"]) == (waiting, aws, 70)
+    assert job["scheduledBy"] == "AWS_BATCH"
+    assert batch.describe_service_job(jobId=waiting)["schedulingPriority"] == 70
+    events = get(server, "/events", jobQueueName=aws)["events"]
+    (event,) = [event for event in events if event["kind"] != "CONFIG_CHANGED"]
+    assert (event["kind"], event["jobId"], event["quotaShareName"]) == ("PRIORITY_CHANGED", waiting, "nlp")
+    assert (event["details"]["old"], event["details"]["new"]) == (0, 70)
+
+    unknown = server.send("POST", f"{API}/jobs/update-priority", {"jobId": "nobody", "schedulingPriority": 1})
+    assert unknown.status_code == 404
+    assert "nor in the job queues AWS Batch schedules" in unknown.json()["detail"]
+    viewer = server.send(
+        "POST", f"{API}/jobs/update-priority", {"jobId": waiting, "schedulingPriority": 1}, user="viewer"
+    )
+    assert viewer.status_code == 403
+    assert batch.describe_service_job(jobId=waiting)["schedulingPriority"] == 70
+
+
+def test_what_aws_batch_cannot_answer_is_said_and_other_queues_go_on(
+    server: ApiServer, queues: dict[str, Any]
+) -> None:
+    missing, ours = queues["missing"], queues["ours"]
+
+    (solo,) = get(server, "/quotaShares", jobQueueName=missing)["quotaShares"]
+    snapshot = get(server, f"/jobQueues/{missing}/snapshot")
+    listed = get(server, f"/jobQueues/{missing}/serviceJobs")
+
+    # The applied configuration, marked as AWS Batch's, with why AWS Batch did not answer.
+    assert (solo["quotaShareName"], solo["scheduler"]) == ("solo", "AWS_BATCH")
+    assert solo["resourceSharingConfiguration"] == {"strategy": "RESERVE"}
+    for answer in (solo, snapshot, listed):
+        assert answer["error"].startswith("AWS Batch refused (ClientException: "), answer["error"]
+        assert f"Job queue {missing} does not exist" in answer["error"]
+        assert "'airflow quota apply -f FILE --to-aws' creates it" in answer["error"]
+    assert listed["jobs"] == [] and snapshot["frontOfQueue"]["jobs"] == []
+    (ours_share,) = get(server, "/quotaShares", jobQueueName=ours)["quotaShares"]
+    assert (ours_share["scheduler"], ours_share["error"], len(ours_share["usage"])) == ("AIRFLOW", None, 1)
+    refused = server.get(f"{API}/jobQueues/{ours}/serviceJobs")
+    assert refused.status_code == 409 and "scheduled by our allocator" in refused.json()["detail"]
+    patch = server.send("PATCH", f"{API}/quotaShares/{missing}/solo", {"state": "DISABLED"})
+    assert patch.status_code == 409 and "apply -f FILE --to-aws" in patch.json()["detail"]
