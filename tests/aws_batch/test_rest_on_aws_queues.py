@@ -12,15 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from selenium.webdriver.remote.webdriver import WebDriver
 
 from tests.aws_batch.conftest import UNIT, create_design, quota_file, share, submit
 from tests.aws_batch.test_emulator import status, wait_for
 from tests.sagemaker.moto_process import REGION, emulator_connection
-from tests.ui.conftest import ApiServer, Ledger, _serve
+from tests.ui import browser as page
+from tests.ui.conftest import PASSWORDS, ApiServer, Ledger, _serve
 
 pytestmark = pytest.mark.airflow
 
 API = "/quota/api"
+TIMES = "\u00d7"  # the multiplication sign the page writes between a unit and its count
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +177,70 @@ def test_what_aws_batch_cannot_answer_is_said_and_other_queues_go_on(
     assert refused.status_code == 409 and "scheduled by our allocator" in refused.json()["detail"]
     patch = server.send("PATCH", f"{API}/quotaShares/{missing}/solo", {"state": "DISABLED"})
     assert patch.status_code == 409 and "apply -f FILE --to-aws" in patch.json()["detail"]
+
+
+#: What the page shows of each job queue's section, read in one script run (it redraws every few seconds).
+SECTIONS = """
+const text = (node) => (node ? node.innerText.trim() : null);
+const sections = {};
+for (const section of document.querySelectorAll("section.queue")) {
+  sections[section.dataset.queue] = {
+    scheduler: section.dataset.scheduler || "AIRFLOW",
+    title: text(section.querySelector("h2")),
+    errors: [...section.querySelectorAll(".error")].map(text),
+    totals: [...section.querySelectorAll(".unit .queue-total")].map(text),
+    shares: Object.fromEntries([...section.querySelectorAll("table.shares tr[data-share]")].map(
+      (row) => [row.dataset.share, [...row.querySelectorAll("td")].map(text)])),
+    jobs: Object.fromEntries([...section.querySelectorAll("table.service-jobs tr[data-job]")].map((row) => {
+      const link = row.querySelector("td:last-child a");
+      return [row.dataset.job, { cells: [...row.querySelectorAll("td")].map(text), href: link && link.href }];
+    })),
+    timeline: section.querySelector(".timeline") !== null,
+  };
+}
+return sections;
+"""
+
+
+@page.NEEDS_CHROMIUM
+def test_the_page_shows_a_queue_aws_batch_schedules_marked_and_read_from_aws(
+    server: ApiServer, queues: dict[str, Any]
+) -> None:
+    aws, jobs = queues["aws"], queues["jobs"]
+    with page.chromium() as driver:
+        page.log_in(driver, server.url, "/quota/", "viewer", PASSWORDS["viewer"])
+
+        def drawn(d: WebDriver) -> dict[str, Any] | None:
+            sections: dict[str, Any] = d.execute_script(SECTIONS)
+            ready = aws in sections and len(sections[aws]["jobs"]) == 3 and queues["missing"] in sections
+            return sections if ready else None
+
+        sections = page.wait_for(driver, drawn, "the queue AWS Batch schedules, with its service jobs")
+        driver.save_screenshot(str(page.ARTIFACTS / "gpu-quotas-aws-batch-queue.png"))
+        errors = page.console_errors(driver)
+
+    shown = sections[aws]
+    assert shown["scheduler"] == "AWS_BATCH" and "scheduled by AWS Batch" in shown["title"]
+    assert (shown["errors"], shown["timeline"]) == ([], False)
+    assert shown["totals"] == ["2 total: 2 in use, 0 idle"]
+    assert shown["shares"]["research"][1:] == [
+        "LEND_AND_BORROW",
+        "no limit",
+        "DISABLED",
+        "ENABLED",
+        f"{UNIT} {TIMES} 1",
+        f"{UNIT} {TIMES} 1",
+    ]
+    assert shown["shares"]["nlp"][1:3] == ["RESERVE", "-"]
+    waiting = shown["jobs"][jobs["nlp-2"]]
+    assert waiting["cells"][:2] == ["nlp", "1"] and waiting["cells"][3] == "RUNNABLE"
+    running = shown["jobs"][jobs["nlp-1"]]
+    assert running["cells"][3] == "RUNNING"
+    assert running["href"].startswith(f"https://console.aws.amazon.com/sagemaker/home?region={REGION}#/jobs/")
+    missing = sections[queues["missing"]]
+    assert missing["scheduler"] == "AWS_BATCH"
+    assert any(f"Job queue {queues['missing']} does not exist" in error for error in missing["errors"])
+    assert missing["totals"] == []  # no usage bar drawn when AWS Batch did not say the usage
+    ours = sections[queues["ours"]]
+    assert (ours["scheduler"], ours["timeline"]) == ("AIRFLOW", True)
+    assert errors == []

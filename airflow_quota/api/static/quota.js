@@ -482,7 +482,7 @@
       el("p", { class: "muted" }, "AWS Batch admits, preempts and re-queues this queue's jobs: its shares, the capacity " +
         "in use and its service jobs are read from AWS Batch. The GPU timeline and the decisions below are our allocator's."),
       errors.map((message) => el("div", { class: "error" }, message)),
-      queue.capacityLimits.map((limit) => awsUnitBar(limit, usage, colorOf)),
+      snapshot.error ? null : queue.capacityLimits.map((limit) => awsUnitBar(limit, usage, colorOf)),
       el("h3", {}, "Quota shares"),
       awsSharesTable(shares, colorOf),
       el("h3", {}, "Service jobs"),
