@@ -104,6 +104,8 @@ class LeaseSteps(AdmissionSteps):
                 lease_id=lease_id,
             )
             job = backend.launch(prepared, name, task_identity(context), tags, event)
+            if job.arn:  # the record names its ARN too: the API's serviceResourceId of the attempt
+                self._write_record(context, backend, name, attempt, lease_id, "launched", arn=job.arn)
         link = SageMakerTrainingJobLink.xcom_value(backend.console_link(job.name))
         context["ti"].xcom_push(key=TRAINING_JOB_XCOM_KEY, value=link)
 
@@ -243,7 +245,8 @@ class LeaseSteps(AdmissionSteps):
                 job.status,
                 record.get("lease_id"),
             )
-            self._write_record(context, backend, name, int(record.get("attempt", 0)), lease_id, "launched")
+            attempt = int(record.get("attempt", 0))
+            self._write_record(context, backend, name, attempt, lease_id, "launched", arn=job.arn)
             self._current_job = name
             return job
         self.log.info("Training job %s of an earlier run is %s: launching a new one", name, job.status)
@@ -261,10 +264,13 @@ class LeaseSteps(AdmissionSteps):
         lease_id: str,
         state: RecordState,
         ended_as: str | None = None,
+        arn: str | None = None,
     ) -> None:
         record = backend.record(name, attempt, lease_id, state)
         if ended_as is not None:
             record["ended_as"] = ended_as
+        if arn:
+            record["arn"] = arn
         keep_training_job_record(context["task_state_store"], record)
 
     def _stop_and_requeue(
@@ -299,7 +305,8 @@ class LeaseSteps(AdmissionSteps):
                 context["task_state_store"].delete(PREEMPT_KEY)
                 return self._finish(context, backend, job, lease_id, preemptions)
             record = training_job_record_in(context["task_state_store"]) or {}
-            self._write_record(context, backend, name, int(record.get("attempt", 0)), lease_id, "ended")
+            attempt = int(record.get("attempt", 0))
+            self._write_record(context, backend, name, attempt, lease_id, "ended", arn=job.arn)
         context["task_state_store"].delete(PREEMPT_KEY)
         self._current_job = None
         self.log.info("Capacity of lease %s released: waiting for quota again", lease_id)
@@ -318,7 +325,7 @@ class LeaseSteps(AdmissionSteps):
         store = context["task_state_store"]
         record = training_job_record_in(store) or {}
         attempts = int(record.get("attempt", 0))
-        self._write_record(context, backend, job.name, attempts, lease_id, "ended", job.ended_as)
+        self._write_record(context, backend, job.name, attempts, lease_id, "ended", job.ended_as, job.arn)
         if preempt_signal(store, lease_id) is not None:  # the job ended before the preemption reached it
             store.delete(PREEMPT_KEY)
         self._current_job = None

@@ -248,6 +248,8 @@ def test_a_granted_job_trains_and_returns_its_result(moto_server: MotoServer, un
     assert run.record()["state"] == "launched"
     assert run.record()["name"] == name
     assert run.record()["aws_conn_id"] == "aws_default"
+    arn = run.record()["arn"]  # once CreateTrainingJob answered: the API's serviceResourceId
+    assert arn.endswith(f":training-job/{name}")
     assert run.ti.xcom["quota_training_job"]["training_job_name"] == name
     assert SageMakerTrainingJobLink().format_link(**run.ti.xcom["quota_training_job"]) == (
         f"https://console.aws.amazon.com/sagemaker/home?region={REGION}#/jobs/{name}"
@@ -259,7 +261,7 @@ def test_a_granted_job_trains_and_returns_its_result(moto_server: MotoServer, un
     assert result["training_job_arn"].endswith(f"training-job/{name}")
     assert result["model_artifacts"].endswith(f"/{name}/output/model.tar.gz")
     assert (result["attempts"], result["preemptions"]) == (1, 0)
-    assert run.record()["state"] == "ended"
+    assert (run.record()["state"], run.record()["arn"]) == ("ended", arn)
 
 
 def test_a_rejection_fails_the_task_with_its_reason(unique: str) -> None:
@@ -340,7 +342,8 @@ def test_a_preempted_job_stops_requeues_in_place_and_resumes(moto_server: MotoSe
     assert requeued.trigger.released_lease_id == first_grant["lease_id"]
     assert requeued.trigger.submitted_at == waiting.kwargs["submitted_at"]  # type: ignore[index]
     assert run.store.get(PREEMPT_KEY) is None
-    assert run.record() | {"aws_conn_id": None, "region_name": None} == {
+    assert run.record()["arn"].endswith(f":training-job/{first_job}")  # the stopped attempt's
+    assert run.record() | {"aws_conn_id": None, "region_name": None, "arn": None} == {
         "backend": "sagemaker",
         "name": first_job,
         "attempt": 1,
@@ -348,6 +351,7 @@ def test_a_preempted_job_stops_requeues_in_place_and_resumes(moto_server: MotoSe
         "state": "ended",
         "aws_conn_id": None,
         "region_name": None,
+        "arn": None,
     }
 
     # The next grant launches attempt 2 on the same checkpoint prefix; it completes.
