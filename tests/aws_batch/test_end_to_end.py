@@ -40,7 +40,7 @@ from airflow_quota.backends.sagemaker import TaskIdentity
 from airflow_quota.triggers.batch_service_job import KILLED_REASON
 from tests.airflow.harness import AirflowProcesses, free_port
 from tests.aws_batch import demo_story
-from tests.aws_batch.conftest import create_design
+from tests.aws_batch.conftest import AnswerLog, checked, create_design
 from tests.sagemaker.moto_process import REGION, emulator_connection
 
 pytestmark = pytest.mark.airflow
@@ -58,8 +58,14 @@ def quota_file() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def batch(endpoint_url: str) -> Any:
-    return boto3.client("batch", endpoint_url=endpoint_url, region_name=REGION)
+def batch_answers() -> AnswerLog:
+    """The emulator's answers to this module's Batch client, checked against botocore's output shapes."""
+    return AnswerLog()
+
+
+@pytest.fixture(scope="module")
+def batch(endpoint_url: str, batch_answers: AnswerLog) -> Any:
+    return checked(boto3.client("batch", endpoint_url=endpoint_url, region_name=REGION), batch_answers)
 
 
 @pytest.fixture(scope="module")
@@ -236,7 +242,7 @@ def trigger(airflow: AirflowProcesses, dag_id: str, run_id: str) -> None:
 
 
 def test_the_demo_story_on_aws_batch_matches_our_allocator(
-    airflow: AirflowProcesses, batch: Any, sagemaker: Any
+    airflow: AirflowProcesses, batch: Any, sagemaker: Any, batch_answers: AnswerLog
 ) -> None:
     """The same DAGs on the demo's design, one queue per scheduler, side by side in one Airflow: the same
     borrowers, the same reclaim and in-share victims, every victim resumed from its checkpoint in its
@@ -302,26 +308,53 @@ def test_the_demo_story_on_aws_batch_matches_our_allocator(
             assert (status_1, status_2) == ("Stopped", "Completed"), (scheduler, trial)
             assert uri_1 == uri_2
             assert uri_1.endswith(f"/checkpoints/{demo_story.identity(scheduler, trial).task_key}/")
-    # What a user of each sees: the allocator's jobs in the ledger; AWS Batch's in XCom and the CLI.
+    # What a user of each sees: the task's XCom (AWS Batch's preemption, in its words) and the REST API.
     aws_jobs = demo_story.service_jobs(batch)
     result = return_value(airflow, demo_story.dag_id("demo_nlp_sweep", "aws"), run, "trial_a")
     assert result["attempts"] == 2
     assert [each["status_reason"] for each in result["preemptions"]] == [
         f"Preempted by {aws_jobs['urgent']['jobId']} (IN_SHARE_PRIORITY)"
     ]
-    listed = quota_cli(airflow, "jobs", "list", "--output", "json")
-    ours = [job for job in listed["jobs"] if job["jobQueue"] == "demo-ours"]
-    assert {(job["jobId"].split("/")[2], job["status"], job["preemptedAttemptCount"]) for job in ours} == {
+    # The REST API (what the GPU Quotas page shows): each queue says who schedules it; the allocator's jobs
+    # come from the ledger, AWS Batch's from AWS Batch.
+    queues = {q["jobQueueName"]: q["scheduler"] for q in quota_api(airflow, "/jobQueues")["jobQueues"]}
+    assert {name: queues[name] for name, _ in demo_story.QUEUES.values()} == dict(demo_story.QUEUES.values())
+    ours = quota_api(airflow, "/jobs", jobQueueName="demo-ours", finished="true")["jobs"]
+    assert {
+        (
+            job["jobId"].split("/")[2],
+            job["status"],
+            job["preemptionSummary"]["preemptedAttemptCount"],
+        )
+        for job in ours
+    } == {
         (task, "SUCCEEDED", 1 if task.startswith("trial") else 0)
         for tasks in demo_story.TASKS.values()
         for task in tasks
     }
-    assert {
-        (job["jobId"], job["status"], job["scheduledBy"]) for job in listed["serviceJobs"]["demo-aws"]
-    } == {(job["jobId"], "SUCCEEDED", "AWS_BATCH") for job in aws_jobs.values()}
-    [snapshot] = quota_cli(airflow, "snapshot", "--queue", "demo-aws", "--output", "json")["jobQueues"]
-    assert snapshot["scheduledBy"] == "AWS_BATCH"
-    assert [share["quotaShareName"] for share in snapshot["quotaShares"]] == ["vision", "research", "nlp"]
+    served = quota_api(airflow, "/jobQueues/demo-aws/serviceJobs", finished="true")
+    assert (served["scheduler"], served["error"]) == ("AWS_BATCH", None)
+    assert {(job["jobId"], job["status"], job["scheduledBy"]) for job in served["jobs"]} == {
+        (job["jobId"], "SUCCEEDED", "AWS_BATCH") for job in aws_jobs.values()
+    }
+    snapshot = quota_api(airflow, "/jobQueues/demo-aws/snapshot")
+    assert (snapshot["scheduler"], snapshot["error"]) == ("AWS_BATCH", None)
+    assert snapshot["queueUtilization"]["totalCapacityUsage"] == []  # every job has ended
+    # Every answer the emulator gave this module's client so far had botocore's output shape.
+    assert batch_answers.checked["DescribeServiceJob"] > 0
+    assert batch_answers.problems == []
+
+
+def quota_api(airflow: AirflowProcesses, path: str, **params: str) -> Any:
+    """GET the quota plugin's REST API (``/quota/api``) as an admin."""
+    answer = requests.get(
+        f"{airflow.base_url}/quota/api{path}",
+        params=params,
+        headers={"Authorization": f"Bearer {airflow.api_token()}"},
+        timeout=60,
+    )
+    assert answer.status_code == 200, answer.text
+    return answer.json()
 
 
 def quota_cli(airflow: AirflowProcesses, *args: str) -> Any:
