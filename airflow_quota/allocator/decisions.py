@@ -19,6 +19,7 @@ from airflow_quota.allocator.report import Lease
 from airflow_quota.allocator.tasks import claim_deferred, resume, write_signal
 from airflow_quota.engine.devices import assign_devices
 from airflow_quota.engine.model import HOLDING_CAPACITY, Grant, Job, Preemption, QueueState
+from airflow_quota.ledger.decisions import note_devices
 from airflow_quota.ledger.errors import LedgerError
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.protocol import LOCAL_UNIT_PREFIX, Preempt
@@ -26,11 +27,13 @@ from airflow_quota.triggers.admission import ADMISSION_CLASSPATH
 
 
 def grant(part: QueuePart, state: QueueState, decision: Grant, waiting: Waiting | None) -> None:
-    """Apply a grant: a local unit's device indices, then its task resumed with the lease (or listed in
-    ``unresumed`` when its task instance is not claimed: a later cycle resumes it)."""
+    """Apply a grant: a local unit's device indices (on the job, and in the grant's audit row), then its
+    task resumed with the lease (or listed in ``unresumed`` when its task instance is not claimed: a later
+    cycle resumes it)."""
     row = part.row(decision.job_id)
     if decision.capacity_unit.startswith(LOCAL_UNIT_PREFIX):
         row.held_devices = _devices_for(part, state, row, decision)
+        note_devices(part.session, row.job_id, row.held_devices)
     if waiting is None:
         part.report.unresumed.append(decision.job_id)
         return

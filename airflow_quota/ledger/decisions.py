@@ -1,16 +1,21 @@
-"""Record an allocation cycle's decisions: the jobs it changed, one audit row per grant and preempted job."""
+"""Record an allocation cycle's decisions: the jobs it changed, one audit row per grant and preempted job.
+
+A local unit's grant gets its device indices in its audit row once the allocator has picked them
+(``note_devices``), so the timeline can draw it on the GPUs it really used.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from airflow_quota.engine.model import CyclePlan, Grant, Preemption, QueueState
 from airflow_quota.ledger.audit import add_audit_row
 from airflow_quota.ledger.job_rows import write_jobs
-from airflow_quota.ledger.models import AuditKind, JobRow
+from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
 
 
 def record_cycle(session: Session, before: QueueState, plan: CyclePlan, now: datetime) -> None:
@@ -21,6 +26,17 @@ def record_cycle(session: Session, before: QueueState, plan: CyclePlan, now: dat
             _record_grant(session, plan.decided, rows[decision.job_id], decision, now)
         else:
             _record_preemption(session, plan.decided, rows, decision, now)
+
+
+def note_devices(session: Session, job_id: str, devices: list[int]) -> None:
+    """Add a grant's device indices to the audit row of the job's grant, the one this cycle recorded."""
+    audit = session.scalars(
+        select(AuditRow)
+        .where(AuditRow.job_id == job_id, AuditRow.kind == AuditKind.GRANTED.value)
+        .order_by(AuditRow.id.desc())
+        .limit(1)
+    ).one()
+    audit.details = {**(audit.details or {}), "devices": list(devices)}
 
 
 def _record_grant(session: Session, state: QueueState, row: JobRow, grant: Grant, now: datetime) -> None:

@@ -3,8 +3,10 @@
 Built from the audit log alone (it is kept as long as the timeline can reach back), replayed in its order:
 
 - GRANTED opens a *bar* per unit of capacity granted (``instanceCount`` of them, the last ``borrowed`` marked
-  borrowed) on the lowest free *rows* of its capacity unit (a row is one unit of capacity: a GPU, an
-  instance; which one is laid out here, the ledger records counts, not identities);
+  borrowed) on *rows* of its capacity unit (a row is one unit of capacity: a GPU, an instance). A local
+  unit's grant names its device indices (``devices``): its bars are on those rows, one row per GPU of the
+  host. Otherwise (remote instances, or a grant recorded before devices were) the ledger has counts, not
+  identities, and the bars are laid out on the lowest free rows;
 - PREEMPTED ends the RUNNING phase and opens a STOPPING one on the same rows, naming the preemptor (the
   victim keeps its capacity until its training job has stopped: two-phase preemption); a TERMINATED job
   being stopped likewise, with no preemptor;
@@ -24,13 +26,16 @@ from dataclasses import astuple, dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import ColumnElement, and_, func, or_, select
+from sqlalchemy import ColumnElement, Select, and_, func, or_, select
 from sqlalchemy.orm import Session
 
+from airflow_quota.engine.devices import LOCAL_UNIT_PREFIX
 from airflow_quota.engine.model import JobStatus
 from airflow_quota.ledger.job_rows import FINAL_STATUSES
 from airflow_quota.ledger.models import AuditKind, AuditRow, JobQueueRow, JobRow
 
+#: A job's statuses before it ends (named, not "not final", so the query can use the status index).
+UNFINISHED_STATUSES = [status.value for status in JobStatus if status.value not in FINAL_STATUSES]
 #: The most jobs one timeline replays (the newest by submission); the timeline says when it left some out.
 MAX_TIMELINE_JOBS = 500
 
@@ -66,6 +71,8 @@ class Bar:
     rule: str | None = None
     #: Why the phase began, as the audit log words it.
     reason: str = ""
+    #: The GPU's device index, when the grant named it (a local unit); the bar is then on its row.
+    device: int | None = None
 
 
 @dataclass(slots=True)
@@ -93,6 +100,8 @@ class UnitTimeline:
     capacity: int
     rows: int
     bars: list[Bar]
+    #: The rows are the host's device indices (a local unit): row ``i`` is GPU ``i``.
+    devices: bool = False
 
 
 @dataclass(slots=True)
@@ -163,7 +172,9 @@ def queue_timeline(
         bars = replay.bars.get(unit, [])
         rows = max([capacity.get(unit, 0), *(bar.row + 1 for bar in bars)])
         shown = [bar for bar in bars if bar.job_id in kept and overlaps(bar.start, bar.end)]
-        units.append(UnitTimeline(unit, capacity.get(unit, 0), rows, shown))
+        units.append(
+            UnitTimeline(unit, capacity.get(unit, 0), rows, shown, unit.startswith(LOCAL_UNIT_PREFIX))
+        )
     with_bars = {bar.job_id for unit in units for bar in unit.bars}
     shown_jobs = []
     for job_id in kept:
@@ -187,25 +198,30 @@ def _of_task(row: JobRow, key: TaskInstanceKey) -> bool:
     return (row.dag_id, row.run_id, row.task_id, row.map_index) == astuple(key)
 
 
-def _jobs_touching(
-    session: Session, job_queue_name: str, since: datetime | None, until: datetime
-) -> tuple[dict[str, TimelineJob], bool]:
-    """The queue's jobs submitted by ``until`` and unfinished, or last changed at or after ``since``; and
-    the try a retry took its capacity over from, when it was left out (its bars are the retry's start)."""
+def jobs_touching_query(job_queue_name: str, since: datetime | None, until: datetime) -> Select[JobRow]:
+    """The queue's jobs submitted by ``until`` and unfinished, or last changed at or after ``since``, newest
+    first: both sides of the "or" read an index, (queue, status) and (queue, updated_at), so a short window
+    over a long history reads only the jobs it shows."""
     conditions: list[ColumnElement[bool]] = [
         JobRow.job_queue_name == job_queue_name,
         JobRow.submitted_at <= until,
     ]
     if since is not None:
-        conditions.append(or_(JobRow.status.not_in(FINAL_STATUSES), JobRow.updated_at >= since))
-    rows = list(
-        session.scalars(
-            select(JobRow)
-            .where(and_(*conditions))
-            .order_by(JobRow.submitted_at.desc(), JobRow.submit_seq.desc())
-            .limit(MAX_TIMELINE_JOBS + 1)
-        )
+        conditions.append(or_(JobRow.status.in_(UNFINISHED_STATUSES), JobRow.updated_at >= since))
+    return (
+        select(JobRow)
+        .where(and_(*conditions))
+        .order_by(JobRow.submitted_at.desc(), JobRow.submit_seq.desc())
+        .limit(MAX_TIMELINE_JOBS + 1)
     )
+
+
+def _jobs_touching(
+    session: Session, job_queue_name: str, since: datetime | None, until: datetime
+) -> tuple[dict[str, TimelineJob], bool]:
+    """The queue's jobs submitted by ``until`` and unfinished, or last changed at or after ``since``; and
+    the try a retry took its capacity over from, when it was left out (its bars are the retry's start)."""
+    rows = list(session.scalars(jobs_touching_query(job_queue_name, since, until)))
     truncated = len(rows) > MAX_TIMELINE_JOBS
     jobs = {row.job_id: TimelineJob(row) for row in rows[:MAX_TIMELINE_JOBS]}
     handed_from = session.scalars(
@@ -260,9 +276,19 @@ class _Replay:
             count = int(details.get("instanceCount") or self.jobs[job_id].row.instance_count)
             borrowed = int(details.get("borrowed") or 0)
             attempt = details.get("attempt")
-            rows = self._take_rows(unit, job_id, count)
+            devices = _devices(details.get("devices"), count)
+            rows = self._take_rows(unit, job_id, count, devices)
             self.open[job_id] = [
-                self._bar(event, job_id, unit, row, index >= count - borrowed, attempt, Phase.RUNNING)
+                self._bar(
+                    event,
+                    job_id,
+                    unit,
+                    row,
+                    index >= count - borrowed,
+                    attempt,
+                    Phase.RUNNING,
+                    device=None if devices is None else devices[index],
+                )
                 for index, row in enumerate(rows)
             ]
         elif kind == AuditKind.PREEMPTED.value or (
@@ -296,6 +322,7 @@ class _Replay:
         attempt: object,
         phase: Phase,
         preempted_by: str | None = None,
+        device: int | None = None,
     ) -> Bar:
         bar = Bar(
             job_id=job_id,
@@ -310,12 +337,21 @@ class _Replay:
             preempted_by=preempted_by,
             rule=event.rule,
             reason=event.message,
+            device=device,
         )
         self.bars[unit].append(bar)
         return bar
 
-    def _take_rows(self, unit: str, job_id: str, count: int) -> list[int]:
+    def _take_rows(self, unit: str, job_id: str, count: int, devices: list[int] | None = None) -> list[int]:
+        """The rows a grant's bars go on: its devices' when it names them and the replay has them free
+        (it always has, unless the history misses an end), else the lowest free ones."""
         occupied = self.occupied[unit]
+        if devices is not None:
+            occupied.extend([None] * (max(devices, default=-1) + 1 - len(occupied)))
+            if all(occupied[device] is None for device in devices):
+                for device in devices:
+                    occupied[device] = job_id
+                return list(devices)
         rows = [row for row, holder in enumerate(occupied) if holder is None][:count]
         while len(rows) < count:
             occupied.append(None)
@@ -341,6 +377,7 @@ class _Replay:
                 old.attempt,
                 Phase.STOPPING,
                 preemptor,
+                old.device,
             )
             self.open.setdefault(job_id, []).append(stopping)
 
@@ -348,11 +385,20 @@ class _Replay:
         old_bars = self._close(old_job, event.at, AuditKind.HANDED_OVER.value) if old_job else []
         if not old_bars:  # the old try is not in the timeline: the retry holds what it asked for
             row = self.jobs[new_job].row
-            rows = self._take_rows(row.capacity_unit, new_job, row.held_instance_count or row.instance_count)
+            count = row.held_instance_count or row.instance_count
+            devices = _devices(row.held_devices, count)
+            rows = self._take_rows(row.capacity_unit, new_job, count, devices)
             borrowed = row.borrowed_instance_count
             self.open[new_job] = [
                 self._bar(
-                    event, new_job, row.capacity_unit, each, i >= len(rows) - borrowed, None, Phase.RUNNING
+                    event,
+                    new_job,
+                    row.capacity_unit,
+                    each,
+                    i >= len(rows) - borrowed,
+                    None,
+                    Phase.RUNNING,
+                    device=None if devices is None else devices[i],
                 )
                 for i, each in enumerate(rows)
             ]
@@ -368,6 +414,7 @@ class _Replay:
                 old.attempt,
                 old.phase,
                 old.preempted_by,
+                old.device,
             )
             self.open.setdefault(new_job, []).append(bar)
 
@@ -384,3 +431,12 @@ class _Replay:
         wait = self.waiting.pop(job_id, None)
         if wait is not None:
             wait.end = at
+
+
+def _devices(recorded: object, count: int) -> list[int] | None:
+    """A grant's device indices as recorded, when they are ``count`` distinct indices >= 0; else None."""
+    if not isinstance(recorded, list) or len(recorded) != count:
+        return None
+    if not all(type(device) is int and device >= 0 for device in recorded):
+        return None
+    return list(recorded) if len(set(recorded)) == count else None

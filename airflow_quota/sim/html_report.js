@@ -19,6 +19,18 @@
     return days ? `${days}d ${h}:${m}` : `${h}:${m}:${s}`;
   }
 
+  // A moment of a run in tooltips and details: its elapsed time to the second, 00:01:30, with its days as
+  // on the time axis when the run lasts more than a day (0d 23:00:00, 1d 04:00:00).
+  function momentOf(untilMs) {
+    const long = untilMs - clockStart > 86400e3;
+    return (at) => {
+      const seconds = Math.round((at - clockStart) / 1000);
+      const [h, m, s] = [Math.floor(seconds / 3600) % 24, Math.floor(seconds / 60) % 60, seconds % 60]
+        .map((n) => String(n).padStart(2, "0"));
+      return long ? `${Math.floor(seconds / 86400)}d ${h}:${m}:${s}` : `${h}:${m}:${s}`;
+    };
+  }
+
   function legend(host) {
     for (const share of data.quotaShareNames) {
       const swatch = document.createElement("span");
@@ -47,7 +59,7 @@
           "their waits are in the wait-time chart below.";
         host.before(note);
       }
-      QuotaTimeline.draw(host, drawn, { colorOf, dark: false });
+      QuotaTimeline.draw(host, drawn, { colorOf, dark: false, timeText: momentOf(Date.parse(timeline.until)) });
       for (const entry of (host._charts || new Map()).values()) {
         entry.chart.setOption({ xAxis: { axisLabel: { formatter: elapsed } } });
       }

@@ -299,7 +299,8 @@ table.summary td.num {{ text-align: right; }}
 time left to right from the run's second 0 (00:00:00; 1d 02:00 is a day and two hours in). Each bar is a
 job holding that unit, in its quota share's colour; borrowed units are lighter with a dashed edge; a faded
 bar with a red edge is the job being stopped after a preemption, while it still holds the units. Hover a
-bar for the job, its priority and why (the tooltip's clock times are the run's time of day); click it to
+bar for the job, its priority and why (its times too are the time since second 0, 1d 02:10:00 on the second
+day of a run); click it to
 keep its details under the chart, where a stop phase links to the job that preempted it. The lanes under
 the rows are the jobs' waits. Zoom with the mouse wheel, drag to pan.</p>
 <p id="legend"></p>

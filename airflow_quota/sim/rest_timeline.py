@@ -46,6 +46,7 @@ def job_queue_timeline(result: SimulationResult, *, until: float | None = None) 
             "capacityUnit": unit,
             "capacity": int(result.queue.capacity.get(unit, 0)),
             "rows": rows,
+            "devices": False,  # the simulator lays its rows out: it picks no device indices
             "bars": by_unit.get(unit, []),
         }
         for unit, rows in lane_count(bars, result.queue.capacity).items()
@@ -72,6 +73,7 @@ def _phases(hold: Hold, row: int, borrowed: bool) -> list[dict[str, Any]]:
         "schedulingPriority": hold.priority,
         "capacityUnit": hold.unit,
         "row": row,
+        "device": None,
         "borrowed": borrowed,
         "attempt": hold.attempt,
     }

@@ -2,7 +2,8 @@
 
 Each test runs cycles on SQLite and PostgreSQL with task instances deferred for admission on a
 ``local-gpu`` unit, ends tasks between cycles as Airflow would, and reads the device indices the ledger
-granted: never one index held by two jobs, whatever the quota file did meanwhile.
+granted: never one index held by two jobs, whatever the quota file did meanwhile. Each grant's audit row
+names its devices, and the GPU timeline draws the job on those GPUs' rows.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from airflow.utils.state import TaskInstanceState
 from airflow_quota.allocator.cycle import CycleReport, run_allocation_cycle
 from airflow_quota.engine.config import QuotaConfig, parse_quota_config
 from airflow_quota.ledger.configuration import apply_quota_config
-from airflow_quota.ledger.models import JobRow
+from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
+from airflow_quota.ledger.timeline import queue_timeline
 from tests.db.conftest import Database
 from tests.db.metadata_rows import reset_for_allocation
 from tests.db.test_allocator_cycle import DAG_ID, RUN_ID, START, defer
@@ -127,3 +129,45 @@ def test_two_job_queues_with_local_units_applied_before_the_rule_never_share_a_d
 
     assert granted == [late]
     assert devices(db) == {"first-0": [0], "second-0": [1]}
+
+
+def granted_devices(db: Database) -> dict[str, list[int]]:
+    """The devices each GRANTED audit row names, by job id (every grant of this test has them)."""
+    with db.session() as session:
+        rows = session.scalars(sa.select(AuditRow).where(AuditRow.kind == AuditKind.GRANTED.value))
+        return {str(row.job_id): (row.details or {})["devices"] for row in rows}
+
+
+def timeline_rows(db: Database, queue: str) -> dict[str, tuple[bool, list[tuple[int, int | None]]]]:
+    """The queue's GPU timeline: per unit, whether its rows are GPUs, and each job's (row, device)."""
+    with db.session() as session:
+        timeline = queue_timeline(session, queue, None, START + timedelta(seconds=60))
+    return {
+        unit.capacity_unit: (unit.devices, sorted((bar.row, bar.device) for bar in unit.bars))
+        for unit in timeline.units
+    }
+
+
+def test_a_grant_records_its_gpus_and_the_timeline_draws_the_job_on_them(db: Database) -> None:
+    """Two job queues on the host's GPUs (a ledger applied before the one-local-unit rule): the second
+    queue's job trains on GPU 1 (GPU 0 is the first queue's), and its queue's timeline draws it on GPU 1,
+    not on the first row of its own queue as a count alone would lay it out."""
+    legacy = QuotaConfig.model_validate({"jobQueues": [workstation(2), workstation(2, "second")]})
+    apply(db, legacy)
+    first = wait_for_gpu(db, "first-0")
+    cycle(db, 1)
+    late = wait_for_gpu(db, "second-0", queue="second")
+    cycle(db, 2)
+
+    assert devices(db) == {"first-0": [0], "second-0": [1]}
+    assert granted_devices(db) == {first: [0], late: [1]}
+    assert timeline_rows(db, "second") == {"local-gpu": (True, [(1, 1)])}
+    assert timeline_rows(db, QUEUE) == {"local-gpu": (True, [(0, 0)])}
+
+    # first-0 ends; second-0 keeps GPU 1 and a new job of the first queue gets GPU 0 again.
+    end(db, "first-0")
+    cycle(db, 3)
+    again = wait_for_gpu(db, "first-1")
+    cycle(db, 4)
+    assert granted_devices(db)[again] == [0]
+    assert timeline_rows(db, "second") == {"local-gpu": (True, [(1, 1)])}

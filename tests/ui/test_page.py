@@ -448,3 +448,66 @@ def test_the_page_shows_a_page_of_jobs_with_a_long_history(api_server: ApiServer
     assert len(state["jobOrder"]) == 1000 + 10
     assert state["jobOrder"][0] == rows[-1000]["job_id"] and state["jobOrder"][999] == rows[-1]["job_id"]
     assert "The newest 1000 of 1001 unfinished jobs" in browser.find_element(By.ID, "jobs-cut").text
+
+
+def test_a_job_running_for_days_says_on_which_day_it_started_in_its_tooltip(
+    api_server: ApiServer, browser: WebDriver
+) -> None:
+    """A job running for two days: its tooltip gives the date it started, on the "since the first job"
+    window and on the last 15 minutes (whose bar is clipped, not its story); a job granted a minute ago
+    gives its clock time alone."""
+    ledger = Ledger(api_server.engine)
+    ledger.empty()
+    ledger.now = datetime.now(UTC) - timedelta(days=2)
+    ledger.apply()
+    long_job = ledger.submit("long-run", "research", 2)
+    ledger.cycle()
+    started = ledger.now
+    ledger.running(long_job)
+    ledger.now = datetime.now(UTC) - timedelta(minutes=1)
+    recent_job = ledger.submit("recent-run", "research", 1)
+    ledger.cycle()
+    log_in(browser, api_server, "/quota/", "viewer")
+    console_errors(browser)
+
+    def when(job_id: str) -> Callable[[WebDriver], str | None]:
+        """Hover the job's bar; its tooltip's When line."""
+
+        def hovered(d: WebDriver) -> str | None:
+            bar = next(
+                (item for item in timeline(d) if item["jobId"] == job_id and item["kind"] == "bar"), None
+            )
+            if bar is None:
+                return None
+            hover = ActionBuilder(d)
+            hover.pointer_action.move_to_location(int(bar["x"]), int(bar["y"]))
+            hover.perform()
+            task = job_id.split("/")[2]
+            for tip in d.find_elements(By.CSS_SELECTOR, ".tl-tip"):
+                lines = tip.text.split("\n")
+                if lines[0] == task:
+                    return next((line[4:].strip() for line in lines if line.startswith("When")), None)
+            return None
+
+        return hovered
+
+    def date_of(at: datetime) -> str:
+        return str(
+            browser.execute_script(
+                "return new Date(arguments[0]).toLocaleDateString([], {month: 'short', day: 'numeric'})",
+                int(at.timestamp() * 1000),
+            )
+        )
+
+    pick_window(browser, "all")
+    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".timeline-chart"), "the timeline")
+    browser.execute_script("document.querySelector('.timeline-chart').scrollIntoView()")
+    shown = wait_for(browser, when(long_job), "the long job's tooltip")
+    assert shown.startswith(date_of(started) + ", ") and shown.endswith("now (48.0 h)"), shown
+    browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-timeline-days.png"))
+    pick_window(browser, "15m")
+    shown = wait_for(browser, when(long_job), "the long job's tooltip on the last 15 minutes")
+    assert shown.startswith(date_of(started) + ", ") and shown.endswith("now (48.0 h)"), shown
+    recent = wait_for(browser, when(recent_job), "the recent job's tooltip")
+    assert recent[0].isdigit() and " s)" in recent and date_of(datetime.now(UTC)) not in recent, recent
+    assert console_errors(browser) == []

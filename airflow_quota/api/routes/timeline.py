@@ -170,6 +170,7 @@ def _report(session: Session, timeline: QueueTimeline) -> schemas.JobQueueTimeli
                 capacityUnit=unit.capacity_unit,
                 capacity=unit.capacity,
                 rows=unit.rows,
+                devices=unit.devices,
                 bars=[
                     schemas.TimelineBar(
                         jobId=bar.job_id,
@@ -186,6 +187,7 @@ def _report(session: Session, timeline: QueueTimeline) -> schemas.JobQueueTimeli
                         preemptedBy=bar.preempted_by,
                         rule=bar.rule,
                         reason=bar.reason,
+                        device=bar.device,
                     )
                     for bar in unit.bars
                 ],

@@ -3,7 +3,8 @@
 // a job's hold of that unit in its share's colour (borrowed units lighter with a dashed edge), the stop
 // phase of a preemption drawn distinctly and linked to its preemptor, each job's waits on lanes below.
 // Hover shows a job's details; a click pins them under the chart, with a link that shows the preemptor.
-// Used by the GPU Quotas page and the task instance's "Quota" view.
+// A local unit's rows are the host's GPUs (row i is device index i), each grant on the GPUs it got.
+// Used by the GPU Quotas page, the task instance's "Quota" view and the simulator's HTML report.
 "use strict";
 
 (function () {
@@ -29,6 +30,22 @@
 
   function clock(ms) {
     return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  }
+
+  function dateAndClock(ms) {
+    return new Date(ms).toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  }
+
+  function sameDay(a, b) {
+    return new Date(a).toDateString() === new Date(b).toDateString();
+  }
+
+  // How tooltips and details write a moment of the window [since, until]: its clock time, with the date
+  // when the window spans more than a day or crosses midnight, or the moment is on another day than the
+  // window's end (a bar that began before the window).
+  function timeTextFor(since, until) {
+    const overDays = until - since >= 86400e3 || !sameDay(since, until);
+    return (ms) => (overDays || !sameDay(ms, until) ? dateAndClock(ms) : clock(ms));
   }
 
   function duration(ms) {
@@ -68,7 +85,7 @@
   function itemsOf(timeline, unit, labels, options) {
     const [since, until] = windowOf(timeline);
     const jobs = new Map(timeline.jobs.map((job) => [job.jobId, job]));
-    const lanes = Array.from({ length: unit.rows }, (_, row) => `#${row + 1}`);
+    const lanes = Array.from({ length: unit.rows }, (_, row) => (unit.devices ? `GPU ${row}` : `#${row + 1}`));
     const items = [];
     const clip = (iso, fallback) => Math.min(Math.max(iso ? Date.parse(iso) : fallback, since), until);
     for (const bar of unit.bars) {
@@ -91,11 +108,18 @@
     return { lanes, items, since, until };
   }
 
-  function describe(item) {
+  // A bar's or a wait's own start and end (not clipped to the window; an open one ends at the window's end).
+  function period(startedAt, endedAt, item) {
+    const start = startedAt ? Date.parse(startedAt) : item.start;
+    return [start, endedAt ? Date.parse(endedAt) : Math.max(item.end, start)];
+  }
+
+  function describe(item, timeText) {
     const job = item.job || {};
     const lines = [];
     if (item.kind === "wait") {
-      lines.push(["Waiting", `${clock(item.start)} – ${item.wait.endedAt ? clock(item.end) : "now"} (${duration(item.end - item.start)})`]);
+      const [start, end] = period(item.wait.startedAt, item.wait.endedAt, item);
+      lines.push(["Waiting", `${timeText(start)} – ${item.wait.endedAt ? timeText(end) : "now"} (${duration(end - start)})`]);
       lines.push(["Why", item.wait.reason]);
     } else {
       const bar = item.bar;
@@ -103,7 +127,9 @@
         ? (bar.preemptedBy ? "stopping after its preemption" : "stopping (terminated)")
         : "holding it (granted)";
       lines.push(["Phase", `${phase}${bar.borrowed ? ", borrowed unit" : ""}`]);
-      lines.push(["When", `${clock(item.start)} – ${bar.endedAt ? clock(item.end) : "now"} (${duration(item.end - item.start)})` +
+      if (bar.device !== null && bar.device !== undefined) lines.push(["GPU", `device ${bar.device}`]);
+      const [start, end] = period(bar.startedAt, bar.endedAt, item);
+      lines.push(["When", `${timeText(start)} – ${bar.endedAt ? timeText(end) : "now"} (${duration(end - start)})` +
         (bar.endedBy ? `, ended by ${bar.endedBy}` : "")]);
       lines.push(["Why", bar.reason]);
     }
@@ -113,8 +139,8 @@
     };
   }
 
-  function tooltipHtml(item) {
-    const { title, facts } = describe(item);
+  function tooltipHtml(item, timeText) {
+    const { title, facts } = describe(item, timeText);
     const rows = facts.map(([name, value]) => `<tr><th>${escapeHtml(name)}</th><td>${escapeHtml(value)}</td></tr>`).join("");
     const preemptor = item.bar && item.bar.preemptedBy ? `<div class="tl-stop">Stopping for ${escapeHtml(item.bar.preemptedBy)}</div>` : "";
     return `<div class="tl-tip"><b>${escapeHtml(title)}</b>${preemptor}<table>${rows}</table></div>`;
@@ -189,15 +215,20 @@
       }
       if (!entry) {
         const node = el("div", { class: "timeline-unit", "data-unit": unit.capacityUnit },
-          el("div", { class: "timeline-title" }, `${unit.capacityUnit}: one row per unit of capacity (${unit.capacity})`),
+          el("div", { class: "timeline-title" }, unit.devices
+            ? `${unit.capacityUnit}: one row per GPU of the host (${unit.capacity}), by device index`
+            : `${unit.capacityUnit}: one row per unit of capacity (${unit.capacity})`),
           el("div", { class: "timeline-chart" }));
         const state = { selected: null, items: [], colorOf: options.colorOf, fg, muted };
         entry = { node, state, theme, chart: null };
         charts.set(unit.capacityUnit, entry);
       }
       const { lanes, items, since, until } = itemsOf(timeline, unit, labels, options);
-      Object.assign(entry.state, { items, colorOf: options.colorOf, fg, muted });
+      const timeText = options.timeText || timeTextFor(since, until);
+      host._timeText = timeText;
+      Object.assign(entry.state, { items, colorOf: options.colorOf, fg, muted, timeText });
       entry.unit = unit;
+      entry.lanes = lanes;
       const chartNode = entry.node.querySelector(".timeline-chart");
       chartNode.style.height = `${lanes.length * ROW_PX + 46}px`;
       host.append(entry.node);
@@ -216,7 +247,7 @@
         dataZoom: [{ type: "inside", xAxisIndex: 0, filterMode: "none", start: zoomed.start, end: zoomed.end }],
         animation: false,
         grid: { left: 150, right: 24, top: 8, bottom: 30 },
-        tooltip: { trigger: "item", confine: true, formatter: (p) => tooltipHtml(entry.state.items[p.dataIndex]) },
+        tooltip: { trigger: "item", confine: true, formatter: (p) => tooltipHtml(entry.state.items[p.dataIndex], entry.state.timeText) },
         xAxis: { type: "time", min: since, max: until, axisLabel: { color: muted, hideOverlap: true },
           splitLine: { show: true, lineStyle: { opacity: 0.25 } } },
         yAxis: { type: "category", data: lanes, inverse: true, axisTick: { show: false },
@@ -258,7 +289,7 @@
     if (!item) return;
     host._pinned = { jobId: item.job.jobId, item };
     select(charts, item.job.jobId);
-    const { title, facts } = describe(item);
+    const { title, facts } = describe(item, host._timeText || clock);
     const details = el("div", { class: "timeline-details", "data-job": item.job.jobId, "data-kind": item.kind,
       "data-phase": item.bar ? item.bar.phase : "WAITING" },
       el("b", {}, title), " ",
@@ -308,6 +339,7 @@
       return {
         unit, kind: item.kind, jobId: item.job && item.job.jobId, label: item.label, lane: item.lane,
         phase: item.bar ? item.bar.phase : "WAITING", borrowed: item.bar ? item.bar.borrowed : false,
+        device: item.bar && item.bar.device !== undefined ? item.bar.device : null, laneName: entry.lanes[item.lane],
         preemptedBy: item.bar ? item.bar.preemptedBy : null, share: item.bar ? item.bar.quotaShareName : item.job.quotaShareName,
         start: item.start, end: item.end, dim: Boolean(item.dim),
         x: box.left + x, y: box.top + y,
@@ -383,5 +415,38 @@
     });
   }
 
-  window.QuotaTimeline = { draw, drawn, palette, isDark, followTheme, keepLinksInAirflow };
+  // Puts a page's new content (a list of elements) in place of #content, then fits each chart drawn into
+  // `hosts` (the elements `draw` drew into) to its new width.
+  function showContent(content, hosts) {
+    document.getElementById("content").replaceChildren(...content);
+    for (const host of hosts) {
+      for (const entry of (host._charts || new Map()).values()) entry.chart.resize();
+    }
+  }
+
+  // Keeps a page fresh: calls `load` now, every `everyMs` and whenever Airflow's colour mode changes; after
+  // a load #status reads `statusLine()`, a failed one shows in #error ("Could not refresh (...); retrying.",
+  // unless `explain(problem, error)` wrote it and returned true). Links open in Airflow's own window.
+  // Returns the refresh function, for a control that wants the page reloaded at once.
+  function keepFresh(load, everyMs, statusLine, explain) {
+    async function refresh() {
+      const status = document.getElementById("status");
+      const error = document.getElementById("error");
+      try {
+        await load();
+        error.hidden = true;
+        status.textContent = statusLine();
+      } catch (problem) {
+        error.hidden = false;
+        if (!(explain && explain(problem, error))) error.textContent = `Could not refresh (${problem.message}); retrying.`;
+      }
+    }
+    followTheme(refresh);
+    keepLinksInAirflow();
+    refresh();
+    setInterval(refresh, everyMs);
+    return refresh;
+  }
+
+  window.QuotaTimeline = { draw, drawn, palette, isDark, followTheme, keepLinksInAirflow, showContent, keepFresh };
 })();
