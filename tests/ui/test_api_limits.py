@@ -159,6 +159,22 @@ BAD_INPUTS: dict[str, tuple[str, str, Any, int, list[str]]] = {
         422,
         ["capacityUnit"],
     ),
+    "a service-job limit of 0": ("GET", f"/jobQueues/{QUEUE}/serviceJobs", {"limit": 0}, 422, ["limit"]),
+    "a NUL in a service-job queue": ("GET", f"/jobQueues/q{NUL}/serviceJobs", None, 422, ["NUL"]),
+    "service jobs of a queue not applied": (
+        "GET",
+        "/jobQueues/nope/serviceJobs",
+        None,
+        404,
+        ["job queue nope is not applied"],
+    ),
+    "service jobs of a queue our allocator schedules": (
+        "GET",
+        f"/jobQueues/{QUEUE}/serviceJobs",
+        None,
+        409,
+        [f"job queue {QUEUE} is scheduled by our allocator"],
+    ),
     "a NUL in the share to change": (
         "PATCH",
         f"/quotaShares/{QUEUE}/v{NUL}",
