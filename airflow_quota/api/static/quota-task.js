@@ -107,28 +107,9 @@
           storyTable(storyOf(timeline), timeline.jobs.length)));
       }
     }
-    document.getElementById("content").replaceChildren(...content);
-    for (const host of hosts.values()) {
-      for (const entry of (host._charts || new Map()).values()) entry.chart.resize();
-    }
+    QuotaTimeline.showContent(content, hosts.values());
   }
 
-  async function refresh() {
-    const status = document.getElementById("status");
-    const error = document.getElementById("error");
-    try {
-      await load();
-      error.hidden = true;
-      status.textContent = `${task.dagId} · ${task.runId}` + (task.mapIndex !== "-1" ? ` · map index ${task.mapIndex}` : "") +
-        ` · refreshes every ${refreshMs / 1000} s`;
-    } catch (problem) {
-      error.hidden = false;
-      error.textContent = `Could not refresh (${problem.message}); retrying.`;
-    }
-  }
-
-  QuotaTimeline.followTheme(refresh);
-  QuotaTimeline.keepLinksInAirflow();
-  refresh();
-  setInterval(refresh, refreshMs);
+  QuotaTimeline.keepFresh(load, refreshMs, () => `${task.dagId} · ${task.runId}` +
+    (task.mapIndex !== "-1" ? ` · map index ${task.mapIndex}` : "") + ` · refreshes every ${refreshMs / 1000} s`);
 })();

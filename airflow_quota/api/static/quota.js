@@ -580,34 +580,18 @@
     const decisions = el("div", { id: "decisions" }, eventsTable(newestFirst));
     const redraw = () => decisions.replaceChildren(eventsTable(newestFirst));
     content.push(el("h2", {}, "Recent decisions"), filterBar(newestFirst, redraw), decisions);
-    document.getElementById("content").replaceChildren(...content);
-    for (const host of timelineHosts.values()) {
-      for (const entry of (host._charts || new Map()).values()) entry.chart.resize();
-    }
+    QuotaTimeline.showContent(content, timelineHosts.values());
   }
 
-  async function refresh() {
-    const status = document.getElementById("status");
-    const error = document.getElementById("error");
-    try {
-      await load();
-      error.hidden = true;
-      status.textContent = `Updated ${time(new Date().toISOString())} · refreshes every ${refreshMs / 1000} s · ${body.user}`;
-    } catch (problem) {
-      error.hidden = false;
-      if (problem.status === 401) {
-        error.replaceChildren("Your session has ended: ",
-          el("a", { href: window.location.href, target: "_top" }, "log in again"), ".");
-      } else {
-        error.textContent = `Could not refresh (${problem.message}); retrying.`;
-      }
-    }
+  // A session that ended says so, with a link that logs in again; other failures are retried.
+  function sessionEnded(problem, error) {
+    if (problem.status !== 401) return false;
+    error.replaceChildren("Your session has ended: ",
+      el("a", { href: window.location.href, target: "_top" }, "log in again"), ".");
+    return true;
   }
 
   const isDark = QuotaTimeline.isDark;
-  QuotaTimeline.followTheme(refresh);
-  QuotaTimeline.keepLinksInAirflow();
-
-  refresh();
-  setInterval(refresh, refreshMs);
+  const refresh = QuotaTimeline.keepFresh(load, refreshMs,
+    () => `Updated ${time(new Date().toISOString())} · refreshes every ${refreshMs / 1000} s · ${body.user}`, sessionEnded);
 })();
