@@ -87,7 +87,10 @@ def _share_report(
     return schemas.QuotaShare(
         jobQueueName=job_queue_name,
         quotaShareName=share["quotaShareName"],
-        capacityLimits=[schemas.CapacityLimit(**limit) for limit in share.get("capacityLimits", [])],
+        capacityLimits=[
+            schemas.CapacityLimit(capacityUnit=limit["capacityUnit"], maxCapacity=limit["maxCapacity"])
+            for limit in share.get("capacityLimits", [])
+        ],
         resourceSharingConfiguration=schemas.ResourceSharingConfiguration(
             strategy=sharing.get("strategy", ""), borrowLimit=sharing.get("borrowLimit")
         ),
