@@ -11,4 +11,9 @@ echo "test: mypy"
 # The test files run side by side on QUOTA_TEST_WORKERS pytest-xdist workers (tests/conftest.py says in
 # which order); QUOTA_TEST_WORKERS=0 runs them one after another in this process.
 echo "test: pytest"
+# Bytecode caches on, even where the environment turns them off (PYTHONDONTWRITEBYTECODE, which many
+# container images set): otherwise each pytest worker compiles the package and rewrites every test module
+# again, half of what collecting the tests costs, and so does each Python process a test starts. The caches
+# are the __pycache__ folders git ignores.
+unset PYTHONDONTWRITEBYTECODE
 exec .venv/bin/pytest -n "${QUOTA_TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder "$@"
