@@ -154,6 +154,39 @@ def test_a_priority_change_through_the_api_reaches_aws_batch(
     assert batch.describe_service_job(jobId=waiting)["schedulingPriority"] == 70
 
 
+def test_one_service_job_shows_its_preemption_as_aws_batch_reports_it(
+    batch: Any, server: ApiServer, unique: str
+) -> None:
+    name = f"pre-{unique}"
+    design = quota_file(
+        name, 2, share("research", "LEND", 1), share("nlp", "LEND_AND_BORROW", 1, borrow_limit=-1)
+    )
+    create_design(batch, design)
+    ledger = Ledger(server.engine)
+    ledger.empty()
+    ledger.apply({"jobQueues": [design["jobQueues"][0] | {"scheduler": "AWS_BATCH"}]})
+    borrower = submit(batch, name, "nlp-wide", "nlp", 2, duration_s="120")
+    wait_for("nlp's job to run on both instances", lambda: status(batch, borrower) == "RUNNING")
+    submit(batch, name, "research-back", "research", 1, duration_s="120")  # research takes its own back
+    wait_for("nlp's job to be preempted", lambda: status(batch, borrower) == "RUNNABLE")
+
+    job = get(server, f"/jobs/{borrower}")
+
+    assert (job["jobId"], job["jobQueueName"], job["quotaShareName"]) == (borrower, name, "nlp")
+    assert (job["status"], job["schedulingPriority"], job["scheduledBy"]) == ("RUNNABLE", 0, "AWS_BATCH")
+    summary = job["preemptionSummary"]
+    assert summary["preemptedAttemptCount"] == 1
+    (attempt,) = summary["recentPreemptedAttempts"]
+    assert attempt["serviceResourceId"]["name"] == "TrainingJobArn"
+    assert ":training-job/" in attempt["serviceResourceId"]["value"]
+    assert attempt["startedAt"] < attempt["stoppedAt"]  # ISO 8601, as every time the API gives
+    assert get(server, "/jobs/nlp-wide")["jobId"] == borrower  # by its job name too
+    missing = server.get(f"{API}/jobs/nobody")
+    assert (
+        missing.status_code == 404 and f"nor in the job queues AWS Batch schedules ({name})" in missing.text
+    )
+
+
 def test_what_aws_batch_cannot_answer_is_said_and_other_queues_go_on(
     server: ApiServer, queues: dict[str, Any]
 ) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from airflow.api_fastapi.common.db.common import SessionDep
 from fastapi import APIRouter, HTTPException, Query, status
@@ -89,11 +89,22 @@ def list_jobs(
     "/jobs/{jobId:path}",
     tags=["read"],
     summary="One job",
-    description="The job id is dag_id/run_id/task_id/map_index/try_number (its slashes need no escaping).",
-    responses={404: {"model": schemas.ErrorDetail}},
+    description=(
+        "The job id is dag_id/run_id/task_id/map_index/try_number (its slashes need no escaping). A job of a "
+        "queue AWS Batch schedules (its service job id, ARN or job name) is read from AWS Batch "
+        "(DescribeServiceJob): its ServiceJob, with its schedulingPriority and preemptionSummary."
+    ),
+    responses={
+        404: {"model": schemas.ErrorDetail},
+        502: {"model": schemas.ErrorDetail, "description": "AWS Batch refused, or could not be asked"},
+    },
     dependencies=[MAY_READ],
 )
-def get_job(session: SessionDep, jobId: JobId) -> schemas.Job:
+def get_job(session: SessionDep, jobId: JobId) -> schemas.Job | schemas.ServiceJob:
+    aws_queues = aws_scheduled_queues(session)
+    if aws_queues and session.get(JobRow, jobId) is None:
+        client, described = _service_job(jobId, aws_queues)
+        return described_job(described, client.meta.region_name)
     return job_reports(session, [_job_row(session, jobId)])[0]
 
 
@@ -151,24 +162,34 @@ def _update_service_job_priority(
     session: Session, body: schemas.PriorityUpdate, aws_queues: list[str]
 ) -> schemas.ServiceJob:
     """The job is not in the ledger: a service job of a queue AWS Batch schedules, changed there."""
+    client, described = _service_job(body.jobId, aws_queues)
     try:
-        client = aws_client()
-        described = find_service_job(client, body.jobId, aws_queues)
-        if described is None:
-            raise HTTPException(
-                status.HTTP_404_NOT_FOUND,
-                f"no job {body.jobId} is in the quota ledger, nor in the job queues AWS Batch schedules "
-                f"({', '.join(aws_queues)})",
-            )
         after = change_priority(session, client, described, body.schedulingPriority, datetime.now(UTC))
     except ServiceJobError as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error
-    except HTTPException:
-        raise
     except Exception as error:  # AWS Batch refused, or could not be asked: nothing was changed
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, unreadable(error)) from error
     session.flush()
     return described_job(after, client.meta.region_name)
+
+
+def _service_job(reference: str, aws_queues: list[str]) -> tuple[Any, dict[str, Any]]:
+    """A Batch client and the DescribeServiceJob answer of the job ``reference`` names in the queues AWS
+    Batch schedules; 404 when there is none, 409 when its name is ambiguous, 502 when AWS cannot answer."""
+    try:
+        client = aws_client()
+        described = find_service_job(client, reference, aws_queues)
+    except ServiceJobError as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error
+    except Exception as error:
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, unreadable(error)) from error
+    if described is None:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND,
+            f"no job {reference} is in the quota ledger, nor in the job queues AWS Batch schedules "
+            f"({', '.join(aws_queues)})",
+        )
+    return client, described
 
 
 @router.get(
