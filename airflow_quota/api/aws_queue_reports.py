@@ -221,6 +221,37 @@ def _listed_job(job: dict[str, Any], region: str | None) -> schemas.ServiceJob:
     )
 
 
+def service_jobs_of_task_instance(
+    job_queue_names: list[str], dag_id: str, run_id: str, task_id: str, map_index: int
+) -> schemas.TaskInstanceServiceJobs:
+    """The service jobs the operator submitted for a task instance (named by its task key, the same for
+    every try) in the queues AWS Batch schedules, each as DescribeServiceJob answers it, newest first."""
+    from airflow_quota.backends.sagemaker import TaskIdentity
+
+    job_name = TaskIdentity(dag_id, run_id, task_id, map_index, 1).task_key
+    found: list[dict[str, Any]] = []
+    errors: list[str] = []
+    try:
+        client = aws_client()
+    except Exception as error:
+        return schemas.TaskInstanceServiceJobs(jobs=[], errors=[unreadable(error)])
+    for name in job_queue_names:
+        try:
+            listed = client.list_service_jobs(
+                jobQueue=name, filters=[{"name": "JOB_NAME", "values": [job_name]}]
+            ).get("jobSummaryList", [])
+            found += [
+                dict(client.describe_service_job(jobId=job["jobId"]))
+                for job in listed
+                if job.get("jobName") == job_name
+            ]
+        except Exception as error:
+            errors.append(f"job queue {name}: {unreadable(error)}")
+    found.sort(key=lambda job: job.get("createdAt") or 0, reverse=True)
+    region = client.meta.region_name
+    return schemas.TaskInstanceServiceJobs(jobs=[described_job(job, region) for job in found], errors=errors)
+
+
 def described_job(described: dict[str, Any], region: str | None) -> schemas.ServiceJob:
     """A DescribeServiceJob answer in the REST API's words (times as ISO 8601)."""
     arn = ((described.get("latestAttempt") or {}).get("serviceResourceId") or {}).get("value")

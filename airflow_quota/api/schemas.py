@@ -360,6 +360,13 @@ class ServiceJob(_Body):
     scheduledBy: Literal["AWS_BATCH"] = "AWS_BATCH"
 
 
+class TaskInstanceServiceJobs(_Body):
+    """A task instance's service jobs on the queues AWS Batch schedules (all its tries share one name)."""
+
+    jobs: list[ServiceJob] = Field(description="DescribeServiceJob of each, newest first")
+    errors: list[str] = Field(description="Per queue AWS Batch could not answer for, why")
+
+
 class ServiceJobList(_Body):
     jobQueueName: str
     scheduler: Literal["AWS_BATCH"] = "AWS_BATCH"

@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
+from airflow_quota.backends.sagemaker import TaskIdentity
 from tests.aws_batch.conftest import UNIT, create_design, quota_file, share, submit
 from tests.aws_batch.test_emulator import status, wait_for
 from tests.sagemaker.moto_process import REGION, emulator_connection
@@ -165,7 +167,9 @@ def test_one_service_job_shows_its_preemption_as_aws_batch_reports_it(
     ledger = Ledger(server.engine)
     ledger.empty()
     ledger.apply({"jobQueues": [design["jobQueues"][0] | {"scheduler": "AWS_BATCH"}]})
-    borrower = submit(batch, name, "nlp-wide", "nlp", 2, duration_s="120")
+    # The job's name is the task key, as the operator names it (the same for every try).
+    task_key = TaskIdentity("nlp_pipeline", f"run-{unique}", "train", -1, 1).task_key
+    borrower = submit(batch, name, task_key, "nlp", 2, duration_s="120")
     wait_for("nlp's job to run on both instances", lambda: status(batch, borrower) == "RUNNING")
     submit(batch, name, "research-back", "research", 1, duration_s="120")  # research takes its own back
     wait_for("nlp's job to be preempted", lambda: status(batch, borrower) == "RUNNABLE")
@@ -180,11 +184,39 @@ def test_one_service_job_shows_its_preemption_as_aws_batch_reports_it(
     assert attempt["serviceResourceId"]["name"] == "TrainingJobArn"
     assert ":training-job/" in attempt["serviceResourceId"]["value"]
     assert attempt["startedAt"] < attempt["stoppedAt"]  # ISO 8601, as every time the API gives
-    assert get(server, "/jobs/nlp-wide")["jobId"] == borrower  # by its job name too
+    assert get(server, f"/jobs/{task_key}")["jobId"] == borrower  # by its job name too
     missing = server.get(f"{API}/jobs/nobody")
     assert (
         missing.status_code == 404 and f"nor in the job queues AWS Batch schedules ({name})" in missing.text
     )
+
+    # Its task instance's service jobs, and its Quota tab in Airflow's UI ("no job in the ledger" before).
+    task = {"dagId": "nlp_pipeline", "runId": f"run-{unique}", "taskId": "train"}
+    found = get(server, "/taskInstances/serviceJobs", **task)
+    assert ([job["jobId"] for job in found["jobs"]], found["errors"]) == ([borrower], [])
+    assert found["jobs"][0]["preemptionSummary"]["preemptedAttemptCount"] == 1
+    assert get(server, "/taskInstances/serviceJobs", **(task | {"taskId": "other"}))["jobs"] == []
+    if page.CHROMIUM is None:
+        return
+    with page.chromium() as driver:
+        path = "/quota/task-instance?" + "&".join(f"{key}={value}" for key, value in task.items())
+        page.log_in(driver, server.url, path, "viewer", PASSWORDS["viewer"])
+        section = page.wait_for(
+            driver,
+            lambda d: d.find_element(By.CSS_SELECTOR, "section[data-scheduler='AWS_BATCH']"),
+            "the task's service job",
+        )
+        shown = section.text
+        driver.save_screenshot(str(page.ARTIFACTS / "gpu-quotas-aws-batch-task.png"))
+        errors = page.console_errors(driver)
+    assert f"Job queue {name} scheduled by AWS Batch" in shown
+    assert (
+        f"Service job {task_key} ({borrower}) · quota share nlp · schedulingPriority 0 · now RUNNABLE"
+        in shown
+    )
+    assert "Preempted 1 time" in shown and "PREEMPTED" in shown
+    # The browser logs the ledger's 404 (no job of this task in the ledger) that sends the tab to AWS Batch.
+    assert [error for error in errors if "/taskInstances/timeline?" not in error] == []
 
 
 def test_what_aws_batch_cannot_answer_is_said_and_other_queues_go_on(

@@ -155,6 +155,7 @@ def test_the_openapi_document_describes_every_endpoint(api_server: ApiServer) ->
             "/jobQueues/{jobQueueName}/timeline",
             "/taskInstances/timeline",
             "/jobQueues/{jobQueueName}/serviceJobs",
+            "/taskInstances/serviceJobs",
         )
     }
     share_usage = document["components"]["schemas"]["ShareUnitUsage"]["properties"]

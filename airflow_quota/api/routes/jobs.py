@@ -17,6 +17,7 @@ from airflow_quota.api.aws_queue_reports import (
     aws_client,
     aws_service_jobs,
     described_job,
+    service_jobs_of_task_instance,
     unreadable,
 )
 from airflow_quota.api.job_reports import job_reports
@@ -28,7 +29,7 @@ from airflow_quota.aws_batch.service_job_priority import ServiceJobError, change
 from airflow_quota.engine.model import JobStatus
 from airflow_quota.ledger.job_rows import FINAL_STATUSES
 from airflow_quota.ledger.lifecycle import record_priority_change, record_termination
-from airflow_quota.ledger.models import JobRow
+from airflow_quota.ledger.models import ID_LENGTH, JobRow
 from airflow_quota.ledger.queue_state import load_queue_state
 from airflow_quota.ledger.views import DEFAULT_JOBS, MAX_PAGE, job_page
 
@@ -171,6 +172,31 @@ def _update_service_job_priority(
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, unreadable(error)) from error
     session.flush()
     return described_job(after, client.meta.region_name)
+
+
+@router.get(
+    "/taskInstances/serviceJobs",
+    tags=["read"],
+    summary="One task instance's AWS Batch service jobs (queues AWS Batch schedules)",
+    description=(
+        "The service jobs the operator submitted for the task instance (every try shares one, named by the "
+        "task key) in the job queues AWS Batch schedules, from ListServiceJobs and DescribeServiceJob, "
+        "newest first; `errors` names each queue AWS Batch could not answer for. Empty when no queue is AWS "
+        "Batch's."
+    ),
+    dependencies=[MAY_READ],
+)
+def task_instance_service_jobs(
+    session: SessionDep,
+    dagId: Annotated[str, Query(max_length=ID_LENGTH)],
+    runId: Annotated[str, Query(max_length=ID_LENGTH)],
+    taskId: Annotated[str, Query(max_length=ID_LENGTH)],
+    mapIndex: Annotated[int, Query(ge=-1, le=2**31 - 1)] = -1,
+) -> schemas.TaskInstanceServiceJobs:
+    aws_queues = aws_scheduled_queues(session)
+    if not aws_queues:
+        return schemas.TaskInstanceServiceJobs(jobs=[], errors=[])
+    return service_jobs_of_task_instance(aws_queues, dagId, runId, taskId, mapIndex)
 
 
 def _service_job(reference: str, aws_queues: list[str]) -> tuple[Any, dict[str, Any]]:

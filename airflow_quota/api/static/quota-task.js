@@ -1,6 +1,7 @@
 // A task instance's "Quota" view (a tab of the task instance in Airflow's UI): the timeline of its jobs
 // (every try) and their story in order: waits, grants, preemptions, stops, resumes. Reads
-// GET /quota/api/taskInstances/timeline every few seconds.
+// GET /quota/api/taskInstances/timeline every few seconds; a task on a job queue AWS Batch schedules has
+// no job in the ledger: its AWS Batch service job is read instead (GET /quota/api/taskInstances/serviceJobs).
 "use strict";
 
 (function () {
@@ -81,12 +82,45 @@
         el("td", {}, line.text)))));
   }
 
+  // A service job of a queue AWS Batch schedules: its status, preemptions and training jobs, from AWS Batch.
+  function serviceJobSection(job) {
+    const summary = job.preemptionSummary || { preemptedAttemptCount: 0, recentPreemptedAttempts: [] };
+    const training = (value) => value && value.split("/").pop();
+    const rows = summary.recentPreemptedAttempts.map((attempt) => el("tr", { "data-kind": "PREEMPTED" },
+      el("td", {}, attempt.stoppedAt ? dateTime(attempt.stoppedAt) : ""),
+      el("td", {}, el("span", { class: "badge PREEMPTED" }, "PREEMPTED")),
+      el("td", {}, `Training job ${training(attempt.serviceResourceId && attempt.serviceResourceId.value) || "?"}` +
+        (attempt.startedAt ? ` (started ${dateTime(attempt.startedAt)})` : "") +
+        (attempt.statusReason ? `: ${attempt.statusReason}` : ""))));
+    const latest = job.trainingJob
+      ? el("p", {}, "Latest training job: ",
+        el("a", { href: job.trainingJob.consoleUrl, target: "_blank", rel: "noopener" }, job.trainingJob.name))
+      : null;
+    return el("section", { class: "queue", "data-queue": job.jobQueueName, "data-scheduler": "AWS_BATCH" },
+      el("h2", {}, `Job queue ${job.jobQueueName} `, el("span", { class: "badge aws-batch" }, "scheduled by AWS Batch")),
+      el("p", { "data-service-job": job.jobId }, `Service job ${job.jobName} (${job.jobId}) · quota share ${job.quotaShareName} · ` +
+        `schedulingPriority ${job.schedulingPriority} · now ${job.status}` + (job.statusReason ? `: ${job.statusReason}` : "")),
+      latest,
+      el("h3", {}, `Preempted ${summary.preemptedAttemptCount} time${summary.preemptedAttemptCount === 1 ? "" : "s"}`),
+      rows.length ? el("table", { class: "story" }, el("tbody", {}, rows)) : null);
+  }
+
+  async function serviceJobsContent() {
+    const response = await fetch(`${api}/taskInstances/serviceJobs?` + new URLSearchParams(task).toString(), {
+      credentials: "same-origin", headers: { Accept: "application/json" } });
+    if (!response.ok) throw new Error(`${response.status} ${response.statusText}`);
+    const found = await response.json();
+    return [...found.errors.map((message) => el("div", { class: "error" }, message)), ...found.jobs.map(serviceJobSection)];
+  }
+
   async function load() {
     const response = await fetch(`${api}/taskInstances/timeline?` + new URLSearchParams(task).toString(), {
       credentials: "same-origin", headers: { Accept: "application/json" } });
     const content = [];
     if (response.status === 404) {
-      content.push(el("p", { class: "muted" }, "This task instance has no job in the quota ledger: it does not " +
+      const aws = await serviceJobsContent();
+      if (aws.length) content.push(...aws);
+      else content.push(el("p", { class: "muted" }, "This task instance has no job in the quota ledger: it does not " +
         "use QuotaTrainingOperator, or has not asked for capacity yet."));
     } else if (!response.ok) {
       throw new Error(`${response.status} ${response.statusText}`);
