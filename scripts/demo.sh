@@ -1,17 +1,36 @@
 #!/usr/bin/env bash
 # The demo: a working Airflow (airflow standalone, SQLite) with airflow-quota, three teams sharing 4 local
 # "GPUs" (demo/quotas.yaml) and demo DAGs that train on the local backend (CPU scripts that checkpoint:
-# no GPU or AWS account needed). It triggers the demo DAGs, prints the URL and the login, and runs until
-# Ctrl-C. Within about two minutes the GPU Quotas page shows nlp borrowing research's idle GPUs,
-# research's job arriving, the borrowers preempted, and later resumed from their checkpoints.
+# no GPU or AWS account needed). Once the GPU Quotas page can be opened it prints the URL and the login,
+# then triggers the demo DAGs, and runs until Ctrl-C. The page then shows nlp borrowing research's idle
+# GPUs; a minute later research's job arrives, the borrowers are preempted, and later resume from their
+# checkpoints.
+#
+#   ./scripts/demo.sh               start the demo (and its first round)
+#   ./scripts/demo.sh round         another round on the running demo (from another terminal)
 #
 #   DEMO_PORT=8080 (default)        the api-server's port
 #   AIRFLOW_HOME=./airflow-home     where the demo's database, logs and checkpoints live
+#   DEMO_RECLAIM_AFTER=60 (default) seconds between the borrowers' start and research's reclaim (read when
+#                                   the demo starts; the tests make it short)
 #   DEMO_EXIT_AFTER=SECONDS         stop by itself after that long (used by the tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
-./scripts/setup.sh
+
+COMMAND="${1:-start}"
+case "$COMMAND" in
+start | round) ;;
+*)
+    echo "demo: unknown command '$COMMAND'; use: $0 (start the demo) or $0 round (another round)" >&2
+    exit 2
+    ;;
+esac
+RECLAIM_AFTER="${DEMO_RECLAIM_AFTER:-60}"
+if ! [[ "$RECLAIM_AFTER" =~ ^[0-9]+([.][0-9]+)?$ ]]; then
+    echo "demo: DEMO_RECLAIM_AFTER must be a number of seconds (like 60), got '$RECLAIM_AFTER'" >&2
+    exit 2
+fi
 
 PORT="${DEMO_PORT:-8080}"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$ROOT/airflow-home}"
@@ -23,6 +42,35 @@ export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
 export AIRFLOW__API__PORT="$PORT"
 export AIRFLOW__API__BASE_URL="http://localhost:$PORT"
 export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=5
+export DEMO_RECLAIM_AFTER="$RECLAIM_AFTER"  # the demo DAGs read it (demo/dags/demo_teams.py)
+DAGS=(demo_nlp_sweep demo_vision_eval demo_research_pretrain)
+
+api_up() {
+    .venv/bin/python -c "import urllib.request as r; r.urlopen('http://localhost:$PORT/api/v2/monitor/health', timeout=2)"
+}
+
+# One round: the three demo DAGs triggered under one run id. nlp's trials start at once (two on research's
+# idle GPUs); research's data preparation takes DEMO_RECLAIM_AFTER seconds, then it takes its GPUs back.
+trigger_round() {
+    RUN="demo-$(date +%Y%m%d-%H%M%S)"
+    for dag in "${DAGS[@]}"; do
+        airflow dags trigger "$dag" --run-id "$RUN" >/dev/null
+    done
+    echo "      Triggered run $RUN of ${DAGS[0]}, ${DAGS[1]} and ${DAGS[2]}."
+}
+
+if [ "$COMMAND" = round ]; then
+    if [ ! -d "$AIRFLOW_HOME" ] || ! api_up >/dev/null 2>&1; then
+        echo "demo: no demo runs on port $PORT with AIRFLOW_HOME=$AIRFLOW_HOME; start it with $0" >&2
+        exit 1
+    fi
+    echo "demo: another round (research reclaims its GPUs as set when the demo started)"
+    trigger_round
+    echo "      GPU Quotas page:      http://localhost:$PORT/quota/  (filter the decisions by DAG run $RUN)"
+    exit 0
+fi
+
+./scripts/setup.sh
 mkdir -p "$AIRFLOW_HOME"
 
 if (echo >"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
@@ -67,12 +115,15 @@ wait_for() {  # wait_for WHAT SECONDS COMMAND...
     tail -30 "$AIRFLOW_HOME/standalone.log" >&2
     exit 1
 }
-wait_for "the api-server" 180 .venv/bin/python -c "import urllib.request as r; r.urlopen('http://localhost:$PORT/api/v2/monitor/health', timeout=2)"
-RUN="demo-$(date +%Y%m%d-%H%M%S)"
-# research first: it prepares its data (25 s) while nlp's trials borrow its idle GPUs, then takes them back.
-for dag in demo_research_pretrain demo_nlp_sweep demo_vision_eval; do
-    wait_for "DAG $dag to be parsed" 180 airflow dags trigger "$dag" --run-id "$RUN"
-done
+dags_parsed() {
+    local listed
+    listed="$(airflow dags list -o plain 2>/dev/null)" || return 1
+    for dag in "${DAGS[@]}"; do
+        grep -qw "$dag" <<<"$listed" || return 1
+    done
+}
+wait_for "the api-server" 180 api_up
+wait_for "the demo DAGs to be parsed" 180 dags_parsed
 
 PASSWORD=$(.venv/bin/python -c "import json,sys; print(json.load(open(sys.argv[1])).get('admin',''))" \
     "$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated" 2>/dev/null || true)
@@ -81,7 +132,12 @@ cat <<EOF
 demo: running. Airflow:     http://localhost:$PORT  (login: admin / ${PASSWORD:-see $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated})
       GPU Quotas page:      http://localhost:$PORT/quota/
       From a terminal:      AIRFLOW_HOME=$AIRFLOW_HOME .venv/bin/airflow quota snapshot   (or: quota events)
-      Triggered run $RUN of demo_nlp_sweep, demo_vision_eval and demo_research_pretrain.
+EOF
+trigger_round
+cat <<EOF
+      nlp's trials start now, two of them on research's idle GPUs; research takes its GPUs back in about
+      ${RECLAIM_AFTER} s (DEMO_RECLAIM_AFTER), and the trials resume when its job is done.
+      Another round:        $0 round   (from another terminal, while the demo runs)
       Ctrl-C stops the demo.
 EOF
 

@@ -1,22 +1,26 @@
 """The demo: three teams train on one workstation's GPUs under quotas (demo/quotas.yaml).
 
 No GPU or AWS account is needed: every job runs examples/training/train_counter.py on the local backend,
-a CPU "training" that checkpoints every step and resumes where it stopped. What happens, in about two
-minutes (scripts/demo.sh triggers the three DAGs together):
+a CPU "training" that checkpoints every step and resumes where it stopped. What happens (scripts/demo.sh
+prints the page's address, then triggers the three DAGs together):
 
 1. ``demo_nlp_sweep``: nlp starts three one-GPU trials. One runs on nlp's own GPU, two on research's
    idle GPUs (borrowed). ``demo_vision_eval``: vision's job runs on its reserved GPU.
-2. ``demo_research_pretrain``: research's data preparation ends and its two-GPU pretraining asks for its
-   GPUs back. The two borrowing nlp trials are preempted: SIGTERM, they checkpoint and exit, and wait
-   again at their place in the queue (same Airflow try).
+2. ``demo_research_pretrain``: research prepares its data for ``DEMO_RECLAIM_AFTER`` seconds (default 60),
+   then its two-GPU pretraining asks for its GPUs back. The two borrowing nlp trials are preempted:
+   SIGTERM, they checkpoint and exit, and wait again at their place in the queue (same Airflow try).
 3. research's job runs on the GPUs it got back; when it ends, the nlp trials resume from their
    checkpoints and finish.
+
+The trials last ``DEMO_RECLAIM_AFTER`` + 60 seconds uninterrupted, so they are still running when research
+comes back for its GPUs, however long it prepares (the tests set a short ``DEMO_RECLAIM_AFTER``).
 
 Watch it on the GPU Quotas page (/quota/), or with ``airflow quota snapshot`` and ``airflow quota events``.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from datetime import datetime
@@ -30,9 +34,18 @@ from airflow_quota.operators.training import QuotaTrainingOperator
 
 TRAIN = Path(__file__).resolve().parents[2] / "examples" / "training" / "train_counter.py"
 QUEUE = "workstation"
+#: How long research prepares its data (its GPUs are lent meanwhile) before it asks for them back.
+RECLAIM_AFTER = float(os.environ.get("DEMO_RECLAIM_AFTER", "60"))
+STEP_SECONDS = 0.2
 
 
-def gpus(count: int, steps: int, step_seconds: float = 0.2) -> dict[str, Any]:
+def trial_steps(reclaim_after: float) -> int:
+    """An nlp trial's steps: a minute longer than research's data preparation, so it still runs when
+    research comes back for the GPUs it borrowed."""
+    return round((reclaim_after + 60) / STEP_SECONDS)
+
+
+def gpus(count: int, steps: int, step_seconds: float = STEP_SECONDS) -> dict[str, Any]:
     """A training request: ``count`` local GPUs, ``steps`` checkpointed steps of ``step_seconds``."""
     return {
         "ResourceConfig": {"InstanceType": "local-gpu", "InstanceCount": count},
@@ -54,7 +67,7 @@ def local_job(task_id: str, share: str, request: dict[str, Any], **kwargs: Any) 
 
 
 def prepare_data() -> None:
-    time.sleep(25)  # research's data preparation: its GPUs are idle (and lent) meanwhile
+    time.sleep(RECLAIM_AFTER)  # research's data preparation: its GPUs are idle (and lent) meanwhile
 
 
 with DAG(
@@ -65,7 +78,7 @@ with DAG(
     doc_md="nlp (LEND_AND_BORROW): three one-GPU trials; two run on research's idle GPUs.",
 ):
     for trial, priority in (("trial_a", 30), ("trial_b", 20), ("trial_c", 10)):
-        local_job(trial, "nlp", gpus(1, steps=200), scheduling_priority=priority)
+        local_job(trial, "nlp", gpus(1, steps=trial_steps(RECLAIM_AFTER)), scheduling_priority=priority)
 
 with DAG(
     "demo_vision_eval",

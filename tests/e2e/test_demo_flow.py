@@ -51,12 +51,18 @@ pytestmark = pytest.mark.airflow
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = "e2e-1"
-#: Triggered in this order, as scripts/demo.sh does: research first, so its data preparation (25 s) is under
-#: way while nlp's trials borrow its GPUs, and its training comes back for them while they run (triggered
-#: last, on a loaded machine it came after the trials had already finished: nothing to reclaim).
-DAGS = ("demo_research_pretrain", "demo_nlp_sweep", "demo_vision_eval")
+#: Triggered in this order, as scripts/demo.sh does: nlp's trials first, then research, whose data
+#: preparation takes DEMO_RECLAIM_AFTER seconds (short here, a minute in a user's demo) before it comes back
+#: for its GPUs; the trials last a minute longer than that, so they still run when it does.
+DAGS = ("demo_nlp_sweep", "demo_vision_eval", "demo_research_pretrain")
+RECLAIM_AFTER = 10
 CAPACITY = 4
-TRIALS = {"trial_a": 200, "trial_b": 200, "trial_c": 200}  # steps, as in demo_teams.py
+
+
+def trials() -> dict[str, int]:
+    """Each nlp trial's steps, as demo_teams.py has them with the test's DEMO_RECLAIM_AFTER."""
+    steps = load_script("demo/dags/demo_teams.py").trial_steps(RECLAIM_AFTER)
+    return dict.fromkeys(("trial_a", "trial_b", "trial_c"), steps)
 
 
 def uninterrupted_value(steps: int) -> int:
@@ -97,6 +103,7 @@ def airflow(
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+            "DEMO_RECLAIM_AFTER": str(RECLAIM_AFTER),
         },
     )
     processes.migrate()
@@ -225,6 +232,9 @@ def page_shows_the_reclaim(airflow: AirflowProcesses, victims: list[str], pretra
                 ("STOPPING", pretrain),
                 ("RUNNING", None),
             ]
+        # Each bar is on the row of the GPU its job trained on.
+        bars = [item for item in drawn if item["kind"] == "bar"]
+        assert all(item["laneName"] == f"GPU {item['device']}" for item in bars), bars
         driver.save_screenshot(str(ARTIFACTS / "gpu-quotas-demo-timeline.png"))
         assert console_errors(driver) == []
         # A victim's own "Quota" tab in Airflow's task instance page tells its story.
@@ -308,8 +318,11 @@ def test_the_demo_flow_borrow_reclaim_requeue_resume_with_a_bad_file_and_a_sched
         assert jobs[victim]["preemptionSummary"]["preemptedAttemptCount"] == 1
     assert jobs[pretrain]["status"] == "SUCCEEDED"
 
-    # Its GPU timeline tells it too: each victim's bar runs, stops for pretrain (RECLAIM), then resumes.
+    # Its GPU timeline tells it too: each victim's bar runs, stops for pretrain (RECLAIM), then resumes; each
+    # grant on the rows of the GPUs it got (as its GRANTED audit row says).
     (unit,) = api(airflow, "/jobQueues/workstation/timeline?window=all")["units"]
+    assert unit["devices"] is True and unit["rows"] == CAPACITY
+    assert unit["bars"] and all(bar["row"] == bar["device"] for bar in unit["bars"]), unit["bars"]
     for victim in victims:
         phases = sorted(
             {
@@ -340,7 +353,7 @@ def test_the_demo_flow_borrow_reclaim_requeue_resume_with_a_bad_file_and_a_sched
     assert sorted(preemptions) == sorted(preempted)
 
     # Resumed from their checkpoints: the results equal uninterrupted runs.
-    for trial, steps in TRIALS.items():
+    for trial, steps in trials().items():
         [result] = (airflow.home / "quota-training").glob(
             f"demo_nlp_sweep/{RUN}/{trial}/*/*/model/result.json"
         )
