@@ -75,6 +75,8 @@ from sqlalchemy.orm import Session  # noqa: E402
 
 from airflow_quota.allocator.cycle import CycleReport, run_allocation_cycle  # noqa: E402
 from airflow_quota.allocator.host import freeze_startup_objects  # noqa: E402
+from airflow_quota.allocator.kept_state import KeptQueues  # noqa: E402
+from airflow_quota.allocator.settings import CycleSettings  # noqa: E402
 from airflow_quota.engine.config import parse_quota_config  # noqa: E402
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger  # noqa: E402
 from tests.databases import run_migrate  # noqa: E402
@@ -185,6 +187,8 @@ BACKENDS: dict[str, Callable[[], Any]] = {"sqlite": sqlite_backend, "postgresql"
 
 def reset(engine: sa.Engine, document: dict[str, Any] | None = None) -> None:
     """Empty the ledger's tables and Airflow's task tables; apply the quota file (``quota_document()``)."""
+    if KEPT[0] is not None:
+        KEPT[0].forget()  # a new ledger under a running host: what it kept is of another one
     reset_for_allocation(
         engine,
         dag_id=DAG_ID,
@@ -301,10 +305,24 @@ class Clock:
         return START + timedelta(seconds=self.seconds)
 
 
+#: The queues kept between cycles, as a host keeps them (``--state kept``); None: every cycle reads every
+#: queue whole (``--state reload``).
+KEPT: list[KeptQueues | None] = [KeptQueues()]
+
+
 def timed_cycle(engine: sa.Engine, now: datetime) -> tuple[float, CycleReport]:
+    """One cycle and its commit, as ``allocator.host.run_cycle`` runs it (what it kept is committed)."""
+    kept = KEPT[0]
     started = time.perf_counter()
-    with Session(engine) as session, session.begin():
-        report = run_allocation_cycle(session, now)
+    try:
+        with Session(engine) as session, session.begin():
+            report = run_allocation_cycle(session, now, CycleSettings(kept_queues=kept))
+    except Exception:
+        if kept is not None:
+            kept.forget()
+        raise
+    if kept is not None:
+        kept.committed()
     return (time.perf_counter() - started) * 1000.0, report
 
 
@@ -496,7 +514,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--gc", default=",".join(GC_MODES), help="default,frozen (both by default, one after the other)"
     )
+    parser.add_argument(
+        "--state",
+        choices=("kept", "reload"),
+        default="kept",
+        help="kept: the queue's state kept between cycles, as the hosts run it (default); reload: every "
+        "cycle reads every queue whole",
+    )
     args = parser.parse_args(argv)
+    KEPT[0] = KeptQueues() if args.state == "kept" else None
     gc_modes = [mode.strip() for mode in args.gc.split(",")]
     if set(gc_modes) - set(GC_MODES):
         parser.error(f"unknown --gc modes {sorted(set(gc_modes) - set(GC_MODES))}: choose from {GC_MODES}")

@@ -78,7 +78,7 @@ def _submit_new(
     (``_record_new``, ``_record_alone``); a retry's request may take over what its previous try still
     holds (``_submit_retry``).
     """
-    unknown_ids = [each.job_id for each in waiting if each.job_id not in part.rows]
+    unknown_ids = [each.job_id for each in waiting if each.job_id not in part.open_ids]
     finished = (
         set(part.session.scalars(select(JobRow.job_id).where(JobRow.job_id.in_(unknown_ids))))
         if unknown_ids
@@ -90,7 +90,7 @@ def _submit_new(
     submitted: list[str] = []
     refused: set[str] = set()
     for each in waiting:
-        if each.job_id in part.rows or each.job_id in finished:
+        if each.job_id in part.open_ids or each.job_id in finished:
             admitted.append(each)
             continue
         request = _job_request(part, each)

@@ -70,6 +70,7 @@ from airflow_quota.allocator.admission import admit, reject, submitted_at_of
 from airflow_quota.allocator.aws_batch_queues import hand_over_to_aws_batch
 from airflow_quota.allocator.decisions import grant, preempt
 from airflow_quota.allocator.job_ids import job_id_for
+from airflow_quota.allocator.kept_state import keep_for_next_cycle, load_for_cycle
 from airflow_quota.allocator.open_jobs import reconcile_open_job
 from airflow_quota.allocator.queue_part import QueuePart, Waiting
 from airflow_quota.allocator.report import CycleReport, first_line
@@ -82,7 +83,6 @@ from airflow_quota.ledger.decisions import record_cycle
 from airflow_quota.ledger.errors import AppliedConfigError, LedgerError
 from airflow_quota.ledger.job_rows import FINAL_STATUSES, to_engine_time
 from airflow_quota.ledger.models import JobRow
-from airflow_quota.ledger.queue_state import load_queue
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH
 
 __all__ = ["ALLOCATOR_LOCK_ID", "CycleReport", "request_stops", "run_allocation_cycle"]
@@ -100,8 +100,10 @@ def run_allocation_cycle(
     settings = settings or CycleSettings()
     if not _take_cycle_lock(session):
         return CycleReport(skipped=True)
+    if settings.kept_queues is not None:
+        settings.kept_queues.start_cycle()
     report = CycleReport(ran_at=now)
-    views = task_views(session)
+    views = task_views(session, ADMISSION_CLASSPATH)
     records = training_records(session)
     waiting_by_queue: dict[str, list[Waiting]] = defaultdict(list)
     for task in waiting_on(session, ADMISSION_CLASSPATH):
@@ -119,6 +121,8 @@ def run_allocation_cycle(
                 queue_part = QueuePart(session, now, settings, views, records, part)
                 _allocate_queue(queue_part, queue_name, waiting_by_queue.get(queue_name, []))
         except Exception as error:  # whatever it was, the other queues go on
+            if settings.kept_queues is not None:
+                settings.kept_queues.pending.pop(queue_name, None)  # rolled back: read whole next time
             log.exception(
                 "Job queue %s: its part of the allocation cycle failed and was rolled back; "
                 "the other job queues go on, and the next cycle tries it again",
@@ -149,7 +153,7 @@ def _allocate_queue(part: QueuePart, queue_name: str, waiting: list[Waiting]) ->
     """One job queue's part of the cycle, in order: reconcile its open jobs, admit its requests, plan,
     record the plan, apply its decisions."""
     try:
-        state, part.rows = load_queue(part.session, queue_name)
+        state = load_for_cycle(part, queue_name)
     except AppliedConfigError:
         raise  # the queue's part fails (logged, counted); its jobs wait for a valid quota file
     except LedgerError as error:  # not applied: no job of it can ever be granted
@@ -160,12 +164,14 @@ def _allocate_queue(part: QueuePart, queue_name: str, waiting: list[Waiting]) ->
     waiting = hand_over_to_aws_batch(part, queue_name, waiting)  # a queue AWS Batch schedules: its new ones
     waiting = _claim_acted_on(part, state, _within_batch(part, waiting))
     waiting_ids = {each.job_id for each in waiting}
-    for job_id in sorted(state.jobs):
-        if job_id not in waiting_ids:
-            state = reconcile_open_job(part, state, job_id)
+    not_waiting = [job_id for job_id in sorted(state.jobs) if job_id not in waiting_ids]
+    part.preload(not_waiting)
+    _view_not_waiting(part, not_waiting)
+    for job_id in not_waiting:
+        state = reconcile_open_job(part, state, job_id)
     state, grantable = admit(part, state, waiting)
     planning, plan = _plan(part, state, grantable)
-    record_cycle(part.session, planning, plan, part.now)
+    part.rows.update(record_cycle(part.session, planning, plan, part.now))
     granted = [grantable.get(decision.job_id) for decision in plan.decisions if isinstance(decision, Grant)]
     part.load([each for each in granted if each is not None and each.settled])  # one query for all
     for decision in plan.decisions:  # the jobs they name are in ``plan.decided`` as decided
@@ -174,6 +180,15 @@ def _allocate_queue(part: QueuePart, queue_name: str, waiting: list[Waiting]) ->
         else:
             preempt(part, plan.decided, decision)
     part.report.states[queue_name] = plan.decided
+    keep_for_next_cycle(part, queue_name, QueueState(state.queue, {**state.jobs, **plan.state.jobs}))
+
+
+def _view_not_waiting(part: QueuePart, job_ids: list[str]) -> None:
+    """Read the task instances of the jobs among ``job_ids`` that ``task_views`` left out as waiting
+    (their task was deferred for admission then, and is not among the waiting tasks read since)."""
+    missing = [job_id for job_id in job_ids if job_id not in part.views]
+    if missing:
+        part.views.update(task_views(part.session, job_ids=missing))
 
 
 def _within_batch(part: QueuePart, waiting: list[Waiting]) -> list[Waiting]:
@@ -181,7 +196,7 @@ def _within_batch(part: QueuePart, waiting: list[Waiting]) -> list[Waiting]:
     ``max_new_requests``, the earliest submitted first; the others stay deferred, neither read further
     nor locked, and are listed in ``CycleReport.backlog`` (a burst is admitted in bounded batches)."""
     limit = part.settings.max_new_requests
-    new = [each for each in waiting if each.job_id not in part.rows]
+    new = [each for each in waiting if each.job_id not in part.open_ids]
     if limit <= 0 or len(new) <= limit:
         return waiting
     new.sort(key=lambda each: (submitted_at_of(each), each.job_id))

@@ -13,6 +13,10 @@ answers in ``STOPPED_TRAINING_JOBS`` for the next cycle, which releases their ca
 job was found stopped the host runs that next cycle at once (``run_cycles``). A cycle that
 rolled back asks nothing.
 
+A host keeps the job queues' state between its cycles (``KEPT_QUEUES``, ``kept_state``): a cycle that
+committed leaves it what it kept, one that failed makes the next read every queue whole; a kept state found
+to differ from the ledger when checked is counted (``quota.kept_state.mismatches``).
+
 A host freezes the objects alive once it has started (``freeze_startup_objects``: Airflow's and the
 provider's modules, the configuration, the ORM's mappers), so that Python's cyclic garbage collector no
 longer walks them at every full collection a cycle's allocations set off (``allocator_cycle.py``
@@ -39,6 +43,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from airflow_quota.allocator.cycle import CycleReport, request_stops, run_allocation_cycle
+from airflow_quota.allocator.kept_state import KeptQueues
 from airflow_quota.allocator.settings import CycleSettings
 from airflow_quota.allocator.stops import StoppedTrainingJobs
 from airflow_quota.allocator.tasks import scheduled_task_keys
@@ -53,6 +58,10 @@ SECTION = "quota"
 #: The training jobs this process found stopped when it last asked (after its last committed cycle); every
 #: cycle it runs reads it (``cycle_settings``). Lost on a restart: the orphans' jobs are then asked again.
 STOPPED_TRAINING_JOBS = StoppedTrainingJobs()
+
+#: The job queues as this process's last committed cycle left them (``kept_state``): the next cycle reads
+#: only what changed since. Lost on a restart: the first cycle then reads every queue whole.
+KEPT_QUEUES = KeptQueues()
 
 
 def allocation_interval() -> float:
@@ -74,6 +83,7 @@ def cycle_settings() -> CycleSettings:
         orphan_timeout=timedelta(seconds=conf.getfloat(SECTION, "orphan_timeout")),
         max_new_requests=conf.getint(SECTION, "max_new_requests"),
         stopped_training_jobs=STOPPED_TRAINING_JOBS,
+        kept_queues=KEPT_QUEUES,
     )
 
 
@@ -112,13 +122,18 @@ def run_cycle(settings: CycleSettings | None = None) -> CycleReport | None:
     engine = _engine()
     settings = settings or cycle_settings()
     started = time.monotonic()
+    kept = settings.kept_queues
     try:
         with Session(bind=engine, expire_on_commit=False) as session, session.begin():
             report = run_allocation_cycle(session, datetime.now(UTC), settings)
     except Exception:
+        if kept is not None:
+            kept.forget()  # rolled back, or its commit's outcome unknown: the next cycle reads everything
         log.exception("Quota allocation cycle failed; it was rolled back and will run again")
         Stats.incr("quota.cycle.errors")
         return None
+    if kept is not None and not report.skipped:
+        kept.committed()
     emit_metrics(report, time.monotonic() - started)
     request_stops(report, settings)  # committed: victims' and orphans' training jobs are asked to stop now
     return report
@@ -167,6 +182,9 @@ def emit_metrics(report: CycleReport, seconds: float) -> None:
         Stats.incr("quota.preemptions", victims, tags={"rule": rule})
         Stats.incr(f"quota.preemptions.{rule}", victims)
     Stats.incr("quota.rejections", len(report.rejected))
+    for queue_name in report.kept_state_mismatches:  # logged by the cycle, repaired by reading it whole
+        Stats.incr("quota.kept_state.mismatches", tags={"job_queue": queue_name})
+        Stats.incr(f"quota.kept_state.mismatches.{queue_name}")
     for queue_name in report.failed_queues:  # its part rolled back (logged with the error)
         Stats.incr("quota.queue.errors", tags={"job_queue": queue_name})
         Stats.incr(f"quota.queue.errors.{queue_name}")

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from airflow.models.taskinstance import TaskInstance
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from airflow_quota.allocator.job_ids import lease_id_of
@@ -20,6 +21,7 @@ from airflow_quota.allocator.settings import CycleSettings
 from airflow_quota.allocator.stops import StopRequest
 from airflow_quota.allocator.tasks import WaitingTask, claim_waiting, task_instances
 from airflow_quota.ledger.errors import LedgerError
+from airflow_quota.ledger.generation import QueueMark
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.protocol import TrainingJobRecord
 
@@ -47,8 +49,13 @@ class QueuePart:
     views: dict[str, TaskView]
     records: dict[str, TrainingJobRecord]
     report: CycleReport
-    #: The rows of the queue being allocated, read once (``row`` adds the ones read later).
+    #: The rows of the queue being allocated read so far (``row`` and ``preload`` add the ones read later;
+    #: with a kept state, the RUNNABLE ones are read only when the cycle touches them).
     rows: dict[str, JobRow] = field(default_factory=dict)
+    #: The queue's open jobs when its part began (job ids): the ones the ledger knows as not final.
+    open_ids: set[str] = field(default_factory=set)
+    #: The queue's revision and generation read at its start, when its state may be kept (``kept_state``).
+    mark: QueueMark | None = None
     #: Waiting jobs whose task instance this cycle claimed (True) or could not claim (False), by job id.
     claims: dict[str, bool] = field(default_factory=dict)
     #: The claimed task instances loaded to be resumed, by job id.
@@ -62,6 +69,13 @@ class QueuePart:
             raise LedgerError(f"job {job_id} is not in the quota ledger")
         self.rows[job_id] = row
         return row
+
+    def preload(self, job_ids: list[str]) -> None:
+        """Read the rows of ``job_ids`` not read yet in one query (``row`` then finds them)."""
+        missing = [job_id for job_id in job_ids if job_id not in self.rows]
+        for start in range(0, len(missing), 500):
+            query = select(JobRow).where(JobRow.job_id.in_(missing[start : start + 500]))
+            self.rows.update((row.job_id, row) for row in self.session.scalars(query))
 
     def claim(self, waiting: list[Waiting]) -> None:
         """Claim the task instances of ``waiting`` not claimed yet this cycle (``claims``)."""

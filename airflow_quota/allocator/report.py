@@ -68,6 +68,11 @@ class CycleReport:
     #: Job queues whose part of the cycle failed, and why: rolled back alone (nothing of it was written,
     #: its tasks keep waiting), the other queues' parts kept; the next cycle tries it again.
     failed_queues: dict[str, str] = field(default_factory=dict)
+    #: Job queues whose state kept since the last cycle differed from the ledger when checked
+    #: (``kept_state``): logged, and read whole again.
+    kept_state_mismatches: list[str] = field(default_factory=list)
+    #: Job queues this cycle took from the state kept since the last one (the others it read whole).
+    queues_kept: list[str] = field(default_factory=list)
 
     def undo_to(self, earlier: CycleReport) -> None:
         """Make this report again what ``earlier`` (a copy of it taken before) says."""

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from airflow_quota.allocator import default_setting
 from airflow_quota.allocator.stops import JobStopper, StoppedTrainingJobs
+
+if TYPE_CHECKING:
+    from airflow_quota.allocator.kept_state import KeptQueues
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,3 +36,6 @@ class CycleSettings:
     #: is remembered, so an orphaned SageMaker training job keeps its capacity until ``orphan_timeout``,
     #: and a victim's until its task reports its stop.
     stopped_training_jobs: StoppedTrainingJobs | None = None
+    #: The host's queues kept between cycles (``kept_state``; a mutable object like the one above: the
+    #: cycle fills it, the host says when the cycle committed). None: every cycle reads every queue whole.
+    kept_queues: KeptQueues | None = None

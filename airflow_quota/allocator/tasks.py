@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from airflow.jobs.job import Job, JobState
 from airflow.models.dagrun import DagRun
@@ -31,10 +31,11 @@ from airflow.state import TaskScope, get_state_backend
 from airflow.triggers.base import TriggerEvent
 from airflow.utils.sqlalchemy import with_row_locks
 from airflow.utils.state import TaskInstanceState
-from sqlalchemy import and_, select, tuple_, update
+from sqlalchemy import String, and_, cast, or_, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from airflow_quota.allocator.reconcile import TRY_EVENTS, UNEXPLAINED_STATES, TaskView, is_current_try
+from airflow_quota.engine.model import JobStatus
 from airflow_quota.ledger.job_rows import FINAL_STATUSES
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY, TrainingJobRecord
@@ -62,11 +63,64 @@ class WaitingTask:
 
 
 def waiting_on(session: Session, classpath: str) -> list[WaitingTask]:
-    """Task instances deferred on triggers of ``classpath``, oldest deferral first; read, not claimed."""
+    """Task instances deferred on triggers of ``classpath``, oldest deferral first; read, not claimed.
+
+    Each cycle reads only what identifies each deferral (``_Deferral``); the rest (names, the trigger's
+    kwargs, decrypted) is read once per deferral and kept while it is deferred (``_WaitingTasks``).
+    """
+    return _waiting.read(session, classpath)
+
+
+class _Deferral(NamedTuple):
+    """What identifies one deferral of a task instance on one trigger row. A trigger's id alone is not
+    enough: SQLite gives a new row the id of a deleted one, so its creation time is part of it; the try
+    number and whether a worker deferred it are the two columns of a ``WaitingTask`` that could change."""
+
+    ti_id: str
+    trigger_id: int
+    created_date: datetime
+    try_number: int
+    from_worker: bool
+
+
+class _WaitingTasks:
+    """The tasks of the latest read, by deferral: a cycle at 10,000 waiting reads five columns per task
+    instead of the names and kwargs of each, and builds a ``WaitingTask`` only for a new deferral. Only
+    the deferrals of the latest read are kept, so an entry never outlives its deferral."""
+
+    def __init__(self) -> None:
+        self._by_classpath: dict[str, dict[_Deferral, WaitingTask]] = {}
+
+    def read(self, session: Session, classpath: str) -> list[WaitingTask]:
+        ti = TaskInstance
+        deferred = (ti.state == TaskInstanceState.DEFERRED, Trigger.classpath == classpath)
+        query = (
+            # the id as text: psycopg2 would build a uuid.UUID per row, a third of the read at 10,000
+            select(cast(ti.id, String), Trigger.id, Trigger.created_date, ti.try_number, ti.pid.is_not(None))
+            .join(Trigger, ti.trigger_id == Trigger.id)
+            .where(*deferred)
+            .order_by(Trigger.created_date, ti.id)
+        )
+        deferrals = [_Deferral(*row) for row in session.execute(query)]
+        known = self._by_classpath.get(classpath, {})
+        current = {each: task for each in deferrals if (task := known.get(each)) is not None}
+        new = [uuid.UUID(each.ti_id) for each in deferrals if each not in current]
+        for start in range(0, len(new), _CHUNK):
+            current.update(_full_rows(session, new[start : start + _CHUNK], deferred))
+        self._by_classpath[classpath] = current
+        # A deferral that moved on between the two reads is left out: the next cycle reads it again.
+        return [current[each] for each in deferrals if each in current]
+
+
+def _full_rows(
+    session: Session, ids: Sequence[uuid.UUID], deferred: tuple[Any, ...]
+) -> dict[_Deferral, WaitingTask]:
+    """The ``WaitingTask`` of each task instance of ``ids`` still deferred as ``deferred`` says."""
     ti = TaskInstance
     query = (
         select(
             ti.id.label("ti_id"),
+            cast(ti.id, String).label("ti_id_text"),
             ti.dag_id,
             ti.run_id,
             ti.task_id,
@@ -78,13 +132,14 @@ def waiting_on(session: Session, classpath: str) -> list[WaitingTask]:
             Trigger.encrypted_kwargs,
         )
         .join(Trigger, ti.trigger_id == Trigger.id)
-        .where(ti.state == TaskInstanceState.DEFERRED, Trigger.classpath == classpath)
-        .order_by(Trigger.created_date, ti.id)
+        .where(ti.id.in_(ids), *deferred)
     )
-    rows = session.execute(query).all()
-    kwargs = _decrypted.of([row.encrypted_kwargs for row in rows])
-    return [
-        WaitingTask(
+    tasks: dict[_Deferral, WaitingTask] = {}
+    for row in session.execute(query):
+        deferral = _Deferral(
+            row.ti_id_text, row.trigger_id, row.created_date, row.try_number, row.pid is not None
+        )
+        tasks[deferral] = WaitingTask(
             id=row.ti_id,
             dag_id=row.dag_id,
             run_id=row.run_id,
@@ -94,32 +149,12 @@ def waiting_on(session: Session, classpath: str) -> list[WaitingTask]:
             trigger_id=row.trigger_id,
             deferred_at=row.created_date,
             from_worker=row.pid is not None,
-            kwargs=dict(kwargs[row.encrypted_kwargs]),
+            kwargs=Trigger._decrypt_kwargs(row.encrypted_kwargs),
         )
-        for row in rows
-    ]
+    return tasks
 
 
-class _DecryptedKwargs:
-    """Trigger kwargs already decrypted, by their stored (encrypted) text: the allocator reads the same
-    waiting triggers every cycle. Equal stored text is equal kwargs (a Fernet token is never reused), so
-    an entry cannot go stale; only the triggers of the latest read are kept."""
-
-    def __init__(self) -> None:
-        self._by_text: dict[str, dict[str, Any]] = {}
-
-    def of(self, stored: list[str]) -> dict[str, dict[str, Any]]:
-        """The kwargs of each stored text, decrypting only those the previous read did not have."""
-        known = self._by_text
-        current: dict[str, dict[str, Any]] = {}
-        for text in stored:
-            kwargs = known.get(text)
-            current[text] = Trigger._decrypt_kwargs(text) if kwargs is None else kwargs
-        self._by_text = current
-        return current
-
-
-_decrypted = _DecryptedKwargs()
+_waiting = _WaitingTasks()
 
 
 def claim_waiting(session: Session, tasks: Sequence[WaitingTask]) -> set[uuid.UUID]:
@@ -204,8 +239,15 @@ def resume(session: Session, ti: TaskInstance, payload: dict[str, Any]) -> None:
     handle_event_submit(event, task_instance=ti, session=session)
 
 
-def task_views(session: Session) -> dict[str, TaskView]:
+def task_views(
+    session: Session, waiting_classpath: str | None = None, job_ids: Sequence[str] | None = None
+) -> dict[str, TaskView]:
     """The task instance of every open (not final) job, by job id; jobs without one are left out.
+
+    ``waiting_classpath``: leave out the RUNNABLE jobs whose current try is deferred on a trigger of it
+    (they are read as waiting requests, ``waiting_on``, and need no view: at 10,000 waiting that is nearly
+    every row). ``job_ids``: only those jobs (a job left out above that a cycle finds not waiting after
+    all, ``views_of``).
 
     For a job whose try is over (the task instance ended it, or moved on from it), the view also carries
     what Airflow recorded about that try (``_what_ended``), so its reason can say what happened.
@@ -239,6 +281,18 @@ def task_views(session: Session) -> dict[str, TaskView]:
         .outerjoin(Trigger, ti.trigger_id == Trigger.id)
         .where(JobRow.status.not_in(FINAL_STATUSES))
     )
+    if waiting_classpath is not None:
+        query = query.where(
+            or_(
+                JobRow.status != JobStatus.RUNNABLE.value,
+                ti.state != TaskInstanceState.DEFERRED,
+                ti.try_number != JobRow.try_number,
+                Trigger.classpath.is_(None),
+                Trigger.classpath != waiting_classpath,
+            )
+        )
+    if job_ids is not None:
+        query = query.where(JobRow.job_id.in_(job_ids))
     views: dict[str, TaskView] = {}
     over: dict[str, _Try] = {}
     for row in session.execute(query).all():

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from airflow_quota.engine.config import JobQueueWithShares, QuotaConfig
 from airflow_quota.ledger.audit import add_audit_row
 from airflow_quota.ledger.errors import ConfigApplyError
+from airflow_quota.ledger.generation import bump_generation
 from airflow_quota.ledger.job_rows import FINAL_STATUSES
 from airflow_quota.ledger.models import AuditKind, ConfigRevisionRow, JobQueueRow, JobRow, QuotaShareRow
 
@@ -172,6 +173,7 @@ def _apply_queue(
         session.execute(delete(JobQueueRow).where(JobQueueRow.job_queue_name == name))
     else:
         _write_queue(session, queue_row, share_rows, queue, revision, applied.at)
+        bump_generation(session, name)
     session.add(
         ConfigRevisionRow(
             job_queue_name=name,

@@ -11,21 +11,27 @@ from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.util import identity_key
 
-from airflow_quota.engine.model import CyclePlan, Grant, Preemption, QueueState
+from airflow_quota.engine.model import CyclePlan, Grant, Job, Preemption, QueueState
 from airflow_quota.ledger.audit import add_audit_row
-from airflow_quota.ledger.job_rows import write_jobs
+from airflow_quota.ledger.job_rows import write_jobs, write_reasons
 from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
 
 
-def record_cycle(session: Session, before: QueueState, plan: CyclePlan, now: datetime) -> None:
-    """Write the jobs the cycle changed and one audit row per grant and per preempted job."""
-    rows = write_jobs(session, plan.changed_jobs(before), now)
+def record_cycle(session: Session, before: QueueState, plan: CyclePlan, now: datetime) -> dict[str, JobRow]:
+    """Write the jobs the cycle changed and one audit row per grant and per preempted job; return the
+    rows written as objects, by job id (not those whose statusReason alone changed: ``write_reasons``)."""
+    changed = plan.changed_jobs(before)
+    reasons = _reason_only(session, before, plan)
+    write_reasons(session, before.queue.name, reasons, now)
+    rows = write_jobs(session, {job_id: job for job_id, job in changed.items() if job_id not in reasons}, now)
     for decision in plan.decisions:  # the jobs they name are in ``plan.decided`` as decided
         if isinstance(decision, Grant):
             _record_grant(session, plan.decided, rows[decision.job_id], decision, now)
         else:
             _record_preemption(session, plan.decided, rows, decision, now)
+    return rows
 
 
 def note_devices(session: Session, job_id: str, devices: list[int]) -> None:
@@ -37,6 +43,21 @@ def note_devices(session: Session, job_id: str, devices: list[int]) -> None:
         .limit(1)
     ).one()
     audit.details = {**(audit.details or {}), "devices": list(devices)}
+
+
+def _reason_only(session: Session, before: QueueState, plan: CyclePlan) -> dict[str, str]:
+    """The new statusReasons of the waiting jobs that no decision changed and whose row the session does
+    not hold (a cycle at 10,000 waiting rewrites thousands when capacity frees up), by job id."""
+    return {
+        job_id: reason
+        for job_id, reason in plan.status_reasons.items()
+        if _same(plan.decided.jobs[job_id], before.jobs.get(job_id))
+        and session.identity_map.get(identity_key(JobRow, job_id)) is None
+    }
+
+
+def _same(decided: Job, before: Job | None) -> bool:
+    return decided is before or decided == before
 
 
 def _record_grant(session: Session, state: QueueState, row: JobRow, grant: Grant, now: datetime) -> None:

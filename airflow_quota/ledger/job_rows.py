@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import select
+from sqlalchemy import case, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.util import identity_key
 
 from airflow_quota.engine.model import Job, JobRequest, JobStatus, QueueState, StopCause
 from airflow_quota.ledger.errors import LedgerError
+from airflow_quota.ledger.generation import bump_generation
 from airflow_quota.ledger.models import JobRow
 
 #: The status column's values of a job that has finished.
@@ -103,7 +104,8 @@ def write_changed_jobs(
 
 
 def write_jobs(session: Session, changed: dict[str, Job], now: datetime) -> dict[str, JobRow]:
-    """Write each job of ``changed`` (by job id) into its row; return the rows by job id."""
+    """Write each job of ``changed`` (by job id) into its row and bump the generation of their job
+    queues (``ledger.generation``); return the rows by job id."""
     rows: dict[str, JobRow] = {}
     for job_id in changed:
         held = session.identity_map.get(identity_key(JobRow, job_id))
@@ -114,11 +116,39 @@ def write_jobs(session: Session, changed: dict[str, Job], now: datetime) -> dict
         rows.update(
             (row.job_id, row) for row in session.scalars(select(JobRow).where(JobRow.job_id.in_(missing)))
         )
+    # Kept states of these queues are stale from this commit on. Bumped before the rows change, so a
+    # writer locks the queue's row before its jobs' rows, as the allocator does (no deadlock).
+    for queue_name in sorted({row.job_queue_name for row in rows.values()}):
+        bump_generation(session, queue_name)
     for job_id, job in changed.items():
         if job_id not in rows:
             raise LedgerError(f"job {job_id} is not in the quota ledger; record its submission first")
         write_job(rows[job_id], job, now)
     return rows
+
+
+def write_reasons(session: Session, job_queue_name: str, reasons: dict[str, str], now: datetime) -> None:
+    """Write new statusReasons (by job id) of jobs of ``job_queue_name`` whose rows the session does not
+    hold, without loading them: one UPDATE per ``_REASONS_PER_STATEMENT`` jobs (a CASE on the job id)."""
+    if not reasons:
+        return
+    bump_generation(session, job_queue_name)
+    job_ids = sorted(reasons)
+    for start in range(0, len(job_ids), _REASONS_PER_STATEMENT):
+        chunk = job_ids[start : start + _REASONS_PER_STATEMENT]
+        session.execute(
+            update(JobRow)
+            .where(JobRow.job_id.in_(chunk))
+            .values(
+                status_reason=case({job_id: reasons[job_id] for job_id in chunk}, value=JobRow.job_id),
+                updated_at=now,
+            )
+            .execution_options(synchronize_session=False)
+        )
+
+
+#: Jobs per UPDATE of ``write_reasons`` (three bound parameters each).
+_REASONS_PER_STATEMENT = 500
 
 
 def job_row(session: Session, job_id: str) -> JobRow:

@@ -27,6 +27,7 @@ from airflow_quota.engine.lifecycle import (
 from airflow_quota.engine.model import JobRequest, JobStatus, QueueState, StopCause
 from airflow_quota.ledger.audit import add_audit_row
 from airflow_quota.ledger.errors import LedgerError
+from airflow_quota.ledger.generation import bump_generation
 from airflow_quota.ledger.job_rows import job_row, to_engine_time, write_changed_jobs, write_job
 from airflow_quota.ledger.models import RECENT_PREEMPTED_ATTEMPTS, AuditKind, JobRow
 
@@ -88,6 +89,7 @@ def record_submissions(
     )
     if known:
         raise LedgerError(f"job {sorted(known)[0]} is already in the quota ledger")
+    bump_generation(session, queue_name)  # kept states of the queue are stale from this commit on
     latest_seq = session.scalar(
         select(func.max(JobRow.submit_seq)).where(JobRow.job_queue_name == queue_name)
     )

@@ -65,6 +65,9 @@ class JobQueueRow(LedgerBase):
     #: leaves it out (our allocator).
     scheduler: Mapped[str | None] = mapped_column(String(20), nullable=True)
     revision: Mapped[int] = mapped_column(Integer)
+    #: Bumped by every transaction that writes the queue's jobs or configuration (``ledger.generation``):
+    #: an allocator keeping the queue's state between cycles trusts it only while no one else bumped it.
+    generation: Mapped[int] = mapped_column(Integer, server_default="0", default=0)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
 

@@ -323,8 +323,40 @@ def test_upgrading_to_0005_indexes_jobs_by_queue_and_last_change_and_a_downgrade
     with empty_database.session() as session:
         QuotaDBManager(session).downgrade(to_revision=before_index)
     assert "quota_job_queue_updated_idx" not in job_indexes()
+    with empty_database.engine.connect() as connection:  # the data stays (read as that schema has it)
+        assert connection.execute(sa.text("SELECT job_queue_name FROM quota_job_queue")).scalars().all() == [
+            "gpu"
+        ]
+
+
+def test_upgrading_to_0006_starts_each_job_queue_at_generation_0_and_a_downgrade_drops_it(
+    empty_database: Database,
+) -> None:
+    """A job queue applied before the generation counter existed starts at 0 (an allocator that kept its
+    state then reads it whole once); applying a change bumps it; a downgrade to 0005 drops the column."""
+    before_generation = "7264ee896a91"
+    upgrade(empty_database, to_revision=before_generation)
+    apply_with_sql(empty_database, 4)
+
+    upgrade(empty_database)
+
+    def generations() -> list[int]:
+        with empty_database.engine.connect() as connection:
+            return list(connection.execute(sa.text("SELECT generation FROM quota_job_queue")).scalars())
+
+    assert generations() == [0]
+    with empty_database.session() as session, session.begin():
+        apply_quota_config(session, quota_config(3), applied_by="test", source="quotas.yaml", now=NOW)
+    assert generations() == [1]
+
     with empty_database.session() as session:
-        assert applied_config(session, "gpu") is not None
+        QuotaDBManager(session).downgrade(to_revision=before_generation)
+    columns = {column["name"] for column in sa.inspect(empty_database.engine).get_columns("quota_job_queue")}
+    assert "generation" not in columns
+    with empty_database.engine.connect() as connection:  # the data stays (read as that schema has it)
+        assert connection.execute(sa.text("SELECT job_queue_name FROM quota_job_queue")).scalars().all() == [
+            "gpu"
+        ]
 
 
 def test_the_migration_files_alone_build_the_models(empty_database: Database) -> None:

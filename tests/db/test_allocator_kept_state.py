@@ -1,0 +1,263 @@
+"""An allocator that keeps the queue's state between cycles decides what one reading it whole decides.
+
+On SQLite and on PostgreSQL, a random workload plays Airflow and the tasks (``Driver`` of the concurrency
+test: submissions, grants taken, jobs launched and finished, victims stopping and re-deferring with their
+stop report), and, between cycles, what else writes the ledger or the task instances: a user clearing a
+task, an admin terminating a job or changing its priority, a quota file applied, a second allocator host
+committing a cycle, a host whose cycle rolls back whole (its process killed before the commit: it then
+restarts with nothing kept) and a queue's part that fails and is rolled back alone.
+
+Before every cycle a host runs, the same cycle, at the same moment, runs first with nothing kept (every
+queue read whole, every waiting task read whole) and is rolled back: the kept cycle must then make the
+same decisions (grants and their leases, preemptions, stops, finishes, rejections) and end with the same
+engine state. Its periodic check (every fourth cycle here) must never find the kept state differing from
+the ledger, and most cycles must have used what was kept (else this test would prove nothing).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import asdict, replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import sqlalchemy as sa
+
+from airflow_quota.allocator import cycle as cycle_module
+from airflow_quota.allocator import tasks as tasks_module
+from airflow_quota.allocator.cycle import CycleReport, run_allocation_cycle
+from airflow_quota.allocator.kept_state import KeptQueues
+from airflow_quota.engine.config import parse_quota_config
+from airflow_quota.engine.model import JobStatus
+from airflow_quota.ledger.configuration import apply_quota_config
+from airflow_quota.ledger.lifecycle import record_priority_change, record_termination
+from airflow_quota.ledger.models import JobRow
+from airflow_quota.ledger.queue_state import load_queue_state
+from tests.db.airflow_transitions import cleared_by_user
+from tests.db.test_allocator_concurrency import DAG_ID, QUEUE, QUOTAS, RUN_ID, SETTINGS, START, Driver
+
+if TYPE_CHECKING:
+    from tests.db.conftest import Database
+
+from tests.db.metadata_rows import reset_for_allocation
+
+pytestmark = pytest.mark.db
+
+CYCLES = 36
+#: What happens before some cycles, besides the tasks' own comings and goings.
+SCHEDULE = {
+    3: "clear",
+    5: "second host",
+    7: "killed",
+    9: "admin",
+    11: "apply",
+    13: "part fails",
+    15: "restart",
+    18: "second host",
+    20: "clear",
+    22: "admin",
+    24: "killed",
+    26: "apply",
+    28: "part fails",
+    30: "second host",
+    32: "admin",
+}
+#: The kept host compares what it kept with the queue read whole every this many cycles.
+CHECK_EVERY = 4
+
+
+class Killed(Exception):
+    """The host's process died before its cycle committed."""
+
+
+@pytest.fixture
+def db(migrated: Database) -> Iterator[Database]:
+    reset_for_allocation(migrated.engine, dag_id=DAG_ID, run_id=RUN_ID, start=START, quotas=QUOTAS)
+    yield migrated
+
+
+class Host:
+    """One allocator process: its kept queues, committed or forgotten as ``allocator.host.run_cycle`` does."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.kept = KeptQueues(check_every=CHECK_EVERY)
+        self.settings = replace(SETTINGS, kept_queues=self.kept)
+
+    def cycle(self, now: datetime, *, killed: bool = False) -> CycleReport | None:
+        try:
+            with self.db.session() as session, session.begin():
+                report = run_allocation_cycle(session, now, self.settings)
+                if killed:
+                    raise Killed
+        except Killed:
+            self.kept.forget()
+            return None
+        self.kept.committed()
+        return report
+
+    def restart(self) -> None:
+        self.kept = KeptQueues(check_every=CHECK_EVERY)
+        self.settings = replace(SETTINGS, kept_queues=self.kept)
+
+
+def reloading_cycle(db: Database, now: datetime, monkeypatch: pytest.MonkeyPatch) -> CycleReport:
+    """The cycle at ``now`` with nothing kept, its own read of the waiting tasks, rolled back."""
+    with monkeypatch.context() as patch:
+        patch.setattr(tasks_module, "_waiting", tasks_module._WaitingTasks())
+        with db.session() as session:
+            session.begin()
+            report = run_allocation_cycle(session, now, SETTINGS)
+            session.rollback()
+    return report
+
+
+def decisions(report: CycleReport) -> dict[str, Any]:
+    """What a cycle decided and did, and the engine state it ended with."""
+    facts = asdict(report)
+    for bookkeeping in ("kept_state_mismatches", "queues_kept", "states"):
+        facts.pop(bookkeeping)
+    facts["states"] = report.states  # compared as engine states (asdict would turn jobs into dicts too)
+    return facts
+
+
+def quota_file(fewer_gpus: int) -> Any:
+    """The concurrency test's quota file with ``fewer_gpus`` fewer GPUs for team-a (a new revision)."""
+    document = QUOTAS.model_dump(mode="json", by_alias=True, exclude_none=True)
+    team_a = document["jobQueues"][0]["quotaShares"][0]
+    team_a["capacityLimits"][0]["maxCapacity"] = 2 - fewer_gpus
+    return parse_quota_config(document, "test")
+
+
+class Outside:
+    """What else writes the ledger and the task instances between cycles."""
+
+    def __init__(self, db: Database, driver: Driver, rng: random.Random) -> None:
+        self.db, self.driver, self.rng = db, driver, rng
+        self.revisions = 0
+
+    def clear_a_task(self) -> None:
+        live = [task for task in self.driver.tasks.values() if task.where in ("waiting", "running")]
+        if live:
+            task = self.rng.choice(live)
+            cleared_by_user(self.db.engine, task.task_id)
+            task.where, task.grant = "done", None
+
+    def admin(self, now: datetime) -> None:
+        with self.db.session() as session, session.begin():
+            state = load_queue_state(session, QUEUE)
+            open_ids = sorted(state.jobs)
+            if not open_ids:
+                return
+            job_id = self.rng.choice(open_ids)
+            if state.jobs[job_id].status is JobStatus.RUNNABLE and self.rng.random() < 0.5:
+                record_priority_change(session, state, job_id, self.rng.choice((0, 20, 90)), now)
+            else:
+                record_termination(session, state, job_id, now, "terminated by the test")
+
+    def apply_quota_file(self) -> None:
+        self.revisions += 1
+        with self.db.session() as session, session.begin():
+            apply_quota_config(
+                session, quota_file(self.revisions % 2), applied_by="test", source="quotas.yaml", now=START
+            )
+
+
+def part_fails_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next queue's part raises after it recorded its plan (its savepoint is rolled back)."""
+    real = cycle_module.record_cycle
+
+    def fails(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
+        monkeypatch.setattr(cycle_module, "record_cycle", real)
+        raise RuntimeError("the database went away in the middle of the queue's part")
+
+    monkeypatch.setattr(cycle_module, "record_cycle", fails)
+
+
+def test_a_host_keeping_the_queue_decides_what_reading_it_whole_decides(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(f"kept-state-{db.backend}")
+    driver = Driver(db.engine, rng)
+    outside = Outside(db, driver, rng)
+    first, second = Host(db), Host(db)
+    kept_cycles = checks = compared = kills = part_failures = 0
+    now = datetime.now(UTC)
+    for number in range(CYCLES):
+        for _ in range(rng.randint(1, 3)):
+            driver.submit()
+        driver.take_resumes()
+        driver.obey_store_signals(0.6)
+        driver.launch_some(0.3)
+        if rng.random() < 0.5:
+            driver.finish_one()
+        event = SCHEDULE.get(number)
+        if event == "clear":
+            outside.clear_a_task()
+        elif event == "admin":
+            outside.admin(datetime.now(UTC))
+        elif event == "apply":
+            outside.apply_quota_file()
+        elif event == "restart":
+            first.restart()  # killed between cycles: a new process keeps nothing
+        now = max(now + timedelta(milliseconds=1), datetime.now(UTC))
+        host = second if event == "second host" else first
+        whole = reloading_cycle(db, now, monkeypatch)
+        if event == "killed":  # this host's process dies before its cycle commits
+            assert host.cycle(now, killed=True) is None
+            kills += 1
+            continue
+        if event == "part fails":
+            part_fails_once(monkeypatch)
+        kept = host.cycle(now)
+        assert kept is not None
+        assert kept.kept_state_mismatches == [], f"cycle {number}: the kept state differed from the ledger"
+        if event == "part fails":
+            assert list(kept.failed_queues) == [QUEUE]
+            assert QUEUE not in host.kept.kept  # its part rolled back: read whole next time
+            part_failures += 1
+            continue
+        assert decisions(kept) == decisions(whole), f"cycle {number} decided otherwise with its kept state"
+        compared += 1
+        kept_cycles += QUEUE in kept.queues_kept
+        checks += host.kept.checking and QUEUE in host.kept.kept
+
+    with db.session() as session:
+        granted = session.scalar(sa.select(sa.func.max(JobRow.attempt)))
+    print(
+        f"{db.backend}: {compared} cycles compared, {kept_cycles} of them on a kept state, {kills} killed, "
+        f"{part_failures} parts failed, {len(driver.tasks)} tasks, most attempts of one job {granted}"
+    )
+    assert (kills, part_failures, outside.revisions) == (2, 2, 2)
+    assert driver.observed.stop_reports, "no victim stopped: the workload preempted nothing"
+    assert kept_cycles >= compared // 3, "too few cycles used a kept state for this to prove anything"
+    assert checks
+
+
+def test_a_commit_by_someone_else_makes_the_host_read_the_queue_whole(db: Database) -> None:
+    """A kept queue is used only while no one else committed a change to it; a termination from the API or
+    the CLI (a ledger write outside the allocator) bumps the queue's generation and the next cycle reads
+    it whole, so the terminated job is never granted from a stale kept state."""
+    driver = Driver(db.engine, random.Random(3))
+    for _ in range(12):
+        driver.submit()
+    host = Host(db)
+    now = datetime.now(UTC)
+    first = host.cycle(now)
+    assert first is not None and first.queues_kept == []
+    again = host.cycle(now + timedelta(seconds=1))
+    assert again is not None and again.queues_kept == [QUEUE]
+    with db.session() as session, session.begin():
+        state = load_queue_state(session, QUEUE)
+        waiting = sorted(job_id for job_id, job in state.jobs.items() if job.status is JobStatus.RUNNABLE)
+        record_termination(session, state, waiting[0], now, "terminated by an admin")
+
+    after = host.cycle(now + timedelta(seconds=2))
+
+    assert after is not None and after.queues_kept == []
+    assert waiting[0] in after.rejected or waiting[0] not in {lease.job_id for lease in after.granted}
+    with db.session() as session:
+        assert session.get(JobRow, waiting[0]).status == "FAILED"  # type: ignore[union-attr]
