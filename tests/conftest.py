@@ -22,6 +22,7 @@ suite waiting and what used the cores. ``python -m tests.timeline FILE`` sums it
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
@@ -31,6 +32,11 @@ from collections.abc import Iterator
 import pytest
 from xdist.remote import Producer
 from xdist.scheduler import LoadFileScheduling
+
+# Trio (which Selenium brings) registers its random generator with Hypothesis as an entry-point plugin, and
+# registering runs a full garbage collection in every worker (about a CPU-second each with Airflow loaded).
+# No test runs Trio under Hypothesis. Set before any test module imports Hypothesis.
+os.environ.setdefault("HYPOTHESIS_NO_PLUGINS", "1")
 
 #: Seconds a file's tests took in a whole-suite run on a 2-core machine (each test's, for SPREAD_FILES),
 #: from ``python -m tests.timeline``: the longest start first, so the suite does not end waiting for a long
@@ -50,6 +56,18 @@ LONGEST_FIRST = {
     "tests/ui/test_page.py": 60,
     "tests/db/test_migrations.py": 60,
     "tests/cli/test_quota_cli.py": 55,
+    # The fast tier's longest files (a file of it takes 10 s by default with a database, 0 without).
+    "tests/unit/engine/test_properties.py": 20,
+    "tests/sagemaker/test_operator.py": 20,
+    "tests/db/test_allocator_lifecycle.py": 19,
+    "tests/db/test_timeline.py": 17,
+    "tests/db/test_allocator_local_stop.py": 17,
+    "tests/sagemaker/test_backend.py": 17,
+    "tests/aws_batch/test_emulator.py": 16,
+    "tests/local/test_operator_local.py": 15,
+    "tests/db/test_history_replay.py": 14,
+    "tests/db/test_allocator_kept_state.py": 14,
+    "tests/sagemaker/test_trigger.py": 12,
 }
 
 
@@ -77,6 +95,13 @@ class FileScheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist ships n
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> FileScheduling | None:
     return FileScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # What importing and collecting made (Airflow, botocore's models, the test modules) lives to the end of
+    # the session: frozen, the garbage collector stops walking it at every full collection (about a sixth
+    # of the fast tier's CPU went there).
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
