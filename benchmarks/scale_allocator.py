@@ -56,6 +56,8 @@ from rich.table import Table  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
 from airflow_quota.allocator.cycle import run_allocation_cycle  # noqa: E402
+from airflow_quota.allocator.kept_state import KeptQueues  # noqa: E402
+from airflow_quota.allocator.settings import CycleSettings  # noqa: E402
 
 if TYPE_CHECKING:
     from multiprocessing.synchronize import Event
@@ -120,17 +122,22 @@ def allocator_process(url: str, start: Event, stop: Event, summary_path: str) ->
     """Run cycles back to back from ``start`` until ``stop``; write what they did (JSON)."""
     engine = sa.create_engine(url, poolclass=sa.NullPool)
     summary: dict[str, Any] = {"times_ms": [], "skipped": 0, "grants": 0, "errors": []}
+    kept = KeptQueues()  # the queues kept between this process's cycles, as a host keeps them
+    settings = CycleSettings(kept_queues=kept)
     try:
         start.wait()
         while not stop.is_set():
             began = time.perf_counter()
             try:
                 with Session(engine) as session, session.begin():
-                    report = run_allocation_cycle(session, datetime.now(UTC))
+                    report = run_allocation_cycle(session, datetime.now(UTC), settings)
             except Exception:  # what allocator.host.run_cycle logs and counts
+                kept.forget()
                 summary["errors"].append(traceback.format_exc(limit=8))
                 time.sleep(SKIP_RETRY_S)
                 continue
+            if not report.skipped:
+                kept.committed()
             if report.skipped:
                 summary["skipped"] += 1
                 time.sleep(SKIP_RETRY_S)
@@ -186,8 +193,8 @@ def measure(
     base.reset(engine, quota_document(shares))
     rng = random.Random(f"{seed}-{waiting}-{shares}")
     defer_many(engine, rng, 0, waiting, shares)
-    with Session(engine) as session, session.begin():  # records the N submissions: not measured
-        first = run_allocation_cycle(session, datetime.now(UTC))
+    with Session(engine) as session, session.begin():  # records the N submissions at once: not measured
+        first = run_allocation_cycle(session, datetime.now(UTC), CycleSettings(max_new_requests=0))
     if len(first.submitted) != waiting:
         raise RuntimeError(f"first cycle recorded {len(first.submitted)} of {waiting} submissions")
     run = Run(processes, waiting, shares, seconds)
