@@ -226,6 +226,12 @@ class _Cycle:
             deferred[share_name] = left
         return deferred
 
+    def _has_room(self, share_name: str) -> bool:
+        """Whether the share's smallest waiting job fits within its own limit on some unit now."""
+        smallest = self.queued.smallest[share_name]
+        room = self._room_within_own_limits(share_name, smallest)
+        return any(count <= room[unit] for unit, count in smallest.items())
+
     def _room_within_own_limits(self, share_name: str, units: Iterable[str]) -> dict[str, int]:
         """Per unit, the units the share may still take within its own limit (negative: above it)."""
         usage, own_limits = self.usage.share_usage, self.usage.shares[share_name].capacity_limits
@@ -241,10 +247,17 @@ class _Cycle:
         no_orphans = not any(self.orphans.values())
         for share_name, jobs in deferred.items():
             share = self.usage.shares[share_name]
-            if no_orphans and not share.borrows and not share.in_share_preemption:
+            if (
+                no_orphans
+                and not share.borrows
+                and not share.in_share_preemption
+                and not self._has_room(share_name)
+            ):
                 # None of its jobs can start: they would pass its own limit (its ceiling), its usage can
-                # only grow in the cycle (no share takes from one that does not borrow), and it has no
-                # victims to take. Leaving a whole share out keeps the order of the others' jobs.
+                # only grow from here (no share takes from one that does not borrow, and no orphan is
+                # left to be taken), and it has no victims to take. Leaving a whole share out keeps the
+                # order of the others' jobs. (Its room is asked again: a preemptor of another share may
+                # have taken one of its orphans since its turn in step 2, which lowered its usage.)
                 continue
             if jobs:
                 heads.append((jobs[0].submitted, jobs[0].job_id, share_name, 0))

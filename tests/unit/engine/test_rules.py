@@ -594,6 +594,22 @@ CASES = [
         reasons={"p": "Waiting for 1 preempted job(s) to stop: low"},
     ),
     Case(
+        # b's preemptor takes a's terminated job (a stopping orphan) after a's turn within its own limit: a
+        # is within its limit again, so its waiting job takes the idle unit before c borrows it.
+        "a_share_whose_orphan_another_share_took_in_the_cycle_starts_its_own_job_before_a_borrower",
+        queue(5, share("a", 2, LEND), share("b", 2, BORROW), share("c", 1, BORROW)),
+        (
+            running("term", "a", 2, stop_cause=StopCause.TERMINATED),
+            running("c1", "c", 1),
+            running("c2", "c", 1, start_seq=1),
+            waiting("p", "b", 2, at=1),
+            waiting("w", "a", 1, at=2),
+            waiting("x", "c", 1, at=3),
+        ),
+        granted=("w",),
+        preempted=(("p", ("term",), "RECLAIM"),),
+    ),
+    Case(
         "a_disabled_shares_existing_jobs_still_start_and_it_still_lends",
         queue(4, share("off", 2, LEND, disabled=True), share("b", 2, BORROW)),
         (waiting("old", "off", 1), waiting("w", "b", 3, at=1)),
