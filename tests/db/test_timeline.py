@@ -276,7 +276,7 @@ def test_a_task_instance_keeps_its_own_jobs_on_the_queue_rows(ledger: Ledger) ->
 
 def test_a_short_window_over_a_long_history_reads_its_jobs_through_the_indexes(ledger: Ledger) -> None:
     """A month of 20,000 finished jobs and a few running ones: the last 15 minutes' timeline finds its jobs
-    through the (queue, status) and (queue, updated_at) indexes on PostgreSQL, not by reading the queue's
+    through indexes on PostgreSQL ((queue, updated_at), and one on status), not by reading the queue's
     whole history (13.5 ms against 0.10 ms for 25,000 jobs in the queue)."""
     start = datetime(2026, 11, 1, tzinfo=UTC)
     count = 20_000
@@ -327,5 +327,7 @@ def test_a_short_window_over_a_long_history_reads_its_jobs_through_the_indexes(l
     sql = str(query.compile(engine, compile_kwargs={"literal_binds": True}))
     with engine.connect() as connection:
         plan = "\n".join(connection.execute(sa.text("EXPLAIN " + sql)).scalars())
+    # The window's jobs through (queue, updated_at); the unfinished ones through an index on status
+    # (which one is the planner's choice); never a scan of the queue's whole history.
     assert "quota_job_queue_updated_idx" in plan, plan
-    assert "quota_job_queue_status_idx" in plan, plan
+    assert "Seq Scan" not in plan, plan
