@@ -159,7 +159,13 @@ class AirflowProcesses:
         """SIGTERM a component's main process only, as an init system does, and wait for it to exit."""
         process = self.processes.pop(name)
         process.send_signal(signal.SIGTERM)
-        process.wait(timeout)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.processes[name] = process  # stop() kills it
+            raise AssertionError(
+                f"airflow {name} did not exit within {timeout:.0f} s of SIGTERM\n{self.log_tails()}"
+            ) from None
 
     def stop(self) -> None:
         for process in self.processes.values():
@@ -257,14 +263,26 @@ class AirflowProcesses:
 
     def trigger(self, dag_id: str, run_id: str, conf: dict[str, Any] | None = None) -> None:
         """Trigger a DAG run through the REST API, as the UI does (an ``airflow dags trigger`` process
-        would cost seconds of CPU at each call)."""
-        answer = requests.post(
-            f"{self.base_url}/api/v2/dags/{dag_id}/dagRuns",
-            json={"dag_run_id": run_id, "logical_date": None, "conf": conf or {}},
-            headers={"Authorization": f"Bearer {self.api_token()}"},
-            timeout=60,
-        )
-        assert answer.status_code == 200, f"triggering {dag_id}: {answer.status_code} {answer.text}"
+        would cost seconds of CPU at each call).
+
+        Tried again when SQLite was busy: with many tasks deferring and resuming at once, the api-server's
+        write can wait past SQLite's lock timeout and answer 500 "Database error" (the run may have been
+        created all the same)."""
+        for tries_left in (2, 1, 0):
+            answer = requests.post(
+                f"{self.base_url}/api/v2/dags/{dag_id}/dagRuns",
+                json={"dag_run_id": run_id, "logical_date": None, "conf": conf or {}},
+                headers={"Authorization": f"Bearer {self.api_token()}"},
+                timeout=60,
+            )
+            if answer.status_code == 200:
+                return
+            if tries_left and "Database error" in answer.text:
+                if self.run_state(dag_id, run_id) is not None:
+                    return
+                time.sleep(1)
+                continue
+            raise AssertionError(f"triggering {dag_id}: {answer.status_code} {answer.text}")
 
     def task_states(self, dag_id: str, run_id: str) -> dict[str, tuple[str | None, int]]:
         """``{task_id: (state, try_number)}`` of a DAG run."""

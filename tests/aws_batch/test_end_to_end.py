@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -225,22 +224,6 @@ DEMO_PREEMPTIONS = {
 SCHEDULERS = tuple(demo_story.QUEUES)
 
 
-def trigger(airflow: AirflowProcesses, dag_id: str, run_id: str) -> None:
-    """``airflow.trigger``, tried again when SQLite was busy: with a dozen tasks deferring and resuming at
-    once, the api-server's write can wait past SQLite's lock timeout and answer 500 "Database error"."""
-    for _ in range(3):
-        try:
-            airflow.trigger(dag_id, run_id)
-            return
-        except AssertionError as error:
-            if "Database error" not in str(error):
-                raise
-            if airflow.run_state(dag_id, run_id) is not None:  # the run was created all the same
-                return
-            time.sleep(1)
-    airflow.trigger(dag_id, run_id)
-
-
 def test_the_demo_story_on_aws_batch_matches_our_allocator(
     airflow: AirflowProcesses, batch: Any, sagemaker: Any, batch_answers: AnswerLog
 ) -> None:
@@ -257,7 +240,7 @@ def test_the_demo_story_on_aws_batch_matches_our_allocator(
 
     for scheduler in SCHEDULERS:
         for dag in ("demo_nlp_sweep", "demo_vision_eval"):
-            trigger(airflow, demo_story.dag_id(dag, scheduler), run)
+            airflow.trigger(demo_story.dag_id(dag, scheduler), run)
     first = ("trial_a", "trial_b", "trial_c", "evaluate")
     airflow.wait_for(  # nlp borrows research's two idle instances on both queues
         "nlp's trials and vision's job to start on both queues",
@@ -265,13 +248,13 @@ def test_the_demo_story_on_aws_batch_matches_our_allocator(
         180,
     )
     for scheduler in SCHEDULERS:
-        trigger(airflow, demo_story.dag_id("demo_research_pretrain", scheduler), run)
+        airflow.trigger(demo_story.dag_id("demo_research_pretrain", scheduler), run)
     urgent: set[str] = set()
 
     def urgent_once_research_trains() -> bool:
         for scheduler in set(SCHEDULERS) - urgent:
             if granted(scheduler)["pretrain"]:
-                trigger(airflow, demo_story.dag_id("demo_nlp_urgent", scheduler), run)
+                airflow.trigger(demo_story.dag_id("demo_nlp_urgent", scheduler), run)
                 urgent.add(scheduler)
         return len(urgent) == len(SCHEDULERS)
 

@@ -35,6 +35,10 @@ TRIAL_SECONDS = "300,3"
 #: starts), or the resumed trials would be running again and the urgent job would preempt trial_c.
 PRETRAIN_SECONDS = "30"
 SHORT_SECONDS = "3"
+#: The urgent job holds nlp's own instance long enough for the trial it preempted to wait for quota again
+#: (its task stops the training job and defers): freed sooner, the instance would go to trial_b, already
+#: waiting, and trial_a (higher priority) would then preempt it in-share, one preemption more.
+URGENT_SECONDS = "12"
 
 
 def instances(count: int, durations: str) -> dict[str, Any]:
@@ -77,4 +81,4 @@ for queue, suffix in QUEUES.items():
         job("pretrain", queue, "research", instances(2, PRETRAIN_SECONDS), 50)
 
     with DAG(f"demo_nlp_urgent_{suffix}", schedule=None, start_date=datetime(2026, 1, 1)):
-        job("urgent", queue, "nlp", instances(1, SHORT_SECONDS), 90)
+        job("urgent", queue, "nlp", instances(1, URGENT_SECONDS), 90)
