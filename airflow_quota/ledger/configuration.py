@@ -66,7 +66,10 @@ def apply_quota_config(
     is written and ``ConfigApplyError`` says which jobs. A reordering of shares alone is not a change.
     """
     now = now or datetime.now(UTC)
-    queue_rows = {row.job_queue_name: row for row in session.scalars(select(JobQueueRow))}
+    # Every queue row locked up front in name order (PostgreSQL; SQLite locks the whole file), the order
+    # an allocation cycle locks them in: a file listing queues in another order cannot deadlock with it.
+    locked = select(JobQueueRow).order_by(JobQueueRow.job_queue_name).with_for_update()
+    queue_rows = {row.job_queue_name: row for row in session.scalars(locked)}
     share_rows: dict[str, dict[str, QuotaShareRow]] = defaultdict(dict)
     for share_row in session.scalars(select(QuotaShareRow).order_by(QuotaShareRow.position)):
         share_rows[share_row.job_queue_name][share_row.quota_share_name] = share_row
