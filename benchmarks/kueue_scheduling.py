@@ -89,6 +89,8 @@ from rich.table import Table  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
 from airflow_quota.allocator.cycle import run_allocation_cycle  # noqa: E402
+from airflow_quota.allocator.host import freeze_startup_objects  # noqa: E402
+from airflow_quota.allocator.kept_state import KeptQueues  # noqa: E402
 from airflow_quota.allocator.settings import CycleSettings  # noqa: E402
 from airflow_quota.engine.config import parse_quota_config  # noqa: E402
 from airflow_quota.engine.model import JobStatus  # noqa: E402
@@ -308,9 +310,13 @@ def allocator_loop(
 ) -> None:
     """Cycle until told to stop; write every cycle's record (and the profile) to ``out_path`` as JSON."""
     engine = sa.create_engine(url)
-    settings = CycleSettings(settle_time=timedelta(0))
+    kept = KeptQueues()  # as a host keeps the queues' state between its cycles
+    settings = CycleSettings(settle_time=timedelta(0), kept_queues=kept)
     with Session(engine) as session, session.begin():  # warm up: imports, connection, an empty cycle
-        run_allocation_cycle(session, datetime.now(UTC), settings)
+        warm_up = run_allocation_cycle(session, datetime.now(UTC), settings)
+    if not warm_up.skipped:
+        kept.committed()
+    freeze_startup_objects()  # as a host does once it has started
     ready.set()
     cycles: list[dict[str, Any]] = []
     errors: list[str] = []
@@ -323,11 +329,14 @@ def allocator_loop(
             with Session(engine, expire_on_commit=False) as session, session.begin():
                 report = run_allocation_cycle(session, datetime.now(UTC), settings)
         except Exception as error:  # recorded and reported; the loop goes on like the real host
+            kept.forget()
             errors.append(repr(error))
             continue
         finally:
             if profiler is not None:
                 profiler.disable()
+        if not report.skipped:
+            kept.committed()
         committed = time.time()
         held: dict[str, int] = {}
         waiting = 0
