@@ -10,11 +10,13 @@ task's death: the training must be gone by then.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -66,10 +68,16 @@ def test_a_training_ignoring_sigterm_is_gone_before_the_allocator_releases_its_d
     )
     assert task.stdin is not None and task.stdout is not None
     training = None
+    # A test that goes wrong must not hang on a read: the task is killed after a minute, ending its output.
+    deadline = threading.Timer(60, task.kill)
+    deadline.start()
     try:
         lines = iter(task.stdout)
-        training = int(next(line for line in lines if line.startswith("training pid")).split()[-1])
-        assert next(lines).strip() == "training"
+        # The training's first line and the task's "training pid" line come in either order.
+        started = list(itertools.islice(lines, 2))
+        pid_lines = [line for line in started if line.startswith("training pid")]
+        assert len(pid_lines) == 1 and "training\n" in started, started
+        training = int(pid_lines[0].split()[-1])
         decided = datetime.now(UTC)
         task.stdin.write("preempted\n")
         task.stdin.flush()
@@ -86,6 +94,7 @@ def test_a_training_ignoring_sigterm_is_gone_before_the_allocator_releases_its_d
         gone = datetime.now(UTC)
         rest = task.stdout.read()
     finally:
+        deadline.cancel()
         task.kill()
         task.wait()
         if training is not None and group_alive(training):
