@@ -193,10 +193,14 @@ class AirflowProcesses:
             tails.append(f"--- {path.name} ---\n" + "\n".join(text))
         return "\n".join(tails)
 
+    def task_log_folder(self, dag_id: str, run_id: str, task_id: str) -> Path:
+        """Where one task instance's logs are: each try's, and its triggers' beside them."""
+        return self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+
     def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
         """Every log file of one task instance (all tries), as the worker wrote them."""
-        folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
-        return "".join(path.read_text(errors="replace") for path in sorted(folder.rglob("*.log")))
+        folder = self.task_log_folder(dag_id, run_id, task_id)
+        return "\n".join(path.read_text(errors="replace") for path in sorted(folder.rglob("*.log")))
 
     def session(self) -> Session:
         return Session(self.engine)

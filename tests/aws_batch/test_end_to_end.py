@@ -142,8 +142,7 @@ def running_job(airflow: AirflowProcesses, batch: Any, dag_id: str, run_id: str)
 
 def trigger_log(airflow: AirflowProcesses, dag_id: str, run_id: str, attempt: int = 1) -> str:
     """What the task's triggers wrote (the triggerer's own file beside the try's log)."""
-    folder = airflow.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / "task_id=train"
-    files = folder.glob(f"attempt={attempt}.log.trigger.*")
+    files = airflow.task_log_folder(dag_id, run_id, "train").glob(f"attempt={attempt}.log.trigger.*")
     return "".join(path.read_text(errors="replace") for path in files)
 
 

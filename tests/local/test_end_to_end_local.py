@@ -78,11 +78,6 @@ def uninterrupted_value(steps: int) -> int:
     return value
 
 
-def task_log(airflow: AirflowProcesses, dag_id: str, run_id: str, task_id: str) -> str:
-    logs = sorted((airflow.home / "logs").glob(f"dag_id={dag_id}/run_id={run_id}/task_id={task_id}/*.log"))
-    return "\n".join(path.read_text(errors="replace") for path in logs)
-
-
 def test_team_a_reclaims_its_gpu_from_a_local_borrower_that_resumes_from_its_checkpoint(
     airflow: AirflowProcesses,
 ) -> None:
@@ -133,7 +128,7 @@ def test_team_a_reclaims_its_gpu_from_a_local_borrower_that_resumes_from_its_che
     assert [entry["code"] for entry in borrow_exits] == [143, 0]
 
     # The training's output streamed into the task's log, and the preemption is in it.
-    log = task_log(airflow, "quota_local_borrower", RUN_ID, "borrow")
+    log = airflow.task_log("quota_local_borrower", RUN_ID, "borrow")
     assert f"step {first_exit['step']}/{BORROWER_STEPS}" in log
     assert f"SIGTERM: checkpoint saved at step {first_exit['step']}" in log
     assert f"resuming from checkpoint at step {first_exit['step']}" in log
