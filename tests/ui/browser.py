@@ -79,7 +79,11 @@ def click(driver: WebDriver, selector: str, what: str) -> None:
 
 def log_in(driver: WebDriver, base_url: str, path: str, user: str, password: str) -> None:
     """Open ``path`` without a session: Airflow's login page comes first, then the page itself."""
-    driver.delete_all_cookies()
+    driver.delete_all_cookies()  # the current page's site's cookies: before leaving it
+    # Then leave the last test's page: an Airflow page still open polls its API, and once the cookies are
+    # gone it sends itself to the login page with next=<its own address>, racing this test's own login (CI
+    # once logged in and landed back on the last test's task instance page).
+    driver.get("about:blank")
     driver.get(base_url + path)
     username = wait_for(driver, lambda d: d.find_element(By.NAME, "username"), "the login form")
     assert "/auth/login" in driver.current_url
