@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -109,9 +110,38 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
+class _ThawWatch:
+    """Whether the frozen objects may have been unfrozen since the last look: a LocalExecutor forks its
+    workers between ``gc.freeze()`` and ``gc.unfreeze()``, so a fork is the sign. Counting the frozen
+    objects (``gc.get_freeze_count()``) walks all of them, tens of milliseconds in a scheduler: too dear
+    for every cycle, so it is done after a fork, and every ``LOOK_EVERY`` cycles in case something else
+    unfroze them."""
+
+    LOOK_EVERY = 1000
+
+    def __init__(self) -> None:
+        self.forked = False
+        self.cycles_since_look = 0
+        os.register_at_fork(after_in_parent=self.note_fork)
+
+    def note_fork(self) -> None:
+        self.forked = True
+
+    def time_to_look(self) -> bool:
+        self.cycles_since_look += 1
+        if not self.forked and self.cycles_since_look < self.LOOK_EVERY:
+            return False
+        self.forked, self.cycles_since_look = False, 0
+        return True
+
+
+THAW_WATCH = _ThawWatch()
+
+
 def refreeze_if_thawed() -> None:
-    """Freeze again (``freeze_startup_objects``) when something in the process unfroze everything."""
-    if gc.get_freeze_count() == 0:
+    """Freeze again (``freeze_startup_objects``) when something in the process unfroze everything: looked
+    at after a fork, and now and then (``_ThawWatch``)."""
+    if THAW_WATCH.time_to_look() and gc.get_freeze_count() == 0:
         freeze_startup_objects()
 
 
