@@ -42,11 +42,20 @@ export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
 export AIRFLOW__API__PORT="$PORT"
 export AIRFLOW__API__BASE_URL="http://localhost:$PORT"
 export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=5
+# A task's calls to the api-server time out after 5 s by default; on a busy laptop a call can take longer,
+# and a task whose call keeps timing out fails before its own code runs.
+export AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT=30
 export DEMO_RECLAIM_AFTER="$RECLAIM_AFTER"  # the demo DAGs read it (demo/dags/demo_teams.py)
 DAGS=(demo_nlp_sweep demo_vision_eval demo_research_pretrain)
 
 api_up() {
     .venv/bin/python -c "import urllib.request as r; r.urlopen('http://localhost:$PORT/api/v2/monitor/health', timeout=2)"
+}
+# Airflow builds the api-server's task API (/execution) on its first request: 15 s of CPU on a 2-core
+# machine, during which the api-server answers nothing. Made here, before any task runs, so the demo's first
+# tasks do not wait for it (on a loaded machine their calls timed out and the trials failed).
+task_api_up() {
+    .venv/bin/python -c "import urllib.request as r; r.urlopen('http://localhost:$PORT/execution/health', timeout=120)"
 }
 
 # One round: the three demo DAGs triggered under one run id. nlp's trials start at once (two on research's
@@ -123,6 +132,7 @@ dags_parsed() {
     done
 }
 wait_for "the api-server" 180 api_up
+wait_for "the api-server's task API" 180 task_api_up
 wait_for "the demo DAGs to be parsed" 180 dags_parsed
 
 PASSWORD=$(.venv/bin/python -c "import json,sys; print(json.load(open(sys.argv[1])).get('admin',''))" \

@@ -9,6 +9,7 @@ waits a minute). ``test_demo_flow.py`` checks the same flow in detail on the tes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -86,24 +87,67 @@ class Demo:
             time.sleep(0.5)
         raise AssertionError(f"the demo printed no URL and login within {timeout:.0f} s:\n{self.output}")
 
+    def diagnosis(self, seen: list[dict[str, Any]]) -> str:
+        """What a failed wait prints: the script's output, each job's decisions so far, which Airflow
+        components still run, and the end of airflow standalone's log."""
+        stories: dict[str, list[str]] = {}
+        for event in seen:
+            stories.setdefault(event.get("jobId") or "-", []).append(event["kind"])
+        decisions = "\n".join(f"  {job}: {' '.join(kinds)}" for job, kinds in sorted(stories.items()))
+        running = subprocess.run(["ps", "-eo", "pid,etime,time,args"], capture_output=True, text=True).stdout
+        components = "\n".join(
+            line for line in running.splitlines() if "airflow" in line and "ps -eo" not in line
+        )
+        log = self.home / "standalone.log"
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-80:]) if log.exists() else "(no log)"
+        return (
+            f"{self.output}\ndecisions so far:\n{decisions}\nairflow processes:\n{components}\n"
+            f"the end of standalone.log:\n{tail}"
+        )
+
     def interrupt(self) -> int:
         """Ctrl-C, as a user stops it: the script stops airflow standalone and exits."""
         os.killpg(self.process.pid, signal.SIGINT)
         return self.process.wait(timeout=180)
 
     def kill_leftovers(self) -> None:
-        """Only if a test failed half-way: kill every process still running with this AIRFLOW_HOME."""
+        """Only if a test failed half-way: kill every process the demo started. airflow standalone runs in
+        a session of its own (``setsid``), and Airflow's processes overwrite their environment with their
+        titles (setproctitle), so they are found by session: every session below the demo's process."""
+        sessions = {self.process.pid} | sessions_below(self.process.pid)
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
-        marker = f"AIRFLOW_HOME={self.home}".encode()
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                if marker in (proc / "environ").read_bytes().split(b"\0"):
-                    os.kill(int(proc.name), signal.SIGKILL)
-            except (OSError, ProcessLookupError):
-                continue
+        for pid, (_, session) in processes().items():
+            if session in sessions:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def processes() -> dict[int, tuple[int, int]]:
+    """Every live process: its parent and session ids, from /proc."""
+    found: dict[int, tuple[int, int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                stat = (proc / "stat").read_text()
+                fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (command) "
+                found[int(proc.name)] = (int(fields[1]), int(fields[3]))
+    return found
+
+
+def sessions_below(root: int) -> set[int]:
+    """The session ids of ``root``'s descendants."""
+    children: dict[int, list[int]] = {}
+    table = processes()
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    sessions: set[int] = set()
+    stack = list(children.get(root, []))
+    while stack:
+        pid = stack.pop()
+        sessions.add(table[pid][1])
+        stack.extend(children.get(pid, []))
+    return sessions
 
 
 def events(base_url: str, login: tuple[str, str]) -> list[dict[str, Any]]:
@@ -166,8 +210,11 @@ def test_the_demo_command_waits_for_its_viewer_then_borrows_reclaims_resumes_and
 
         resumed: set[str] = set()
         deadline = time.monotonic() + 420
+        seen: list[dict[str, Any]] = []
         while len(resumed) < len(VICTIMS):
-            assert time.monotonic() < deadline, f"no reclaim and resume within 7 minutes:\n{first.output}"
+            assert time.monotonic() < deadline, (
+                f"no reclaim and resume within 7 minutes:\n{first.diagnosis(seen)}"
+            )
             seen = events(base_url, (user, password))
             for trial in VICTIMS:
                 kinds = [e["kind"] for e in seen if victim(e, run) == trial]
