@@ -275,11 +275,12 @@ def test_a_task_instance_keeps_its_own_jobs_on_the_queue_rows(ledger: Ledger) ->
 
 
 def test_a_short_window_over_a_long_history_reads_its_jobs_through_the_indexes(ledger: Ledger) -> None:
-    """A month of 20,000 finished jobs and a few running ones: the last 15 minutes' timeline finds its jobs
+    """A week of 5,000 finished jobs and a few running ones: the last 15 minutes' timeline finds its jobs
     through indexes on PostgreSQL ((queue, updated_at), and one on status), not by reading the queue's
-    whole history (13.5 ms against 0.10 ms for 25,000 jobs in the queue)."""
+    whole history (13.5 ms against 0.10 ms for 25,000 jobs in the queue). PostgreSQL's planner reads a
+    queue of 300 jobs whole and takes the indexes from about 1,000 on: 5,000 is history enough."""
     start = datetime(2026, 11, 1, tzinfo=UTC)
-    count = 20_000
+    count = 5_000
     rows = []
     for index in range(count):
         at = start + timedelta(minutes=2 * index)

@@ -87,7 +87,9 @@ def airflow(
 def training_jobs(moto_server: MotoServer, prefix: str) -> dict[str, dict[str, Any]]:
     client = moto_server.client()
     jobs = {}
-    for summary in client.list_training_jobs(MaxResults=100)["TrainingJobSummaries"]:
+    # Every job whose name has the prefix (moto applies MaxResults before NameContains, and the run's other
+    # tests' jobs share the server).
+    for summary in client.list_training_jobs(NameContains=prefix)["TrainingJobSummaries"]:
         if summary["TrainingJobName"].startswith(prefix):
             jobs[summary["TrainingJobName"]] = client.describe_training_job(
                 TrainingJobName=summary["TrainingJobName"]

@@ -43,7 +43,9 @@ def airflow(moto_server: MotoServer, tmp_path_factory: pytest.TempPathFactory) -
 def training_jobs(moto_server: MotoServer) -> dict[str, tuple[str, str]]:
     client = moto_server.client()
     jobs = {}
-    for summary in client.list_training_jobs(MaxResults=100)["TrainingJobSummaries"]:
+    # Every job whose name has the prefix (moto applies MaxResults before NameContains, and the run's other
+    # tests' jobs share the server).
+    for summary in client.list_training_jobs(NameContains="quota-sm-")["TrainingJobSummaries"]:
         name = summary["TrainingJobName"]
         if name.startswith("quota-sm-"):
             described = client.describe_training_job(TrainingJobName=name)

@@ -460,10 +460,14 @@ def test_a_retry_reattaches_to_the_training_job_still_running(moto_server: MotoS
 
 
 def test_a_retry_after_a_failed_job_launches_a_new_one(moto_server: MotoServer, unique: str) -> None:
-    run = task_run(unique, training_job_config=training_request(duration_s=0.1, outcome="Failed"))
+    # Long enough to be seen InProgress by its launch on a loaded machine (0.1 s was not, once).
+    run = task_run(unique, training_job_config=training_request(duration_s=0.5, outcome="Failed"))
     monitoring = run.resume_deferred(run.execute(), run.grant(attempt=1))
     first = monitoring.trigger.training_job_name  # type: ignore[attr-defined]
-    time.sleep(0.3)  # it failed, and the worker died before it saw it: the record still says launched
+    deadline = time.monotonic() + 30
+    while status_of(moto_server, first) != "Failed":  # the worker died before it saw the job fail:
+        assert time.monotonic() < deadline  # the record still says launched
+        time.sleep(0.1)
 
     retry = run.retry()
     retry.operator.training_job_config = training_request(duration_s=0.2)

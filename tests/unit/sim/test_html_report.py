@@ -28,13 +28,11 @@ from airflow_quota.sim.report import FREE_PREEMPTION_LINE, FREE_PREEMPTION_SCENA
 from airflow_quota.sim.rest_timeline import SIMULATED_DAY
 from airflow_quota.sim.scenario import Settings
 from airflow_quota.sim.trace import TraceReport, run_trace
-from tests.unit.sim.traces import write_trace_files
+from tests.unit.sim.traces import example_trace_window, write_trace_files
 
 ROOT = Path(__file__).resolve().parents[3]
 STATIC = ROOT / "airflow_quota" / "api" / "static"
 RECLAIM = ROOT / "examples" / "scenarios" / "reclaim.yaml"
-BURSTY_TRACE = ROOT / "examples" / "traces" / "bursty_teams.csv"
-BURSTY_QUOTAS = ROOT / "examples" / "traces" / "quotas.yaml"
 TIMELINE_BLOCK = re.compile(
     r"<h3>GPU timeline, (?P<title>[^<]*)</h3>.*?"
     r"<script type='application/json' class='timeline-data'[^>]*data-run='(?P<run>[^']*)'>"
@@ -193,10 +191,13 @@ def test_a_trace_report_with_free_preemptions_says_so_on_the_page(
 
 @pytest.fixture(scope="module")
 def bursty(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, TraceReport]:
-    """The example trace's report with --compare-static and 60 s stops, and the runs it draws: the command's
-    own replay of the 2,000 jobs, kept on its way to the page (replaying it again would double the cost)."""
-    path = tmp_path_factory.mktemp("bursty") / "report.html"
-    argv = ["--trace", str(BURSTY_TRACE), "--config", str(BURSTY_QUOTAS), "--compare-static"]
+    """The report of 300 of the example trace's jobs (its four teams, borrowing and preempted) with
+    --compare-static and 60 s stops, and the runs it draws: the command's own replay, kept on its way to the
+    page (replaying it again would double the cost; the whole trace's 2,000 jobs cost 9 CPU-s)."""
+    folder = tmp_path_factory.mktemp("bursty")
+    path = folder / "report.html"
+    trace, quotas = example_trace_window(folder)
+    argv = ["--trace", str(trace), "--config", str(quotas), "--compare-static"]
     replays: list[tuple[dict[str, Any], TraceReport]] = []
 
     def kept(*args: Any, **kwargs: Any) -> TraceReport:

@@ -15,7 +15,7 @@ from airflow_quota.sim.__main__ import main
 from airflow_quota.sim.report import FREE_PREEMPTION_LINE, TRACE_JOB_HEADERS, number, trace_jobs_table
 from airflow_quota.sim.scenario import Settings
 from airflow_quota.sim.trace import TraceReport, TraceRun, run_trace
-from tests.unit.sim.traces import write_trace_files
+from tests.unit.sim.traces import example_trace_window, write_trace_files
 
 JOB_KEYS = (
     "submittedAt",
@@ -173,15 +173,18 @@ def test_the_report_says_so_when_preemption_costs_nothing(
 
 
 @pytest.fixture(scope="module")
-def example_report() -> TraceReport:
-    """The example trace (2000 jobs, one capacity unit) with stops and checkpoints that lose work."""
-    root = Path(__file__).resolve().parents[3]
-    return run_trace(
-        root / "examples" / "traces" / "bursty_teams.csv",
-        root / "examples" / "traces" / "quotas.yaml",
+def example_report(tmp_path_factory: pytest.TempPathFactory) -> TraceReport:
+    """300 jobs of the example trace (one capacity unit) with stops and checkpoints that lose work: its
+    widest numbers are the whole trace's, and rendering 2,000 rows three times cost 15 CPU-s."""
+    report = run_trace(
+        *example_trace_window(tmp_path_factory.mktemp("example")),
         settings=Settings(stop_seconds=60),
         checkpoint_interval=900,
     )
+    jobs = report.runs[0].result.jobs.values()
+    assert len(str(number(max(job.submitted_at for job in jobs)))) == 7
+    assert len(str(number(max(job.runnable_seconds for job in jobs)))) == 6
+    return report
 
 
 def rendered(run: TraceRun, width: int) -> list[str]:

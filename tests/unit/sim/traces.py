@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+EXAMPLE_TRACES = Path(__file__).resolve().parents[3] / "examples" / "traces"
+
 
 def lending_queue(name: str) -> str:
     """The quota file's entry (an item of ``jobQueues``): a queue of 4 GPUs that x and y lend each other."""
@@ -33,3 +35,16 @@ def write_trace_files(
     (folder / "quotas.yaml").write_text(quotas)
     (folder / "jobs.csv").write_text(trace)
     return folder / "jobs.csv", folder / "quotas.yaml"
+
+
+def example_trace_window(folder: Path, first: int = 1300, jobs: int = 300) -> tuple[Path, Path]:
+    """Write ``jobs`` of the example trace's 2,000 (``examples/traces/bursty_teams.csv``, from its job
+    ``first`` on, as submitted) to ``folder/window.csv``; return it and the example's own quota file.
+
+    The default window replays in a tenth of the whole trace's time and keeps what the tests look at: all
+    four teams submit, jobs borrow and are preempted with work lost, and every number in its per-job table
+    is as wide as the whole trace's (arrivals and ends of 7 digits, waits of 6).
+    """
+    header, *rows = (EXAMPLE_TRACES / "bursty_teams.csv").read_text().splitlines()
+    (folder / "window.csv").write_text("\n".join([header, *rows[first : first + jobs]]) + "\n")
+    return folder / "window.csv", EXAMPLE_TRACES / "quotas.yaml"
