@@ -14,7 +14,8 @@ each, like ``allocator.host.run_cycle``):
   ``[quota] max_new_requests``, 1,000, the earliest submitted), the queue filled (~100 grants); repeated
   on a freshly written set of task instances;
 * ``burst``: all the cycles from the first until the whole burst is recorded (their total, and how many);
-* ``steady``: the next cycle, nothing changed: every open job is reconciled again, none can start;
+* ``steady``: the next cycle, nothing changed: every open job is reconciled again, none can start (on
+  PostgreSQL after ``ANALYZE``, as autovacuum would have run it by then);
 * ``churn``: 10 granted tasks succeeded and 10 new tasks deferred since the last cycle: 10 finishes,
   10 submissions, a few grants.
 
@@ -326,6 +327,15 @@ def timed_cycle(engine: sa.Engine, now: datetime) -> tuple[float, CycleReport]:
     return (time.perf_counter() - started) * 1000.0, report
 
 
+def analyze(backend: Backend) -> None:
+    """PostgreSQL: gather the tables' statistics, as autovacuum does within a minute of the burst (its
+    ``autovacuum_naptime``). Without them the planner takes the fresh tables for nearly empty, and the
+    steady and churn cycles measured seconds after the burst ran plans no live database runs."""
+    if backend.name == "postgresql":
+        with backend.engine.begin() as connection:
+            connection.exec_driver_sql("ANALYZE")
+
+
 def set_gc_mode(gc_mode: str) -> None:
     """The collector as Python leaves it (``default``) or frozen as the hosts run it; collected either
     way, outside the timing."""
@@ -388,6 +398,7 @@ def _measure(
             burst.times_ms.append(total_ms)
             burst.grants.append(grants)
             burst.cycles.append(cycles)
+    analyze(backend)
     for run in range(repeats + 2):
         for mode in in_turn(run):  # nothing changes between steady cycles: the modes alternate on one state
             set_gc_mode(mode)

@@ -69,7 +69,6 @@ from sqlalchemy.orm import Session
 from airflow_quota.allocator.admission import admit, reject, submitted_at_of
 from airflow_quota.allocator.aws_batch_queues import hand_over_to_aws_batch
 from airflow_quota.allocator.decisions import grant, preempt
-from airflow_quota.allocator.job_ids import job_id_for
 from airflow_quota.allocator.kept_state import keep_for_next_cycle, load_for_cycle
 from airflow_quota.allocator.open_jobs import reconcile_open_job
 from airflow_quota.allocator.queue_part import QueuePart, Waiting
@@ -81,7 +80,7 @@ from airflow_quota.engine.model import CyclePlan, Grant, JobStatus, QueueState
 from airflow_quota.engine.planner import plan_cycle
 from airflow_quota.ledger.decisions import record_cycle
 from airflow_quota.ledger.errors import AppliedConfigError, LedgerError
-from airflow_quota.ledger.job_rows import FINAL_STATUSES, to_engine_time
+from airflow_quota.ledger.job_rows import OPEN_STATUSES, to_engine_time
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH
 
@@ -103,16 +102,16 @@ def run_allocation_cycle(
     if settings.kept_queues is not None:
         settings.kept_queues.start_cycle()
     report = CycleReport(ran_at=now)
-    views = task_views(session, ADMISSION_CLASSPATH)
+    views = task_views(session, waiting_too=False)  # a RUNNABLE job not waiting: ``_view_not_waiting``
     records = training_records(session)
     waiting_by_queue: dict[str, list[Waiting]] = defaultdict(list)
+    settled_by = now - settings.settle_time
     for task in waiting_on(session, ADMISSION_CLASSPATH):
-        job_id = job_id_for(task.dag_id, task.run_id, task.task_id, task.map_index, task.try_number)
         # Only a task deferred from a worker run (pid set) can get the stale executor event.
-        settled = not task.from_worker or task.deferred_at <= now - settings.settle_time
-        waiting_by_queue[str(task.kwargs.get("job_queue"))].append(Waiting(job_id, task, settled))
+        settled = not task.from_worker or task.deferred_at <= settled_by
+        waiting_by_queue[str(task.kwargs.get("job_queue"))].append(Waiting(task.job_id, task, settled))
     open_queues = session.scalars(
-        select(JobRow.job_queue_name).where(JobRow.status.not_in(FINAL_STATUSES)).distinct()
+        select(JobRow.job_queue_name).where(JobRow.status.in_(OPEN_STATUSES)).distinct()
     )
     for queue_name in sorted(set(open_queues) | set(waiting_by_queue)):
         part = CycleReport(ran_at=now)
@@ -164,7 +163,7 @@ def _allocate_queue(part: QueuePart, queue_name: str, waiting: list[Waiting]) ->
     waiting = hand_over_to_aws_batch(part, queue_name, waiting)  # a queue AWS Batch schedules: its new ones
     waiting = _claim_acted_on(part, state, _within_batch(part, waiting))
     waiting_ids = {each.job_id for each in waiting}
-    not_waiting = [job_id for job_id in sorted(state.jobs) if job_id not in waiting_ids]
+    not_waiting = sorted(job_id for job_id in state.jobs if job_id not in waiting_ids)
     part.preload(not_waiting)
     _view_not_waiting(part, not_waiting)
     for job_id in not_waiting:
@@ -184,8 +183,9 @@ def _allocate_queue(part: QueuePart, queue_name: str, waiting: list[Waiting]) ->
 
 
 def _view_not_waiting(part: QueuePart, job_ids: list[str]) -> None:
-    """Read the task instances of the jobs among ``job_ids`` that ``task_views`` left out as waiting
-    (their task was deferred for admission then, and is not among the waiting tasks read since)."""
+    """Read the task instances of the jobs among ``job_ids`` that the cycle's ``task_views`` left out:
+    RUNNABLE jobs whose task is not among the waiting ones (cleared, failed, running again, or not
+    claimed)."""
     missing = [job_id for job_id in job_ids if job_id not in part.views]
     if missing:
         part.views.update(task_views(part.session, job_ids=missing))
@@ -253,7 +253,7 @@ def _planning_state(state: QueueState, grantable: dict[str, Waiting]) -> QueueSt
     jobs = {
         job_id: job
         for job_id, job in state.jobs.items()
-        if job.status is not JobStatus.RUNNABLE or job.holds_reservation or job_id in grantable
+        if job_id in grantable or job.status is not JobStatus.RUNNABLE or job.holds_reservation
     }
     return QueueState(state.queue, jobs)
 

@@ -31,12 +31,13 @@ from airflow.state import TaskScope, get_state_backend
 from airflow.triggers.base import TriggerEvent
 from airflow.utils.sqlalchemy import with_row_locks
 from airflow.utils.state import TaskInstanceState
-from sqlalchemy import String, and_, cast, or_, select, tuple_, update
+from sqlalchemy import String, and_, cast, select, tuple_, update
 from sqlalchemy.orm import Session
 
+from airflow_quota.allocator.job_ids import job_id_for
 from airflow_quota.allocator.reconcile import TRY_EVENTS, UNEXPLAINED_STATES, TaskView, is_current_try
 from airflow_quota.engine.model import JobStatus
-from airflow_quota.ledger.job_rows import FINAL_STATUSES
+from airflow_quota.ledger.job_rows import OPEN_STATUSES
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY, TrainingJobRecord
 
@@ -60,6 +61,8 @@ class WaitingTask:
     deferred_at: datetime
     from_worker: bool
     kwargs: dict[str, Any]
+    #: The job id of its try (``job_ids.job_id_for``), worked out once per deferral.
+    job_id: str
 
 
 def waiting_on(session: Session, classpath: str) -> list[WaitingTask]:
@@ -78,7 +81,8 @@ class _Deferral(NamedTuple):
 
     ti_id: str
     trigger_id: int
-    created_date: datetime
+    #: As the database writes it in text (it only tells a deferral from another).
+    created_date: str
     try_number: int
     from_worker: bool
 
@@ -95,27 +99,40 @@ class _WaitingTasks:
         ti = TaskInstance
         deferred = (ti.state == TaskInstanceState.DEFERRED, Trigger.classpath == classpath)
         query = (
-            # the id as text: psycopg2 would build a uuid.UUID per row, a third of the read at 10,000
-            select(cast(ti.id, String), Trigger.id, Trigger.created_date, ti.try_number, ti.pid.is_not(None))
+            # The id and the creation time as text: psycopg2 would build a uuid.UUID and the column type
+            # a timezone-aware datetime per row, most of the read at 10,000; they only identify a deferral.
+            select(
+                cast(ti.id, String),
+                Trigger.id,
+                cast(Trigger.created_date, String),
+                ti.try_number,
+                ti.pid.is_not(None),
+            )
             .join(Trigger, ti.trigger_id == Trigger.id)
             .where(*deferred)
             .order_by(Trigger.created_date, ti.id)
         )
-        deferrals = [_Deferral(*row) for row in session.execute(query)]
+        # Core rows (no ORM row processing), each one a ``_Deferral``'s fields in order.
+        deferrals = list(map(_Deferral._make, session.connection().execute(query)))
         known = self._by_classpath.get(classpath, {})
         current = {each: task for each in deferrals if (task := known.get(each)) is not None}
         new = [uuid.UUID(each.ti_id) for each in deferrals if each not in current]
-        for start in range(0, len(new), _CHUNK):
-            current.update(_full_rows(session, new[start : start + _CHUNK], deferred))
+        if len(new) > _CHUNK and 2 * len(new) > len(deferrals):  # mostly new (a burst): one read of all
+            read = _full_rows(session, None, deferred)
+            current.update((each, read[each]) for each in deferrals if each not in current and each in read)
+        else:
+            for start in range(0, len(new), _CHUNK):
+                current.update(_full_rows(session, new[start : start + _CHUNK], deferred))
         self._by_classpath[classpath] = current
         # A deferral that moved on between the two reads is left out: the next cycle reads it again.
         return [current[each] for each in deferrals if each in current]
 
 
 def _full_rows(
-    session: Session, ids: Sequence[uuid.UUID], deferred: tuple[Any, ...]
+    session: Session, ids: Sequence[uuid.UUID] | None, deferred: tuple[Any, ...]
 ) -> dict[_Deferral, WaitingTask]:
-    """The ``WaitingTask`` of each task instance of ``ids`` still deferred as ``deferred`` says."""
+    """The ``WaitingTask`` of each task instance of ``ids`` (None: every one) still deferred as
+    ``deferred`` says."""
     ti = TaskInstance
     query = (
         select(
@@ -129,15 +146,18 @@ def _full_rows(
             ti.pid,
             Trigger.id.label("trigger_id"),
             Trigger.created_date,
+            cast(Trigger.created_date, String).label("created_text"),
             Trigger.encrypted_kwargs,
         )
         .join(Trigger, ti.trigger_id == Trigger.id)
-        .where(ti.id.in_(ids), *deferred)
+        .where(*deferred)
     )
+    if ids is not None:
+        query = query.where(ti.id.in_(ids))
     tasks: dict[_Deferral, WaitingTask] = {}
     for row in session.execute(query):
         deferral = _Deferral(
-            row.ti_id_text, row.trigger_id, row.created_date, row.try_number, row.pid is not None
+            row.ti_id_text, row.trigger_id, row.created_text, row.try_number, row.pid is not None
         )
         tasks[deferral] = WaitingTask(
             id=row.ti_id,
@@ -150,6 +170,7 @@ def _full_rows(
             deferred_at=row.created_date,
             from_worker=row.pid is not None,
             kwargs=Trigger._decrypt_kwargs(row.encrypted_kwargs),
+            job_id=job_id_for(row.dag_id, row.run_id, row.task_id, row.map_index, row.try_number),
         )
     return tasks
 
@@ -240,14 +261,14 @@ def resume(session: Session, ti: TaskInstance, payload: dict[str, Any]) -> None:
 
 
 def task_views(
-    session: Session, waiting_classpath: str | None = None, job_ids: Sequence[str] | None = None
+    session: Session, job_ids: Sequence[str] | None = None, *, waiting_too: bool = True
 ) -> dict[str, TaskView]:
     """The task instance of every open (not final) job, by job id; jobs without one are left out.
 
-    ``waiting_classpath``: leave out the RUNNABLE jobs whose current try is deferred on a trigger of it
-    (they are read as waiting requests, ``waiting_on``, and need no view: at 10,000 waiting that is nearly
-    every row). ``job_ids``: only those jobs (a job left out above that a cycle finds not waiting after
-    all, ``views_of``).
+    ``waiting_too=False``: leave out the RUNNABLE jobs (a cycle reads their tasks as waiting requests,
+    ``waiting_on``, and a RUNNABLE job whose task it does not find waiting is viewed by its id: at 10,000
+    waiting that is nearly every row, and their join to ``task_instance`` was most of a steady cycle's
+    read). ``job_ids``: only those jobs.
 
     For a job whose try is over (the task instance ended it, or moved on from it), the view also carries
     what Airflow recorded about that try (``_what_ended``), so its reason can say what happened.
@@ -279,18 +300,8 @@ def task_views(
             ),
         )
         .outerjoin(Trigger, ti.trigger_id == Trigger.id)
-        .where(JobRow.status.not_in(FINAL_STATUSES))
+        .where(JobRow.status.in_(OPEN_STATUSES if waiting_too else _HOLDING_OR_STOPPING))
     )
-    if waiting_classpath is not None:
-        query = query.where(
-            or_(
-                JobRow.status != JobStatus.RUNNABLE.value,
-                ti.state != TaskInstanceState.DEFERRED,
-                ti.try_number != JobRow.try_number,
-                Trigger.classpath.is_(None),
-                Trigger.classpath != waiting_classpath,
-            )
-        )
     if job_ids is not None:
         query = query.where(JobRow.job_id.in_(job_ids))
     views: dict[str, TaskView] = {}
@@ -318,6 +329,10 @@ def task_views(
                 scheduler_gone=job_id in scheduler_gone,
             )
     return views
+
+
+#: The status column's values of an open job that is not waiting (RUNNABLE).
+_HOLDING_OR_STOPPING = [value for value in OPEN_STATUSES if value != JobStatus.RUNNABLE.value]
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,7 +389,7 @@ def training_records(session: Session) -> dict[str, TrainingJobRecord]:
                 store.map_index == JobRow.map_index,
             ),
         )
-        .where(JobRow.status.not_in(FINAL_STATUSES), store.key == TRAINING_JOB_KEY)
+        .where(JobRow.status.in_(OPEN_STATUSES), store.key == TRAINING_JOB_KEY)
     )
     records: dict[str, TrainingJobRecord] = {}
     for job_id, value in session.execute(query).all():

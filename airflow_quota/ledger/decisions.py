@@ -11,7 +11,6 @@ from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.util import identity_key
 
 from airflow_quota.engine.model import CyclePlan, Grant, Job, Preemption, QueueState
 from airflow_quota.ledger.audit import add_audit_row
@@ -21,11 +20,11 @@ from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
 
 def record_cycle(session: Session, before: QueueState, plan: CyclePlan, now: datetime) -> dict[str, JobRow]:
     """Write the jobs the cycle changed and one audit row per grant and per preempted job; return the
-    rows written as objects, by job id (not those whose statusReason alone changed: ``write_reasons``)."""
-    changed = plan.changed_jobs(before)
-    reasons = _reason_only(session, before, plan)
-    write_reasons(session, before.queue.name, reasons, now)
-    rows = write_jobs(session, {job_id: job for job_id, job in changed.items() if job_id not in reasons}, now)
+    rows written as objects, by job id (not those whose statusReason alone changed: ``write_reasons``
+    writes those in bulk)."""
+    changed, reasons = _changed(before, plan)
+    write_reasons(session, before.queue.name, reasons)
+    rows = write_jobs(session, changed, now)
     for decision in plan.decisions:  # the jobs they name are in ``plan.decided`` as decided
         if isinstance(decision, Grant):
             _record_grant(session, plan.decided, rows[decision.job_id], decision, now)
@@ -45,19 +44,24 @@ def note_devices(session: Session, job_id: str, devices: list[int]) -> None:
     audit.details = {**(audit.details or {}), "devices": list(devices)}
 
 
-def _reason_only(session: Session, before: QueueState, plan: CyclePlan) -> dict[str, str]:
-    """The new statusReasons of the waiting jobs that no decision changed and whose row the session does
-    not hold (a cycle at 10,000 waiting rewrites thousands when capacity frees up), by job id."""
-    return {
-        job_id: reason
-        for job_id, reason in plan.status_reasons.items()
-        if _same(plan.decided.jobs[job_id], before.jobs.get(job_id))
-        and session.identity_map.get(identity_key(JobRow, job_id)) is None
+def _changed(before: QueueState, plan: CyclePlan) -> tuple[dict[str, Job], dict[str, str]]:
+    """What the cycle changed: the jobs its decisions changed, as they are now (by job id), and the new
+    statusReasons of the waiting jobs no decision changed (a cycle at 10,000 waiting rewrites thousands
+    when capacity frees up; their jobs are not copied), by job id. ``plan.changed_jobs`` in two parts."""
+    jobs_before = before.jobs
+    changed = {
+        job_id: job
+        for job_id, job in plan.decided.jobs.items()
+        if (old := jobs_before.get(job_id)) is not job and old != job
     }
-
-
-def _same(decided: Job, before: Job | None) -> bool:
-    return decided is before or decided == before
+    reasons: dict[str, str] = {}
+    for job_id, reason in plan.status_reasons.items():
+        job = changed.get(job_id)
+        if job is None:
+            reasons[job_id] = reason
+        else:
+            changed[job_id] = job.with_reason(reason)
+    return changed, reasons
 
 
 def _record_grant(session: Session, state: QueueState, row: JobRow, grant: Grant, now: datetime) -> None:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import case, select, update
+from sqlalchemy import bindparam, select, text, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 
 from airflow_quota.engine.model import Job, JobRequest, JobStatus, QueueState, StopCause
@@ -19,6 +20,9 @@ from airflow_quota.ledger.models import JobRow
 
 #: The status column's values of a job that has finished.
 FINAL_STATUSES = (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value)
+#: The others: an open job's (a query naming them can read an index of the status; with NOT IN the
+#: finished jobs, all of the ledger's history, are read too).
+OPEN_STATUSES = tuple(status.value for status in JobStatus if status.value not in FINAL_STATUSES)
 
 
 def to_engine_time(at: datetime) -> float:
@@ -95,12 +99,17 @@ def write_changed_jobs(
     The rows the session already holds (the allocator keeps its cycle's rows) are taken from it without a
     query, so recording one event after another does not flush and re-read each time.
     """
-    changed = {
+    return write_jobs(session, changed_jobs(before, after), now)
+
+
+def changed_jobs(before: QueueState, after: QueueState) -> dict[str, Job]:
+    """The jobs of ``after`` that differ from ``before`` (new ones too), by job id."""
+    jobs_before = before.jobs
+    return {
         job_id: job
         for job_id, job in after.jobs.items()
-        if (old := before.jobs.get(job_id)) is not job and old != job
+        if (old := jobs_before.get(job_id)) is not job and old != job
     }
-    return write_jobs(session, changed, now)
 
 
 def write_jobs(session: Session, changed: dict[str, Job], now: datetime) -> dict[str, JobRow]:
@@ -127,28 +136,55 @@ def write_jobs(session: Session, changed: dict[str, Job], now: datetime) -> dict
     return rows
 
 
-def write_reasons(session: Session, job_queue_name: str, reasons: dict[str, str], now: datetime) -> None:
-    """Write new statusReasons (by job id) of jobs of ``job_queue_name`` whose rows the session does not
-    hold, without loading them: one UPDATE per ``_REASONS_PER_STATEMENT`` jobs (a CASE on the job id)."""
+def write_reasons(session: Session, job_queue_name: str, reasons: dict[str, str]) -> None:
+    """Write new statusReasons (by job id) of waiting jobs of ``job_queue_name`` in bulk, without loading
+    their rows: on PostgreSQL one UPDATE per ``_REASONS_PER_STATEMENT`` jobs joined to two arrays (the
+    distinct reasons, and each job's index into them), on SQLite one statement run for each job.
+
+    A waiting job's reason alone changing is no change of the job: ``updated_at`` stays (its index then
+    needs no new entry, and PostgreSQL can update the row in place). ``updated_at`` tells which finished
+    jobs changed since a time (the GPU timeline's window); a waiting job is shown whenever it is open.
+
+    A row the session holds gets the reason too, as written (not marked as changed: already in the DB)."""
     if not reasons:
         return
-    bump_generation(session, job_queue_name)
+    bump_generation(session, job_queue_name)  # another host's kept state holds the reasons it wrote
+    session.flush()  # a row the session holds is in the database before it is updated
     job_ids = sorted(reasons)
-    for start in range(0, len(job_ids), _REASONS_PER_STATEMENT):
-        chunk = job_ids[start : start + _REASONS_PER_STATEMENT]
-        session.execute(
-            update(JobRow)
-            .where(JobRow.job_id.in_(chunk))
-            .values(
-                status_reason=case({job_id: reasons[job_id] for job_id in chunk}, value=JobRow.job_id),
-                updated_at=now,
+    if session.get_bind().dialect.name == "postgresql":
+        for start in range(0, len(job_ids), _REASONS_PER_STATEMENT):
+            chunk = job_ids[start : start + _REASONS_PER_STATEMENT]
+            distinct = list(dict.fromkeys(reasons[job_id] for job_id in chunk))
+            index = {reason: position for position, reason in enumerate(distinct, start=1)}
+            session.execute(
+                _UPDATE_REASONS_POSTGRES,
+                {
+                    "queue": job_queue_name,
+                    "ids": chunk,
+                    "positions": [index[reasons[job_id]] for job_id in chunk],
+                    "reasons": distinct,
+                },
             )
-            .execution_options(synchronize_session=False)
+    else:
+        session.connection().execute(  # a Core executemany: SQLite runs it in-process, row by row
+            update(JobRow)
+            .where(JobRow.job_id == bindparam("b_job_id"), JobRow.job_queue_name == job_queue_name)
+            .values(status_reason=bindparam("b_reason")),
+            [{"b_job_id": job_id, "b_reason": reasons[job_id]} for job_id in job_ids],
         )
+    for held in list(session.identity_map.values()):  # the rows the cycle read: a few hundred at most
+        if isinstance(held, JobRow) and held.job_id in reasons:
+            set_committed_value(held, "status_reason", reasons[held.job_id])
 
 
-#: Jobs per UPDATE of ``write_reasons`` (three bound parameters each).
-_REASONS_PER_STATEMENT = 500
+#: Jobs per UPDATE of ``write_reasons`` on PostgreSQL (two array parameters of this length).
+_REASONS_PER_STATEMENT = 5000
+
+_UPDATE_REASONS_POSTGRES = text(
+    "UPDATE quota_job SET status_reason = (CAST(:reasons AS TEXT[]))[new.position] "
+    "FROM unnest(CAST(:ids AS VARCHAR[]), CAST(:positions AS INTEGER[])) AS new(job_id, position) "
+    "WHERE quota_job.job_id = new.job_id AND quota_job.job_queue_name = :queue"
+)
 
 
 def job_row(session: Session, job_id: str) -> JobRow:

@@ -2,6 +2,8 @@
 
 Each helper calls the engine's lifecycle function, writes the jobs that changed, appends one audit row per
 decision or event, and returns the new state without final jobs (what ``load_queue_state`` would read back).
+The state given holds no final jobs (as ``load_queue_state`` reads it, and as each helper returns it), so
+only the jobs an event changed can have become final: the state is not walked again to drop them.
 """
 
 from __future__ import annotations
@@ -22,13 +24,12 @@ from airflow_quota.engine.lifecycle import (
     submit_jobs,
     terminate_job,
     update_priority,
-    without_final_jobs,
 )
 from airflow_quota.engine.model import JobRequest, JobStatus, QueueState, StopCause
 from airflow_quota.ledger.audit import add_audit_row
 from airflow_quota.ledger.errors import LedgerError
 from airflow_quota.ledger.generation import bump_generation
-from airflow_quota.ledger.job_rows import job_row, to_engine_time, write_changed_jobs, write_job
+from airflow_quota.ledger.job_rows import changed_jobs, job_row, to_engine_time, write_job, write_jobs
 from airflow_quota.ledger.models import RECENT_PREEMPTED_ATTEMPTS, AuditKind, JobRow
 
 #: The longest reason a termination keeps: the REST API and the CLI refuse a longer one, the ledger cuts it.
@@ -132,7 +133,7 @@ def record_submissions(
         )
         if job.status is JobStatus.FAILED:
             add_audit_row(session, now, queue_name, AuditKind.FAILED, job=job, message=job.status_reason)
-    return without_final_jobs(after)
+    return _without_final(after, [each.job_id for each in submissions])
 
 
 def record_handover(
@@ -163,7 +164,7 @@ def record_handover(
     )
     write_job(row, after.jobs[to_job_id], now)
     session.add(row)
-    write_changed_jobs(session, state, after, now)
+    changed = _write(session, state, after, now)
     name = (row.training_job or {}).get("name", "its training job")
     add_audit_row(
         session,
@@ -176,7 +177,7 @@ def record_handover(
         f"{name} to its retry {to_job_id}",
         details={"attempt": row.attempt},
     )
-    return without_final_jobs(after)
+    return _without_final(after, changed)
 
 
 def record_status_change(
@@ -184,8 +185,8 @@ def record_status_change(
 ) -> QueueState:
     """A granted job moved along SCHEDULED -> STARTING -> RUNNING (no audit row: no decision)."""
     after = set_status(state, job_id, status)
-    write_changed_jobs(session, state, after, now)
-    return without_final_jobs(after)
+    changed = _write(session, state, after, now)
+    return _without_final(after, changed)
 
 
 def record_stop_completed(
@@ -213,7 +214,7 @@ def record_stop_completed(
         if arn:  # AWS Batch's words for what the attempt ran
             attempt = {"serviceResourceId": {"name": "TrainingJobArn", "value": arn}, **attempt}
         row.recent_preempted_attempts = [*row.recent_preempted_attempts, attempt][-RECENT_PREEMPTED_ATTEMPTS:]
-    write_changed_jobs(session, state, after, now)
+    changed = _write(session, state, after, now)
     job = after.jobs[job_id]
     kind = AuditKind.REQUEUED if job.status is JobStatus.RUNNABLE else AuditKind.FAILED
     add_audit_row(
@@ -227,7 +228,7 @@ def record_stop_completed(
         message=job.status_reason,
         details={"preemptedAttemptCount": job.preempted_attempt_count},
     )
-    return without_final_jobs(after)
+    return _without_final(after, changed)
 
 
 def record_finish(
@@ -235,13 +236,13 @@ def record_finish(
 ) -> QueueState:
     """The job's own work ended: SUCCEEDED or FAILED (also while it was being stopped)."""
     after = finish_job(state, job_id, succeeded=succeeded, reason=reason)
-    write_changed_jobs(session, state, after, now)
+    changed = _write(session, state, after, now)
     job = after.jobs[job_id]
     kind = AuditKind.SUCCEEDED if succeeded else AuditKind.FAILED
     add_audit_row(
         session, now, state.queue.name, kind, job=job, message=reason or f"{job_id} {kind.value.lower()}"
     )
-    return without_final_jobs(after)
+    return _without_final(after, changed)
 
 
 def record_termination(
@@ -259,8 +260,8 @@ def record_termination(
         reason = reason[: TERMINATION_REASON_LENGTH - 1] + "…"
     after = terminate_job(state, job_id, reason)
     if after is state:  # already final
-        return without_final_jobs(after)
-    write_changed_jobs(session, state, after, now)
+        return state
+    changed = _write(session, state, after, now)
     job = after.jobs[job_id]
     stopping = job.status.holds_capacity
     queue_name = state.queue.name
@@ -275,7 +276,7 @@ def record_termination(
     )
     if job.status is JobStatus.FAILED:
         add_audit_row(session, now, queue_name, AuditKind.FAILED, job=job, message=job.status_reason)
-    return without_final_jobs(after)
+    return _without_final(after, changed)
 
 
 def record_priority_change(
@@ -284,7 +285,7 @@ def record_priority_change(
     """A job's schedulingPriority changed (its place in its share's order with it)."""
     after = update_priority(state, job_id, priority)
     old = state.jobs[job_id].priority
-    write_changed_jobs(session, state, after, now)
+    changed = _write(session, state, after, now)
     add_audit_row(
         session,
         now,
@@ -294,7 +295,26 @@ def record_priority_change(
         message=f"{job_id} schedulingPriority {old} -> {priority}",
         details={"old": old, "new": priority},
     )
-    return without_final_jobs(after)
+    return _without_final(after, changed)
+
+
+def _write(session: Session, state: QueueState, after: QueueState, now: datetime) -> list[str]:
+    """Write the jobs of ``after`` that differ from ``state``; their job ids."""
+    changed = changed_jobs(state, after)
+    write_jobs(session, changed, now)
+    return list(changed)
+
+
+def _without_final(state: QueueState, changed: list[str]) -> QueueState:
+    """``state`` without its final jobs, which are among ``changed`` (job ids): the state an event
+    changed holds no other final job."""
+    final = [job_id for job_id in changed if state.jobs[job_id].status.is_final]
+    if not final:
+        return state
+    jobs = dict(state.jobs)
+    for job_id in final:
+        del jobs[job_id]
+    return QueueState(state.queue, jobs)
 
 
 def _iso(at: datetime) -> str:

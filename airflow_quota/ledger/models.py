@@ -105,6 +105,11 @@ class ConfigRevisionRow(LedgerBase):
     config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
+#: PostgreSQL's fillfactor of ``quota_job``: a cycle rewrites thousands of waiting jobs' statusReasons, and
+#: a row rewritten in its own page, no indexed column changed, gets no new index entry (a HOT update).
+JOB_FILLFACTOR = 70
+
+
 class JobRow(LedgerBase):
     """A job: its request, its AWS status, its place in the engine's order, attempts and capacity held."""
 
@@ -118,6 +123,8 @@ class JobRow(LedgerBase):
         Index("quota_job_status_submitted_idx", "status", "submitted_at", "submit_seq"),
         # The GPU timeline's jobs of a window: unfinished, or changed since the window's start.
         Index("quota_job_queue_updated_idx", "job_queue_name", "updated_at"),
+        # Room in each page for a waiting job's new statusReason, written in place (migration 0007).
+        {"postgresql_with": {"fillfactor": JOB_FILLFACTOR}},
     )
 
     job_id: Mapped[str] = mapped_column(String(JOB_ID_LENGTH), primary_key=True)
@@ -174,6 +181,8 @@ class JobRow(LedgerBase):
     try_number: Mapped[int] = mapped_column(Integer)
     ti_id: Mapped[str | None] = mapped_column(String(36))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    #: The job's last change, but for a waiting job's statusReason alone (``job_rows.write_reasons``):
+    #: which finished jobs changed since a time (the GPU timeline's window; an open job is always shown).
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
 

@@ -22,7 +22,11 @@ from airflow_quota.allocator.cycle import ALLOCATOR_LOCK_ID, CycleReport, run_al
 from airflow_quota.allocator.job_ids import job_id_for
 from airflow_quota.allocator.settings import CycleSettings
 from airflow_quota.engine.config import parse_quota_config
+from airflow_quota.engine.planner import plan_cycle
+from airflow_quota.ledger.job_rows import to_engine_time
 from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
+from airflow_quota.ledger.queue_state import load_queue_state
+from airflow_quota.ledger.timeline import jobs_touching_query
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger
 from tests.db.allocation import DAG_ID, QUEUE, RUN_ID, START, cycle, defer
 from tests.db.conftest import Database
@@ -303,3 +307,33 @@ def test_a_request_started_from_the_triggerer_is_placed_at_its_deferral_and_told
     assert [lease.job_id for lease in report.granted] == [early]  # FIFO by deferral, not by discovery
     assert report.granted[0].payload["submitted_at"] == (START + timedelta(seconds=2)).isoformat()
     assert job(db, late).submitted_at == START + timedelta(seconds=5)
+
+
+def test_a_waiting_jobs_new_reason_is_written_and_shown_while_its_last_change_stays(db: Database) -> None:
+    """When capacity turns over, a waiting job's statusReason is rewritten in bulk (``write_reasons``): the
+    ledger (what the REST API, the page and the CLI read) says what it waits for now, the same words a
+    cycle reading the queue whole gives it, but its ``updated_at`` stays, the job itself unchanged; a job
+    that finished gets its end there, so the GPU timeline's window still finds both."""
+    first = defer(db, "job0", gpus=2)
+    front = defer(db, "job1", gpus=1, deferred_at=START + timedelta(seconds=1))
+    behind = defer(db, "job2", gpus=2, deferred_at=START + timedelta(seconds=2))
+    assert [lease.job_id for lease in cycle(db, START + timedelta(seconds=3)).granted] == [first]
+    waited = job(db, behind)
+    assert front in waited.status_reason
+
+    succeed(db, "job0")
+    turnover = START + timedelta(seconds=4)
+    assert [lease.job_id for lease in cycle(db, turnover).granted] == [front]
+
+    now = job(db, behind)
+    assert now.status == "RUNNABLE"
+    assert now.status_reason != waited.status_reason
+    assert front not in now.status_reason and "using 1 of its 2 gpu" in now.status_reason
+    with db.session() as session:  # what a cycle reading the queue whole says of it: the same
+        replanned = plan_cycle(load_queue_state(session, QUEUE), to_engine_time(turnover))
+    assert replanned.state.jobs[behind].status_reason == now.status_reason
+    assert now.updated_at == waited.updated_at
+    assert job(db, first).updated_at == turnover
+    with db.session() as session:
+        shown = {row.job_id for row in session.scalars(jobs_touching_query(QUEUE, turnover, turnover))}
+    assert shown == {first, front, behind}

@@ -396,3 +396,46 @@ def test_revision_heads_map_names_each_release_head_and_ends_at_head() -> None:
     assert set(heads.values()) <= known
     assert list(heads.values())[-1] == head()
     assert first_revision() == heads["0.1.0"]
+
+
+def _job_fillfactor(database: Database) -> str | None:
+    """PostgreSQL's fillfactor storage parameter of ``quota_job`` (None: the default, pages filled whole)."""
+    with database.engine.connect() as connection:
+        options = connection.execute(
+            sa.text("SELECT reloptions FROM pg_class WHERE relname = 'quota_job' AND relkind = 'r'")
+        ).scalar_one()
+    found = [each.split("=", 1)[1] for each in options or [] if each.startswith("fillfactor=")]
+    return found[0] if found else None
+
+
+def test_upgrading_to_0007_leaves_room_in_the_job_tables_pages_on_postgresql_and_a_downgrade_resets_it(
+    empty_database: Database,
+) -> None:
+    """PostgreSQL keeps 30% of each new page of ``quota_job`` free after 0007 (a waiting job's new
+    statusReason then fits beside its row: rewritten in place, no index touched), as a ledger created
+    from the models has it; a downgrade to 0006 resets it. SQLite has no such setting: nothing changes."""
+    before_fillfactor = "a41c9e07d2b6"
+    upgrade(empty_database, to_revision=before_fillfactor)
+    apply_with_sql(empty_database, 4)
+    postgresql = empty_database.engine.dialect.name == "postgresql"
+    if postgresql:
+        assert _job_fillfactor(empty_database) is None
+
+    upgrade(empty_database)
+    if postgresql:
+        assert _job_fillfactor(empty_database) == "70"
+
+    with empty_database.session() as session:
+        QuotaDBManager(session).downgrade(to_revision=before_fillfactor)
+    if postgresql:
+        assert _job_fillfactor(empty_database) is None
+    with empty_database.engine.connect() as connection:  # the data stays
+        assert connection.execute(sa.text("SELECT job_queue_name FROM quota_job_queue")).scalars().all() == [
+            "gpu"
+        ]
+
+    _drop_ledger(empty_database)
+    with empty_database.engine.begin() as connection:  # created from the models, as a new ledger is
+        ledger_metadata.create_all(connection)
+    if postgresql:
+        assert _job_fillfactor(empty_database) == "70"
