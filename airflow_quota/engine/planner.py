@@ -18,11 +18,12 @@ then made again with them free. A preemptor granted its reservation in step 1 is
 cycle (taking its grant back would free nothing: its units are promised to it).
 
 What a cycle costs follows the jobs it can act on. The waiting jobs are grouped by share, unit and size
-and sorted once per cycle (``_Queued``); a share with no room within its own limits passes all its jobs
-to step 3 at once, a share that can neither borrow nor preempt is left out of step 3, and a job's turn
-costs a few dictionary look-ups unless it can start or preempt. Jobs of one group share one statusReason
-(a job behind others of its share adds their number and the first of them), which the plan keeps beside
-the jobs (``CyclePlan.status_reasons``) instead of copying each job.
+once per cycle, and put in share order without a sort when they come in submission order, as the
+allocator and the simulator keep them (``_Queued``); a share with no room within its own limits passes
+all its jobs to step 3 at once, a share that can neither borrow nor preempt is left out of step 3, and a
+job's turn costs a few dictionary look-ups unless it can start or preempt. Jobs of one group share one
+statusReason (a job behind others of its share adds their number and the first of them), which the plan
+keeps beside the jobs (``CyclePlan.status_reasons``) instead of copying each job.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Iterable
+from itertools import compress, repeat
 from operator import attrgetter
 
 from airflow_quota.engine.model import (
@@ -77,7 +79,7 @@ def plan_cycle(state: QueueState, now: float) -> CyclePlan:
 
 
 class _Queued:
-    """The cycle's input, grouped and sorted once: who waits (by share, unit and size; per share in share
+    """The cycle's input, grouped and ordered once: who waits (by share, unit and size; per share in share
     order), who reserves, who holds."""
 
     def __init__(self, state: QueueState) -> None:
@@ -96,18 +98,30 @@ class _Queued:
         self.by_share: dict[str, list[Job]] = defaultdict(list)
         #: ... and the smallest of them per unit.
         self.smallest: dict[str, dict[str, int]] = defaultdict(dict)
-        # Per group: its jobs, and its share's list in ``by_share`` (None when they can never start).
-        lists: dict[GroupKey, tuple[list[Job], list[Job] | None]] = {}
+        # Per group: its jobs, and its share's jobs by priority (None when they can never start). Jobs
+        # come in the state's order, which is nearly always submission order (the allocator and the
+        # simulator keep it so): each priority's list is then in share order as it is filled, and a
+        # share's list is its priority lists joined, highest first (no sort).
+        lists: dict[GroupKey, tuple[list[Job], dict[int, list[Job]] | None]] = {}
+        by_priority: dict[str, dict[int, list[Job]]] = defaultdict(dict)
         limits: dict[tuple[str, str], StartableLimits] = {}
         runnable = JobStatus.RUNNABLE
+        group_key = _GROUP_KEY
+        in_order = True
+        last: OrderKey = (float("-inf"), 0)
+        last_job: Job | None = None
         for job in state.jobs.values():
             status = job.status
             if status is runnable:
                 if job.awaiting_victims:
                     self.reserved.append(job)
                     continue
-                request = job.request
-                key = (request.quota_share_name, request.capacity_unit, request.instance_count)
+                submitted = job.submitted
+                if in_order and submitted <= last:
+                    # (Before the first job, a key at minus infinity: sorted below, to be safe.)
+                    in_order = last_job is not None and submitted == last and job.job_id > last_job.job_id
+                last, last_job = submitted, job
+                key = group_key(job)
                 found = lists.get(key)
                 if found is None:
                     share_name, unit = where = key[:2]
@@ -117,11 +131,16 @@ class _Queued:
                         share_limits = limits[where] = startable_limits(queue, share, unit, totals)
                     never = self.misconfigurations[key] = misconfiguration(share_limits, key[2])
                     group = self.groups[key] = []
-                    found = lists[key] = group, self.by_share[key[0]] if never is None else None
+                    found = lists[key] = group, by_priority[share_name] if never is None else None
                 group, startable = found
                 group.append(job)
                 if startable is not None:
-                    startable.append(job)
+                    priority = job.request.scheduling_priority
+                    same = startable.get(priority)
+                    if same is None:
+                        startable[priority] = [job]
+                    else:
+                        same.append(job)
             elif status in HOLDING_CAPACITY:
                 self.holding.append(job)
         self.reserved.sort(key=_SUBMISSION)
@@ -130,18 +149,33 @@ class _Queued:
                 smallest = self.smallest[share_name]
                 if count < smallest.get(unit, count + 1):
                     smallest[unit] = count
-        for jobs in self.by_share.values():
-            # share_order_key as two sorts with keys computed in C: the second is stable, and so is
-            # reverse. The first needs the job id only where two jobs have one submission key.
-            jobs.sort(key=_SUBMITTED)
-            if len(set(map(_SUBMITTED, jobs))) < len(jobs):
-                jobs.sort(key=_SUBMISSION)
-            jobs.sort(key=_PRIORITY, reverse=True)
+        by_share = self.by_share
+        for share_name, priorities in by_priority.items():
+            if len(priorities) == 1:
+                (jobs,) = priorities.values()
+            else:
+                jobs = []
+                for priority in sorted(priorities, reverse=True):
+                    jobs += priorities[priority]
+            if not in_order:
+                # share_order_key as sorts with keys computed in C, each stable (reverse too), on the
+                # priority lists joined. The first needs the job id only where two jobs have one
+                # submission key.
+                jobs.sort(key=_SUBMITTED)
+                if len(set(map(_SUBMITTED, jobs))) < len(jobs):
+                    jobs.sort(key=_SUBMISSION)
+                jobs.sort(key=_PRIORITY, reverse=True)
+            by_share[share_name] = jobs
 
 
 _SUBMISSION = attrgetter("submitted", "job_id")
 _SUBMITTED = attrgetter("submitted")
 _PRIORITY = attrgetter("request.scheduling_priority")
+_JOB_ID = attrgetter("job_id")
+#: From this many jobs on, a group's statusReasons are compared in C (below, a Python loop costs less).
+_MANY = 24
+_STATUS_REASON = attrgetter("status_reason")
+_GROUP_KEY = attrgetter("request.quota_share_name", "request.capacity_unit", "request.instance_count")
 
 
 class _Cycle:
@@ -155,7 +189,11 @@ class _Cycle:
         self.withheld: dict[str, str] = {}
         self.queue = queued.state.queue
         self.now = now
-        self.jobs: dict[str, Job] = dict(queued.state.jobs)
+        #: The jobs as this cycle's decisions leave them: the input's own dictionary (never written)
+        #: until the first decision, which copies it (``_set_job``): a cycle that decides nothing copies
+        #: nothing.
+        self.jobs: dict[str, Job] = queued.state.jobs
+        self._copied = False
         #: The new statusReasons of RUNNABLE jobs, where they changed (the jobs themselves are not copied).
         self.status_reasons: dict[str, str] = {}
         #: The groups of the waiting jobs this cycle granted or let preempt (``finish`` looks at each job).
@@ -166,16 +204,15 @@ class _Cycle:
         self.changes = 0
         #: The jobs that could be stopped: holding capacity and not being stopped (and not granted their
         #: reservation in this cycle).
-        self.running = Candidates()
+        self.running = Candidates.of(job for job in queued.holding if job.stop_cause is None)
         #: Per unit, jobs being stopped whose preemptor is gone: free to take over.
         self.orphans: dict[str, dict[str, Job]] = defaultdict(dict)
         self.next_start_seq = 1
         for job in queued.holding:
-            if job.started and job.started[1] >= self.next_start_seq:
-                self.next_start_seq = job.started[1] + 1
-            if not job.is_stopping:
-                self.running.add(job)
-            elif job.job_id in self.usage.orphan_ids:
+            started = job.started
+            if started and started[1] >= self.next_start_seq:
+                self.next_start_seq = started[1] + 1
+            if job.stop_cause is not None and job.job_id in self.usage.orphan_ids:
                 self.orphans[job.unit][job.job_id] = job
         #: Per unit and share, failed (count, priority) attempts since the last decision on that unit: a
         #: job of the same share needing at least as much with no higher priority cannot succeed either.
@@ -206,16 +243,18 @@ class _Cycle:
                 deferred[share_name] = jobs
                 continue
             left: list[Job] = []
+            # The share's failed searches per unit: only ``_admit`` changes them (read again after it).
+            share_failed = _failed_of(failures, share_name)
             for index, job in enumerate(jobs):
                 request = job.request
                 unit = request.capacity_unit
                 if request.instance_count <= room[unit]:
-                    failed_on_unit = failures.get(unit)
-                    failed = failed_on_unit.get(share_name) if failed_on_unit else None
+                    failed = share_failed.get(unit)
                     if failed and _covered(failed, request.instance_count, request.scheduling_priority):
                         continue  # a failed search rules it out (``_admit`` would return at once)
                     changes = self.changes
                     self._admit(job)
+                    share_failed = _failed_of(failures, share_name)
                     if changes != self.changes:
                         room = self._room_within_own_limits(share_name, smallest)
                         if not any(count <= room[unit] for unit, count in smallest.items()):
@@ -266,8 +305,10 @@ class _Cycle:
         while heads:
             _, _, share_name, index = heads[0]
             jobs = deferred[share_name]
+            end = len(jobs)
             others = heads[1:3]
-            bound = min(others)[:2] if others else None
+            # The first other share's head (its submission key, then job id): the turn ends past it.
+            bound_key, bound_id = min(others)[:2] if others else (None, "")
             while True:
                 job = jobs[index]
                 # Most turns end here, on a failed search (``_admit`` asks again): no call for them.
@@ -277,13 +318,15 @@ class _Cycle:
                 if not failed or not _covered(failed, request.instance_count, request.scheduling_priority):
                     self._admit(job)
                 index += 1
-                if index == len(jobs):
+                if index == end:
                     heapq.heappop(heads)
                     break
+                if bound_key is None:
+                    continue
                 following = jobs[index]
-                key = (following.submitted, following.job_id)
-                if bound is not None and key > bound:
-                    heapq.heapreplace(heads, (*key, share_name, index))
+                submitted = following.submitted
+                if submitted > bound_key or (submitted == bound_key and following.job_id > bound_id):
+                    heapq.heapreplace(heads, (submitted, following.job_id, share_name, index))
                     break
 
     def finish(self) -> CyclePlan:
@@ -315,9 +358,13 @@ class _Cycle:
                 )
                 reason += behind_front.get((share_name, unit), "")
             if group not in self.decided_groups:  # the common case: one reason for the whole group
-                for job in waiting:
-                    if job.status_reason != reason:
-                        reasons[job.job_id] = reason
+                if len(waiting) < _MANY:
+                    for job in waiting:
+                        if job.status_reason != reason:
+                            reasons[job.job_id] = reason
+                else:  # each job whose reason differs, picked out in C (no Python step per job)
+                    differs = map(reason.__ne__, map(_STATUS_REASON, waiting))
+                    reasons.update(zip(compress(map(_JOB_ID, waiting), differs), repeat(reason)))
                 continue
             for job in waiting:
                 job_id = job.job_id
@@ -342,7 +389,8 @@ class _Cycle:
                     reasons[job_id] = reason
                 else:
                     reasons.pop(job_id, None)
-        return CyclePlan(tuple(self.decisions), QueueState(self.queue, jobs), reasons)
+        decided = QueueState(self.queue, jobs) if self._copied else queued.state
+        return CyclePlan(tuple(self.decisions), decided, reasons)
 
     def _fronts(self) -> dict[tuple[str, str], list[Job]]:
         """Per share and unit, its first ``EXACT_PLACES`` jobs still waiting, in share order.
@@ -455,6 +503,13 @@ class _Cycle:
 
     # -- applying decisions ----------------------------------------------------------------------------
 
+    def _set_job(self, job: Job) -> None:
+        """``job`` as this cycle's decisions leave it (the jobs are copied on the first change)."""
+        if not self._copied:
+            self.jobs = dict(self.jobs)
+            self._copied = True
+        self.jobs[job.job_id] = job
+
     def _decided(self, decision: Decision, shares_changed: set[str], pool_grew: bool) -> None:
         """Record ``decision`` and forget the failed searches it may have made possible.
 
@@ -483,7 +538,7 @@ class _Cycle:
         borrowed = max(0, min(job.count, used_after - share.own_limit(job.unit)))
         granted = job.granted((self.now, self.next_start_seq))
         self.next_start_seq += 1
-        self.jobs[job.job_id] = granted
+        self._set_job(granted)
         if not job.holds_reservation:
             self.running.add(granted)
             self.granted_now.add(job.job_id)
@@ -504,7 +559,7 @@ class _Cycle:
             self.granted_now.discard(job.job_id)
             self.usage.add_to_share(job.share_name, job.unit, -job.count)
             self.usage.add_occupancy(job.unit, -job.count)
-            self.jobs[job.job_id] = self.queued.state.jobs[job.job_id]
+            self._set_job(self.queued.state.jobs[job.job_id])
             self.withheld[job.job_id] = needed_by
             self.failures.pop(job.unit, None)  # room came back on the unit
 
@@ -521,20 +576,27 @@ class _Cycle:
             reason = victim.status_reason
             if victim.stop_cause is not StopCause.TERMINATED:
                 reason = f"Being stopped: preempted by {preemptor.job_id} ({choice.rule})"
-            self.jobs[victim.job_id] = victim.being_stopped(
-                victim.stop_cause or StopCause.PREEMPTED, preemptor.job_id, reason
+            self._set_job(
+                victim.being_stopped(victim.stop_cause or StopCause.PREEMPTED, preemptor.job_id, reason)
             )
             self.running.remove(victim)
             self.orphans[victim.unit].pop(victim.job_id, None)
         self.usage.add_to_share(preemptor.share_name, preemptor.unit, preemptor.count)
         self.usage.add_occupancy(preemptor.unit, max(0, preemptor.count - held_by_victims))
         victim_ids = tuple(victim.job_id for victim in choice.victims)
-        self.jobs[preemptor.job_id] = preemptor.reserving(frozenset(victim_ids))
+        self._set_job(preemptor.reserving(frozenset(victim_ids)))
         changed = {preemptor.share_name} | {victim.share_name for victim in choice.victims}
         pool_grew = self.usage.overdraft(preemptor.unit) < overdraft_before
         self._decided(
             Preemption(preemptor.job_id, victim_ids, choice.rule, preemptor.unit), changed, pool_grew
         )
+
+
+def _failed_of(
+    failures: dict[str, dict[str, list[tuple[int, int]]]], share_name: str
+) -> dict[str, list[tuple[int, int]]]:
+    """Per unit, the failed attempts of ``share_name`` (the lists themselves: appended in place)."""
+    return {unit: failed for unit, by_share in failures.items() if (failed := by_share.get(share_name))}
 
 
 def _covered(failed: list[tuple[int, int]], count: int, priority: int) -> bool:

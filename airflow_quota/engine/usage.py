@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from airflow_quota.engine.model import (
     HOLDING_CAPACITY,
@@ -30,9 +31,11 @@ from airflow_quota.engine.model import (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Removal:
-    """Jobs hypothetically taken away: units per share (share usage) and units freed physically."""
+class Removal(NamedTuple):
+    """Jobs hypothetically taken away: units per share (share usage) and units freed physically.
+
+    A named tuple, not a frozen dataclass: a victim search builds one per fit it asks, and a tuple is
+    built in C."""
 
     by_share: Mapping[str, int]
     physical: int
@@ -159,7 +162,9 @@ class Usage:
 
     def overdraft(self, unit: str) -> int:
         """Borrowed beyond the lenders' idle plus unowned capacity on ``unit`` (negative: room to lend)."""
-        return self._excess(unit, {})
+        return (
+            self._borrowed_total.get(unit, 0) - self._lendable_idle.get(unit, 0) - self._unowned.get(unit, 0)
+        )
 
     def unowned(self, unit: str) -> int:
         return self._unowned.get(unit, 0)
@@ -179,20 +184,25 @@ class Usage:
 
         With ``within_own_limit`` the share must also end within its own limit (the reclaim search).
         """
+        # (The hottest function of a cycle: the small methods it needs are written out.)
         share = self.shares.get(share_name)
-        if share is None or not share.has_limit_for(unit):
+        if share is None or unit not in share.capacity_limits:
             return False
-        if self.occupancy.get(unit, 0) - removal.physical + count > self.capacity(unit):
+        by_share, physical = removal
+        if self.occupancy.get(unit, 0) - physical + count > self.queue.capacity.get(unit, 0):
             return False
-        new_usage = self.usage(share_name, unit) - removal.by_share.get(share_name, 0) + count
-        if within_own_limit and new_usage > share.own_limit(unit):
+        own_removed = by_share.get(share_name, 0) if by_share else 0
+        new_usage = self.share_usage.get((share_name, unit), 0) - own_removed + count
+        if within_own_limit and new_usage > share.capacity_limits[unit]:
             return False
         ceiling = share.ceiling(unit)
         if ceiling is not None and new_usage > ceiling:
             return False
-        excess = self._excess(unit, {})
-        after = excess + self._excess_change(share, unit, count - removal.by_share.get(share_name, 0))
-        for name, units in removal.by_share.items():
+        excess = (
+            self._borrowed_total.get(unit, 0) - self._lendable_idle.get(unit, 0) - self._unowned.get(unit, 0)
+        )
+        after = excess + self._excess_change(share, unit, count - own_removed)
+        for name, units in by_share.items():
             if units and name != share_name:
                 other = self.shares.get(name)
                 if other is not None:
@@ -203,14 +213,19 @@ class Usage:
 
     def add_to_share(self, share_name: str, unit: str, units: int) -> None:
         share = self.shares.get(share_name)
-        before = self.usage(share_name, unit)
-        self.share_usage[(share_name, unit)] = before + units
+        key = (share_name, unit)
+        before = self.share_usage.get(key, 0)
+        after = self.share_usage[key] = before + units
         if share is None:
             return
-        old_borrowed, old_lendable = self._share_terms(share, unit, before)
-        new_borrowed, new_lendable = self._share_terms(share, unit, before + units)
-        self._borrowed_total[unit] += new_borrowed - old_borrowed
-        self._lendable_idle[unit] += new_lendable - old_lendable
+        # ``_share_terms`` before and after, written out (every decision calls this).
+        own = share.capacity_limits.get(unit, 0)
+        new_borrowed = after - own if after > own else 0
+        self._borrowed_total[unit] += new_borrowed - (before - own if before > own else 0)
+        lent_change = 0
+        if share.strategy is not SharingStrategy.RESERVE:
+            lent_change = (own - after if own > after else 0) - (own - before if own > before else 0)
+        self._lendable_idle[unit] += lent_change
         if new_borrowed:
             self.borrowing[unit].add(share_name)
         else:

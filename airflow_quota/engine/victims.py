@@ -23,7 +23,7 @@ from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, compress
 from operator import itemgetter
 
 from airflow_quota.engine.model import Job, PreemptionRule
@@ -34,7 +34,11 @@ VictimKey = tuple[bool, bool, int, float, int, float, int, str]
 #: first two fields).
 RankKey = tuple[int, float, int, float, int, str]
 Ranked = tuple[RankKey, Job]
+#: A candidate in its unit's list: its rank, its share's name (read without touching the job), the job.
+UnitRanked = tuple[RankKey, str, Job]
 _RANK = itemgetter(0)
+_SHARE_NAME = itemgetter(1)
+_UNIT_JOB = itemgetter(2)
 
 
 def rank_key(candidate: Job) -> RankKey:
@@ -65,14 +69,33 @@ class Candidates:
         self._ranked: dict[tuple[str, str], list[Ranked]] = defaultdict(list)
         self._units: dict[tuple[str, str], int] = defaultdict(int)
         #: The same jobs per unit, all shares together, in victim order (a reclaim reads the borrowers').
-        self._by_unit: dict[str, list[Ranked]] = defaultdict(list)
+        self._by_unit: dict[str, list[UnitRanked]] = defaultdict(list)
+
+    @classmethod
+    def of(cls, jobs: Iterable[Job]) -> Candidates:
+        """The candidates ``jobs``, sorted once per list (``add`` inserts one by one)."""
+        candidates = cls()
+        ranked, by_unit, units = candidates._ranked, candidates._by_unit, candidates._units
+        for job in jobs:
+            request = job.request
+            where = (request.capacity_unit, request.quota_share_name)
+            key = rank_key(job)
+            ranked[where].append((key, job))
+            by_unit[request.capacity_unit].append((key, request.quota_share_name, job))
+            units[where] += request.instance_count
+        # The rank keys are unique (they end with the job id).
+        for entries in ranked.values():
+            entries.sort(key=_RANK)
+        for unit_entries in by_unit.values():
+            unit_entries.sort(key=_RANK)
+        return candidates
 
     def add(self, job: Job) -> None:
         request = job.request
         where = (request.capacity_unit, request.quota_share_name)
-        ranked = (rank_key(job), job)
-        insort(self._ranked[where], ranked)
-        insort(self._by_unit[request.capacity_unit], ranked)
+        key = rank_key(job)
+        insort(self._ranked[where], (key, job), key=_RANK)
+        insort(self._by_unit[request.capacity_unit], (key, request.quota_share_name, job), key=_RANK)
         self._units[where] += request.instance_count
 
     def remove(self, job: Job) -> None:
@@ -93,8 +116,11 @@ class Candidates:
         return self._ranked.get((unit, share_name), [])
 
     def of_shares(self, unit: str, share_names: Collection[str]) -> Iterator[Job]:
-        """The jobs on ``unit`` of the shares ``share_names``, in victim order."""
-        return (job for _, job in self._by_unit.get(unit, ()) if job.request.quota_share_name in share_names)
+        """The jobs on ``unit`` of the shares ``share_names``, in victim order (lazily, filtered in C:
+        a search reads only the first few)."""
+        entries = self._by_unit.get(unit, [])
+        chosen = map(share_names.__contains__, map(_SHARE_NAME, entries))
+        return map(_UNIT_JOB, compress(entries, chosen))
 
     def units(self, unit: str, share_name: str) -> int:
         return self._units.get((unit, share_name), 0)
@@ -136,10 +162,15 @@ def choose_victims(
         # Only the share's own jobs lower its usage: without room for the job there, no reclaim can do.
         if used - own_freed.by_share.get(share_name, 0) + preemptor.count <= own_limit:
             borrowers = usage.borrowing[unit] - {share_name}
-            physical = own_freed.physical + sum(candidates.units(unit, name) for name in borrowers)
-            # And none without the room physically. (The whole fit rule is left to the search: with
-            # every borrowing share changed it costs more than the search itself.)
-            if usage.occupancy.get(unit, 0) - physical + preemptor.count <= usage.capacity(unit):
+            # And none without the room physically: what the borrowers hold is added only while the
+            # room is short. (The whole fit rule is left to the search: with every borrowing share
+            # changed it costs more than the search itself.)
+            short = usage.occupancy.get(unit, 0) - own_freed.physical + preemptor.count - usage.capacity(unit)
+            for name in borrowers:
+                if short <= 0:
+                    break
+                short -= candidates.units(unit, name)
+            if short <= 0:
                 borrowed = candidates.of_shares(unit, borrowers)
                 ranked = chain(ranked_orphans, borrowed, own_lower)
                 found = _search(usage, preemptor, ranked, None, orphan_ids, within_own_limit=True)
