@@ -273,40 +273,20 @@ def task_views(
     For a job whose try is over (the task instance ended it, or moved on from it), the view also carries
     what Airflow recorded about that try (``_what_ended``), so its reason can say what happened.
     """
-    ti = TaskInstance
-    query = (
-        select(
-            JobRow.job_id,
-            JobRow.try_number.label("job_try_number"),
-            JobRow.ti_id.label("job_ti_id"),
-            ti.dag_id,
-            ti.run_id,
-            ti.task_id,
-            ti.map_index,
-            ti.state,
-            ti.try_number,
-            ti.id,
-            ti.pid,
-            Trigger.classpath,
-            Trigger.created_date,
-        )
-        .join(
-            ti,
-            and_(
-                ti.dag_id == JobRow.dag_id,
-                ti.run_id == JobRow.run_id,
-                ti.task_id == JobRow.task_id,
-                ti.map_index == JobRow.map_index,
-            ),
-        )
-        .outerjoin(Trigger, ti.trigger_id == Trigger.id)
-        .where(JobRow.status.in_(OPEN_STATUSES if waiting_too else _HOLDING_OR_STOPPING))
-    )
+    statuses = OPEN_STATUSES if waiting_too else _HOLDING_OR_STOPPING
+    jobs_query = select(JobRow.job_id, JobRow.try_number, JobRow.ti_id).where(JobRow.status.in_(statuses))
     if job_ids is not None:
-        query = query.where(JobRow.job_id.in_(job_ids))
+        jobs_query = jobs_query.where(JobRow.job_id.in_(job_ids))
+    rows = _views_by_ti_id(session, session.execute(jobs_query).all())
+    moved = [job_id for job_id, row in rows.items() if row is None]  # a later try, or no id known
+    for start in range(0, len(moved), _CHUNK):
+        found = session.execute(_by_key(moved[start : start + _CHUNK]))
+        rows.update((row.job_id, _ViewRow(*row)) for row in found)
     views: dict[str, TaskView] = {}
     over: dict[str, _Try] = {}
-    for row in session.execute(query).all():
+    for row in rows.values():
+        if row is None:  # its task instance is gone
+            continue
         state = None if row.state is None else str(getattr(row.state, "value", row.state))
         views[row.job_id] = TaskView(
             state=state,
@@ -329,6 +309,87 @@ def task_views(
                 scheduler_gone=job_id in scheduler_gone,
             )
     return views
+
+
+def _view_columns() -> tuple[Any, ...]:
+    ti = TaskInstance
+    return (
+        ti.dag_id,
+        ti.run_id,
+        ti.task_id,
+        ti.map_index,
+        ti.state,
+        ti.try_number,
+        ti.id,
+        ti.pid,
+        Trigger.classpath,
+        Trigger.created_date,
+    )
+
+
+def _views_by_ti_id(session: Session, jobs: Sequence[Any]) -> dict[str, Any]:
+    """Each job's task instance read by the id its current try had (the primary key: the plan cannot go
+    wrong on a fresh table's missing statistics, as a join on the task's key did), by job id; None where
+    that id is no longer a task instance's (a later try has another) or the job names none."""
+    by_ti: dict[uuid.UUID, tuple[str, int, str]] = {}
+    rows: dict[str, Any] = {}
+    for job_id, try_number, ti_id in jobs:
+        rows[job_id] = None
+        try:
+            by_ti[uuid.UUID(ti_id)] = (job_id, try_number, ti_id)
+        except (TypeError, ValueError):
+            continue
+    ids = list(by_ti)
+    for start in range(0, len(ids), _CHUNK):
+        query = (
+            select(*_view_columns())
+            .outerjoin(Trigger, TaskInstance.trigger_id == Trigger.id)
+            .where(TaskInstance.id.in_(ids[start : start + _CHUNK]))
+        )
+        for row in session.execute(query):
+            job_id, try_number, ti_id = by_ti[row.id]
+            rows[job_id] = _ViewRow(job_id, try_number, ti_id, *row)
+    return rows
+
+
+def _by_key(job_ids: Sequence[str]) -> Any:
+    """The task instances of ``job_ids`` found by their task's key (its current try, whatever its id)."""
+    ti = TaskInstance
+    return (
+        select(
+            JobRow.job_id,
+            JobRow.try_number.label("job_try_number"),
+            JobRow.ti_id.label("job_ti_id"),
+            *_view_columns(),
+        )
+        .join(
+            ti,
+            and_(
+                ti.dag_id == JobRow.dag_id,
+                ti.run_id == JobRow.run_id,
+                ti.task_id == JobRow.task_id,
+                ti.map_index == JobRow.map_index,
+            ),
+        )
+        .outerjoin(Trigger, ti.trigger_id == Trigger.id)
+        .where(JobRow.job_id.in_(job_ids))
+    )
+
+
+class _ViewRow(NamedTuple):
+    job_id: str
+    job_try_number: int
+    job_ti_id: str | None
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    state: Any
+    try_number: int
+    id: uuid.UUID
+    pid: int | None
+    classpath: str | None
+    created_date: datetime | None
 
 
 #: The status column's values of an open job that is not waiting (RUNNABLE).
