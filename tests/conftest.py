@@ -14,14 +14,10 @@ soak's two runs) and run on whichever workers are free. Files are handed out lon
 tests' Airflow installations run at once, whatever the number of workers (``tests/airflow/harness.py``,
 ``AIRFLOW_SLOTS``); the soak and the benchmark runs start theirs through their own scripts, without a slot.
 
-The processes of one run (the session's and its workers') share one moto server (``moto_endpoint``), started
-by the first test that needs it and stopped when the session ends.
-
 ``QUOTA_TEST_TIMELINE=FILE`` appends one JSON line per test (worker, test, start and end in seconds since
 the epoch, and the CPU seconds its worker and the worker's finished child processes used meanwhile: an
 Airflow a fixture started counts when it is stopped), to see which tests ran side by side, what kept the
-suite waiting and what used the cores (and one line for the shared moto server, whose CPU no test counts).
-``python -m tests.timeline FILE`` sums it up.
+suite waiting and what used the cores. ``python -m tests.timeline FILE`` sums it up.
 """
 
 from __future__ import annotations
@@ -30,17 +26,12 @@ import gc
 import json
 import os
 import resource
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from xdist.remote import Producer
 from xdist.scheduler import LoadFileScheduling
-
-from tests.sagemaker.moto_process import shared_moto_server, stop_shared_moto_server
 
 # Trio (which Selenium brings) registers its random generator with Hypothesis as an entry-point plugin, and
 # registering runs a full garbage collection in every worker (about a CPU-second each with Airflow loaded).
@@ -70,6 +61,7 @@ LONGEST_FIRST = {
     "tests/unit/engine/test_properties.py": 20,
     "tests/sagemaker/test_operator.py": 20,
     "tests/db/test_allocator_lifecycle.py": 19,
+    "tests/db/test_timeline.py": 8,
     "tests/db/test_allocator_local_stop.py": 17,
     "tests/sagemaker/test_backend.py": 17,
     "tests/aws_batch/test_emulator.py": 16,
@@ -77,7 +69,6 @@ LONGEST_FIRST = {
     "tests/db/test_history_replay.py": 14,
     "tests/db/test_allocator_kept_state.py": 14,
     "tests/sagemaker/test_trigger.py": 12,
-    "tests/db/test_timeline.py": 8,
 }
 
 
@@ -127,39 +118,6 @@ def _expected_seconds(item: pytest.Item) -> int:
     if item.get_closest_marker("airflow"):
         return 60
     return 10 if item.get_closest_marker("db") else 0
-
-
-#: A folder of the run's own, and the pid of the process that runs the session: set there before the workers
-#: start, so that they inherit both.
-RUN_FOLDER, RUN_OWNER = "QUOTA_TEST_RUN_FOLDER", "QUOTA_TEST_RUN_OWNER"
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    if not hasattr(config, "workerinput"):  # the session's process, with or without workers
-        os.environ[RUN_FOLDER] = tempfile.mkdtemp(prefix="quota-test-run-")
-        os.environ[RUN_OWNER] = str(os.getpid())
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput") or RUN_FOLDER not in os.environ:
-        return
-    folder = Path(os.environ.pop(RUN_FOLDER))
-    os.environ.pop(RUN_OWNER, None)
-    stopped = stop_shared_moto_server(folder)
-    timeline = os.environ.get("QUOTA_TEST_TIMELINE")
-    if stopped and timeline:
-        start, end, cpu = stopped
-        entry = {"worker": "moto", "test": "moto server (shared)", "start": start, "end": end, "cpu": cpu}
-        with open(timeline, "a") as out:
-            out.write(json.dumps(entry) + "\n")
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
-def moto_endpoint() -> str:
-    """The endpoint URL of moto's server with our SageMaker and AWS Batch emulators: one server for the whole
-    run (tests/sagemaker/moto_process.py), started by the first worker that asks."""
-    return shared_moto_server(Path(os.environ[RUN_FOLDER]), int(os.environ[RUN_OWNER]))
 
 
 def _cpu_seconds() -> float:

@@ -1,10 +1,10 @@
-"""The test run's moto server (with our AWS Batch and SageMaker emulators), and Batch clients whose every
-answer is checked against botocore's output shape for its operation.
+"""One moto server (with our AWS Batch and SageMaker emulators) per test session, and Batch clients whose
+every answer is checked against botocore's output shape for its operation.
 
-The server runs in a subprocess (``tests.sagemaker.moto_process``) on 127.0.0.1 and a free port, one for
-all the run's workers (``moto_endpoint``, tests/conftest.py); dummy credentials and ``AWS_ENDPOINT_URL``
-(set for each test) make sure nothing here can reach AWS. Each test builds its own design (job queue names
-carry the test's ``unique`` suffix) from a quota file, through ``export_design``'s request bodies.
+The server runs in a subprocess (``tests.sagemaker.moto_process``) on 127.0.0.1 and a free port; dummy
+credentials and ``AWS_ENDPOINT_URL`` (set for each test) make sure nothing here can reach AWS. Each test
+builds its own design (job queue names carry the test's ``unique`` suffix) from a quota file, through
+``export_design``'s request bodies.
 """
 
 from __future__ import annotations
@@ -22,7 +22,12 @@ from airflow_quota.aws_batch.export import export_design
 from airflow_quota.engine.config import parse_quota_config
 from tests.aws_batch.output_shapes import answer_problems
 from tests.sagemaker.conftest import training_request
-from tests.sagemaker.moto_process import OFFLINE_AWS_ENVIRONMENT, REGION, emulator_connection
+from tests.sagemaker.moto_process import (
+    OFFLINE_AWS_ENVIRONMENT,
+    REGION,
+    emulator_connection,
+    moto_server_process,
+)
 
 ACCOUNT_ID = "123456789012"
 UNIT = "ml.g5.xlarge"
@@ -31,8 +36,9 @@ os.environ.update(OFFLINE_AWS_ENVIRONMENT)
 
 
 @pytest.fixture(scope="session")
-def endpoint_url(moto_endpoint: str) -> str:
-    return moto_endpoint
+def endpoint_url() -> Iterator[str]:
+    with moto_server_process() as url:
+        yield url
 
 
 @pytest.fixture(autouse=True)

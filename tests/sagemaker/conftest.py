@@ -1,10 +1,9 @@
-"""The test run's moto server (with our SageMaker emulator), and the Airflow connection to it.
+"""One moto server (with our SageMaker emulator) per test session, and the Airflow connection to it.
 
 The server runs in a subprocess (``python -m tests.aws_batch.moto_batch``, with our AWS Batch emulator
-too) on 127.0.0.1 and a free port, one for all the run's workers (``moto_endpoint``, tests/conftest.py);
-``AIRFLOW_CONN_AWS_DEFAULT`` points the provider's hooks at it through ``endpoint_url``, and
-``AWS_ENDPOINT_URL`` and dummy credentials make sure nothing in these tests can reach AWS. ``AIRFLOW_HOME``
-is a temporary folder, set before any test module imports Airflow.
+too) on 127.0.0.1 and a free port; ``AIRFLOW_CONN_AWS_DEFAULT`` points the provider's hooks at it through
+``endpoint_url``, and ``AWS_ENDPOINT_URL`` and dummy credentials make sure nothing in these tests can reach
+AWS. ``AIRFLOW_HOME`` is a temporary folder, set before any test module imports Airflow.
 """
 
 from __future__ import annotations
@@ -20,7 +19,12 @@ from typing import Any
 
 import pytest
 
-from tests.sagemaker.moto_process import OFFLINE_AWS_ENVIRONMENT, REGION, emulator_connection
+from tests.sagemaker.moto_process import (
+    OFFLINE_AWS_ENVIRONMENT,
+    REGION,
+    emulator_connection,
+    moto_server_process,
+)
 
 ROLE_ARN = "arn:aws:iam::123456789012:role/training"
 
@@ -42,18 +46,19 @@ class MotoServer:
 
 
 @pytest.fixture(scope="session")
-def moto_server(moto_endpoint: str) -> Iterator[MotoServer]:
-    pointing = emulator_connection(moto_endpoint)
-    saved = {name: os.environ.get(name) for name in pointing}
-    os.environ.update(pointing)
-    try:
-        yield MotoServer(moto_endpoint)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+def moto_server() -> Iterator[MotoServer]:
+    with moto_server_process() as endpoint_url:
+        pointing = emulator_connection(endpoint_url)
+        saved = {name: os.environ.get(name) for name in pointing}
+        os.environ.update(pointing)
+        try:
+            yield MotoServer(endpoint_url)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def training_request(

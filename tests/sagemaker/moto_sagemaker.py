@@ -25,7 +25,6 @@ port); it prints ``PORT <n>`` once it serves, and runs until it is terminated.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import threading
@@ -150,24 +149,11 @@ def install() -> None:
     sagemaker_responses.SageMakerResponse.stop_training_job = _stop_training_job_response  # type: ignore[attr-defined]
 
 
-def _exit_with(pid: int) -> None:
-    """End this server once ``pid`` is gone (a test run killed before it could stop its shared server)."""
-    while True:
-        time.sleep(1)
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            os._exit(0)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--exit-with", type=int, metavar="PID", help="exit once this process is gone")
     args = parser.parse_args(argv)
-    if args.exit_with:
-        threading.Thread(target=_exit_with, args=(args.exit_with,), daemon=True).start()
     install()
     server = ThreadedMotoServer(ip_address=args.host, port=args.port, verbose=False)
     server.start()
