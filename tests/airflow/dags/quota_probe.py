@@ -81,6 +81,18 @@ class ProbeOperator(BaseOperator):
         note(self.task_id, "end", lease=lease)
 
 
+def wait_for_probe(task_id: str, event: str, timeout: float = 300) -> None:
+    """Wait until the probe log has ``event`` of ``task_id`` (a task that must come after another's step)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(os.environ["QUOTA_PROBE_LOG"]) as log:
+            entries = [json.loads(line) for line in log if line.strip()]
+        if any(entry["task"] == task_id and entry["event"] == event for entry in entries):
+            return
+        time.sleep(0.5)
+    raise AirflowException(f"{task_id} did not {event} within {timeout:.0f} s")
+
+
 def canary() -> None:
     note("canary", "ran")
 
@@ -122,9 +134,13 @@ with DAG("quota_bad_request", schedule=None, catchup=False) as bad_request:
     )
 
 with DAG("quota_marked_failed", schedule=None, catchup=False, max_active_tasks=16) as marked_failed:
-    # team-b holds both GPUs (for 60 s: the test acts while the others wait, though every run of the
-    # module starts at once); two more of its jobs wait; a user marks one of them failed while it waits.
-    ProbeOperator(task_id="holds_both", job_queue="marked-failed", share="team-b", gpus=2, train_seconds=60)
-    waiters = PythonOperator(task_id="waiters_arrive", python_callable=lambda: time.sleep(3))
+    # team-b holds both GPUs (for 90 s: the test acts while the others wait, though every run of the
+    # module starts at once); once it holds them, two more of its jobs arrive and wait; a user marks one of
+    # them failed while it waits. (Waiting only 3 s for the holder was not enough under load: its own
+    # deferral came after the waiters', they were granted first, and nobody ever waited.)
+    ProbeOperator(task_id="holds_both", job_queue="marked-failed", share="team-b", gpus=2, train_seconds=90)
+    waiters = PythonOperator(
+        task_id="waiters_arrive", python_callable=lambda: wait_for_probe("holds_both", "start")
+    )
     for waiter in ("marked_failed", "granted_after"):
         waiters >> ProbeOperator(task_id=waiter, job_queue="marked-failed", share="team-b", train_seconds=1)
