@@ -51,8 +51,8 @@ DAGS=(demo_nlp_sweep demo_vision_eval demo_research_pretrain)
 api_up() {
     .venv/bin/python -c "import urllib.request as r; r.urlopen('http://localhost:$PORT/api/v2/monitor/health', timeout=2)"
 }
-# Airflow builds the api-server's task API (/execution) on its first request: 15 s of CPU on a 2-core
-# machine, during which the api-server answers nothing. Made here, before any task runs, so the demo's first
+# Airflow builds the api-server's task API (/execution) on its first request: 8 to 10 s of CPU on a
+# 2-core machine, during which the api-server answers nothing. Made here, before any task runs, so the demo's first
 # tasks do not wait for it (on a loaded machine their calls timed out and the trials failed).
 task_api_up() {
     .venv/bin/python -c "import urllib.request as r; r.urlopen('http://localhost:$PORT/execution/health', timeout=120)"

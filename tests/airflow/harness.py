@@ -144,7 +144,7 @@ class AirflowProcesses:
 
     def _build_task_api(self) -> None:
         """Make the api-server's first task-API request as soon as it answers: Airflow builds that API on its
-        first request (about 15 CPU-seconds, answering nothing meanwhile), and a task whose calls wait for it
+        first request (8 to 10 CPU-seconds, answering nothing meanwhile), and a task whose calls wait for it
         under load can time out and fail before its own code runs. ``scripts/demo.sh`` does the same."""
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
