@@ -352,6 +352,16 @@ def _views_by_ti_id(session: Session, jobs: Sequence[Any]) -> dict[str, Any]:
     return rows
 
 
+def _of_the_jobs_task(model: Any) -> Any:
+    """The join condition of ``model``'s rows (task instances, task state) on the job's task instance key."""
+    return and_(
+        model.dag_id == JobRow.dag_id,
+        model.run_id == JobRow.run_id,
+        model.task_id == JobRow.task_id,
+        model.map_index == JobRow.map_index,
+    )
+
+
 def _by_key(job_ids: Sequence[str]) -> Any:
     """The task instances of ``job_ids`` found by their task's key (its current try, whatever its id)."""
     ti = TaskInstance
@@ -362,15 +372,7 @@ def _by_key(job_ids: Sequence[str]) -> Any:
             JobRow.ti_id.label("job_ti_id"),
             *_view_columns(),
         )
-        .join(
-            ti,
-            and_(
-                ti.dag_id == JobRow.dag_id,
-                ti.run_id == JobRow.run_id,
-                ti.task_id == JobRow.task_id,
-                ti.map_index == JobRow.map_index,
-            ),
-        )
+        .join(ti, _of_the_jobs_task(ti))
         .outerjoin(Trigger, ti.trigger_id == Trigger.id)
         .where(JobRow.job_id.in_(job_ids))
     )
@@ -441,15 +443,7 @@ def training_records(session: Session) -> dict[str, TrainingJobRecord]:
     store = TaskStateStoreModel
     query = (
         select(JobRow.job_id, store.value)
-        .join(
-            store,
-            and_(
-                store.dag_id == JobRow.dag_id,
-                store.run_id == JobRow.run_id,
-                store.task_id == JobRow.task_id,
-                store.map_index == JobRow.map_index,
-            ),
-        )
+        .join(store, _of_the_jobs_task(store))
         .where(JobRow.status.in_(OPEN_STATUSES), store.key == TRAINING_JOB_KEY)
     )
     records: dict[str, TrainingJobRecord] = {}
