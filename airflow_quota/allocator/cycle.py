@@ -69,13 +69,13 @@ from sqlalchemy.orm import Session
 from airflow_quota.allocator.admission import admit, reject, submitted_at_of
 from airflow_quota.allocator.aws_batch_queues import hand_over_to_aws_batch
 from airflow_quota.allocator.decisions import grant, preempt
-from airflow_quota.allocator.kept_state import keep_for_next_cycle, load_for_cycle
+from airflow_quota.allocator.kept_state import GroupedWaiting, keep_for_next_cycle, load_for_cycle
 from airflow_quota.allocator.open_jobs import reconcile_open_job
 from airflow_quota.allocator.queue_part import QueuePart, Waiting
 from airflow_quota.allocator.report import CycleReport, first_line
 from airflow_quota.allocator.settings import CycleSettings
 from airflow_quota.allocator.stops import ask_to_stop
-from airflow_quota.allocator.tasks import is_postgres, task_views, training_records, waiting_on
+from airflow_quota.allocator.tasks import WaitingTask, is_postgres, task_views, training_records, waiting_on
 from airflow_quota.engine.model import CyclePlan, Grant, JobStatus, QueueState
 from airflow_quota.engine.planner import plan_cycle
 from airflow_quota.ledger.decisions import record_cycle
@@ -104,12 +104,7 @@ def run_allocation_cycle(
     report = CycleReport(ran_at=now)
     views = task_views(session, waiting_too=False)  # a RUNNABLE job not waiting: ``_view_not_waiting``
     records = training_records(session)
-    waiting_by_queue: dict[str, list[Waiting]] = defaultdict(list)
-    settled_by = now - settings.settle_time
-    for task in waiting_on(session, ADMISSION_CLASSPATH):
-        # Only a task deferred from a worker run (pid set) can get the stale executor event.
-        settled = not task.from_worker or task.deferred_at <= settled_by
-        waiting_by_queue[str(task.kwargs.get("job_queue"))].append(Waiting(task.job_id, task, settled))
+    waiting_by_queue = _waiting_by_queue(waiting_on(session, ADMISSION_CLASSPATH), now, settings)
     open_queues = session.scalars(
         select(JobRow.job_queue_name).where(JobRow.status.in_(OPEN_STATUSES)).distinct()
     )
@@ -131,6 +126,31 @@ def run_allocation_cycle(
             continue
         report.add(part)
     return report
+
+
+def _waiting_by_queue(
+    tasks: list[WaitingTask], now: datetime, settings: CycleSettings
+) -> dict[str, list[Waiting]]:
+    """The waiting tasks by job queue. A host (``kept_queues``) groups the same read of them once: while
+    ``waiting_on`` returns the same list and every task in it has settled, the same lists are returned."""
+    settled_by = now - settings.settle_time
+    kept_queues = settings.kept_queues
+    grouped = None if kept_queues is None else kept_queues.waiting
+    if grouped is not None and grouped.tasks is tasks and grouped.settled_from <= settled_by:
+        return grouped.by_queue
+    by_queue: dict[str, list[Waiting]] = defaultdict(list)
+    latest: datetime | None = None  # the latest deferral from a worker run
+    for task in tasks:
+        # Only a task deferred from a worker run (pid set) can get the stale executor event.
+        settled = True
+        if task.from_worker:
+            settled = task.deferred_at <= settled_by
+            latest = task.deferred_at if latest is None else max(latest, task.deferred_at)
+        by_queue[str(task.kwargs.get("job_queue"))].append(Waiting(task.job_id, task, settled))
+    if kept_queues is not None:
+        all_settled = latest is None or latest <= settled_by
+        kept_queues.waiting = GroupedWaiting(tasks, latest or now, dict(by_queue)) if all_settled else None
+    return by_queue
 
 
 def _take_cycle_lock(session: Session) -> bool:
@@ -160,14 +180,30 @@ def _allocate_queue(part: QueuePart, queue_name: str, waiting: list[Waiting]) ->
         for each in waiting:
             reject(part, each, str(error))
         return
-    waiting = hand_over_to_aws_batch(part, queue_name, waiting)  # a queue AWS Batch schedules: its new ones
-    waiting = _claim_acted_on(part, state, _within_batch(part, waiting))
-    waiting_ids = {each.job_id for each in waiting}
-    not_waiting = sorted(job_id for job_id in state.jobs if job_id not in waiting_ids)
+    given = waiting
+    unchanged = _unchanged(part, state, waiting)
+    if unchanged:
+        # The same waiting tasks, each RUNNABLE and known: none new, none to hand over or claim now; the
+        # jobs not waiting are those the cycle read again (``part.rows``).
+        not_waiting = sorted(part.rows)
+    else:
+        waiting = hand_over_to_aws_batch(part, queue_name, waiting)  # an AWS Batch queue: its new ones
+        waiting = _claim_acted_on(part, state, _within_batch(part, waiting))
+        waiting_ids = {each.job_id for each in waiting}
+        not_waiting = sorted(job_id for job_id in state.jobs if job_id not in waiting_ids)
     part.preload(not_waiting)
     _view_not_waiting(part, not_waiting)
+    started_from = state
     for job_id in not_waiting:
         state = reconcile_open_job(part, state, job_id)
+    if unchanged and state is started_from:
+        # Nothing changed since the last cycle, whose plan over this very state decided nothing and left
+        # every statusReason as the engine words it: planned again, it decides nothing and rewords
+        # nothing (the plan reads no clock unless it grants). Nothing to record or apply.
+        part.report.states[queue_name] = state
+        part.report.queues_unchanged.append(queue_name)
+        keep_for_next_cycle(part, queue_name, state, quiet=given)
+        return
     state, grantable = admit(part, state, waiting)
     planning, plan = _plan(part, state, grantable)
     part.rows.update(record_cycle(part.session, planning, plan, part.now))
@@ -179,7 +215,31 @@ def _allocate_queue(part: QueuePart, queue_name: str, waiting: list[Waiting]) ->
         else:
             preempt(part, plan.decided, decision)
     part.report.states[queue_name] = plan.decided
-    keep_for_next_cycle(part, queue_name, QueueState(state.queue, {**state.jobs, **plan.state.jobs}))
+    after = QueueState(state.queue, {**state.jobs, **plan.state.jobs})
+    quiet = given if _decided_nothing(state, planning, plan) and _all_waiting(after, given) else None
+    keep_for_next_cycle(part, queue_name, after, quiet=quiet)
+
+
+def _unchanged(part: QueuePart, state: QueueState, waiting: list[Waiting]) -> bool:
+    """Whether the queue's part starts where the last cycle left it: its state as kept (``part.kept``,
+    whose RUNNABLE jobs are every waiting task's) and the same list of waiting tasks (the same read of
+    them, ``_waiting_by_queue``), and that cycle's plan decided nothing (``KeptQueue.quiet``)."""
+    kept = part.kept
+    if kept is None or kept.quiet is None or state is not kept.state:
+        return False
+    return kept.quiet is waiting or not (kept.quiet or waiting)
+
+
+def _decided_nothing(state: QueueState, planning: QueueState, plan: CyclePlan) -> bool:
+    """Whether the plan was made over every job of ``state`` and decided nothing (no job copied: none
+    granted and taken back either)."""
+    return not plan.decisions and plan.decided is planning and len(planning.jobs) == len(state.jobs)
+
+
+def _all_waiting(state: QueueState, waiting: list[Waiting]) -> bool:
+    """Whether the RUNNABLE jobs of ``state`` are exactly the jobs of ``waiting`` (each once)."""
+    runnable = {job_id for job_id, job in state.jobs.items() if job.status is JobStatus.RUNNABLE}
+    return len(runnable) == len(waiting) and runnable == {each.job_id for each in waiting}
 
 
 def _view_not_waiting(part: QueuePart, job_ids: list[str]) -> None:

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from operator import attrgetter
+from typing import NamedTuple
 
 from sqlalchemy import select
 
-from airflow_quota.allocator.queue_part import QueuePart
-from airflow_quota.allocator.tasks import is_postgres
+from airflow_quota.allocator.queue_part import QueuePart, Waiting
+from airflow_quota.allocator.tasks import WaitingTask, is_postgres
 from airflow_quota.engine.model import Job, JobQueue, JobStatus, QueueState
 from airflow_quota.ledger.generation import QueueMark, read_mark
 from airflow_quota.ledger.job_rows import job_from_row
@@ -47,21 +49,47 @@ _READ_EVERY_CYCLE = [
 
 @dataclass(frozen=True, slots=True)
 class KeptQueue:
-    """One job queue as a committed cycle left it: its configuration and RUNNABLE jobs, and its mark."""
+    """One job queue as a committed cycle left it, and its mark."""
 
     mark: QueueMark
-    queue: JobQueue
-    runnable: dict[str, Job]
+    #: Its configuration and open jobs, in the ledger's order (``load_queue``: first submitted first).
+    state: QueueState
+    #: Its jobs other than the RUNNABLE ones (holding capacity or being stopped), by job id: what the
+    #: next cycle reads again and compares (when they are the same, it starts from ``state`` itself).
+    others: dict[str, Job]
+    #: The queue's waiting tasks (``cycle``'s list of them) when the cycle that kept it planned every
+    #: RUNNABLE job, each one waiting, and its plan decided nothing: a cycle that starts from the same
+    #: ``state`` with the same list plans the same and decides nothing again (``cycle._allocate_queue``).
+    quiet: list[Waiting] | None = None
+
+    @property
+    def queue(self) -> JobQueue:
+        return self.state.queue
+
+    @property
+    def runnable(self) -> dict[str, Job]:
+        return {job_id: job for job_id, job in self.state.jobs.items() if job.status is JobStatus.RUNNABLE}
+
+
+class GroupedWaiting(NamedTuple):
+    """One read of the waiting tasks (``tasks.waiting_on``) grouped by job queue (``cycle``), each task
+    settled from ``settled_from`` on: a later cycle given the same list groups it the same."""
+
+    tasks: list[WaitingTask]
+    settled_from: datetime
+    by_queue: dict[str, list[Waiting]]
 
 
 class KeptQueues:
-    """A host's kept queues (``kept``), those its running cycle will keep once it commits (``pending``)."""
+    """A host's kept queues (``kept``), those its running cycle will keep once it commits (``pending``),
+    and its latest grouping of the waiting tasks (``waiting``)."""
 
     def __init__(self, check_every: int = CHECK_EVERY) -> None:
         self.check_every = check_every
         self.kept: dict[str, KeptQueue] = {}
         self.pending: dict[str, KeptQueue] = {}
         self.cycles = 0
+        self.waiting: GroupedWaiting | None = None
 
     def start_cycle(self) -> None:
         """A cycle starts (it holds the allocator's lock): nothing of it is kept yet."""
@@ -96,31 +124,44 @@ def load_for_cycle(part: QueuePart, queue_name: str) -> QueueState:
     if kept is None or kept.mark != part.mark:
         return _load_whole(part, queue_name)
     rows = _rows_read_every_cycle(part, queue_name)
-    if kept_queues.checking or not rows.keys().isdisjoint(kept.runnable):
+    kept_jobs, others = kept.state.jobs, kept.others
+    if kept_queues.checking or any(job_id in kept_jobs and job_id not in others for job_id in rows):
         state = _load_whole(part, queue_name)
         _compare(part, queue_name, kept, state)
         return state
     part.rows = rows
     part.report.queues_kept.append(queue_name)
-    jobs = sorted([*kept.runnable.values(), *(job_from_row(row) for row in rows.values())], key=_ORDER)
-    state = QueueState(kept.queue, {job.job_id: job for job in jobs})
+    read = {job_id: job_from_row(row) for job_id, row in rows.items()}
+    if read == others:  # the usual cycle: the queue is as the last cycle left it (``part.kept``)
+        state = kept.state
+        part.kept = kept
+    else:
+        jobs = sorted([*kept.runnable.values(), *read.values()], key=_ORDER)
+        state = QueueState(kept.queue, {job.job_id: job for job in jobs})
     part.open_ids = set(state.jobs)
     return state
 
 
-def keep_for_next_cycle(part: QueuePart, queue_name: str, state: QueueState) -> None:
+def keep_for_next_cycle(
+    part: QueuePart, queue_name: str, state: QueueState, quiet: list[Waiting] | None = None
+) -> None:
     """At the end of the queue's part: keep ``state`` (the queue as the part leaves it) for the next
     cycle, once this one has committed, with the queue's mark now (its own job writes bumped it; no one
     else's could, the row being locked, or on SQLite the database). A part that changed no job leaves
-    the mark as it was, so another host's kept state stays good too."""
+    the mark as it was, so another host's kept state stays good too. ``quiet``: see ``KeptQueue``."""
     kept_queues = part.settings.kept_queues
     if kept_queues is None or part.mark is None:
         return
     mark = read_mark(part.session, queue_name)
     if mark is None or mark.revision != part.mark.revision:
         return
-    runnable = {job_id: job for job_id, job in state.jobs.items() if job.status is JobStatus.RUNNABLE}
-    kept_queues.pending[queue_name] = KeptQueue(mark, state.queue, runnable)
+    if part.kept is not None and state is part.kept.state:  # the state it started from, unchanged
+        kept_queues.pending[queue_name] = KeptQueue(mark, state, part.kept.others, quiet)
+        return
+    jobs = sorted(state.jobs.values(), key=_ORDER)  # nearly always in this order already: one pass
+    others = {job.job_id: job for job in jobs if job.status is not JobStatus.RUNNABLE}
+    ordered = QueueState(state.queue, {job.job_id: job for job in jobs})
+    kept_queues.pending[queue_name] = KeptQueue(mark, ordered, others, quiet)
 
 
 #: The ledger's order of a queue's jobs (``load_queue``: first submitted first).

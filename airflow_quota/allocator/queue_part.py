@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.models.taskinstance import TaskInstance
 from sqlalchemy import select
@@ -24,6 +24,9 @@ from airflow_quota.ledger.errors import LedgerError
 from airflow_quota.ledger.generation import QueueMark
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.protocol import TrainingJobRecord
+
+if TYPE_CHECKING:
+    from airflow_quota.allocator.kept_state import KeptQueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +59,9 @@ class QueuePart:
     open_ids: set[str] = field(default_factory=set)
     #: The queue's revision and generation read at its start, when its state may be kept (``kept_state``).
     mark: QueueMark | None = None
+    #: What was kept of the queue when the part starts from its state as is (``kept_state``): the queue is
+    #: as the last committed cycle left it.
+    kept: KeptQueue | None = None
     #: Waiting jobs whose task instance this cycle claimed (True) or could not claim (False), by job id.
     claims: dict[str, bool] = field(default_factory=dict)
     #: The claimed task instances loaded to be resumed, by job id.

@@ -73,6 +73,9 @@ class CycleReport:
     kept_state_mismatches: list[str] = field(default_factory=list)
     #: Job queues this cycle took from the state kept since the last one (the others it read whole).
     queues_kept: list[str] = field(default_factory=list)
+    #: Job queues this cycle found as the last one left them, with the same waiting tasks, after a plan
+    #: that decided nothing: not planned again (``cycle._allocate_queue``).
+    queues_unchanged: list[str] = field(default_factory=list)
 
     def undo_to(self, earlier: CycleReport) -> None:
         """Make this report again what ``earlier`` (a copy of it taken before) says."""

@@ -70,6 +70,7 @@ def waiting_on(session: Session, classpath: str) -> list[WaitingTask]:
 
     Each cycle reads only what identifies each deferral (``_Deferral``); the rest (names, the trigger's
     kwargs, decrypted) is read once per deferral and kept while it is deferred (``_WaitingTasks``).
+    The same list is returned again while the deferrals are the same (callers must not change it).
     """
     return _waiting.read(session, classpath)
 
@@ -90,14 +91,54 @@ class _Deferral(NamedTuple):
 class _WaitingTasks:
     """The tasks of the latest read, by deferral: a cycle at 10,000 waiting reads five columns per task
     instead of the names and kwargs of each, and builds a ``WaitingTask`` only for a new deferral. Only
-    the deferrals of the latest read are kept, so an entry never outlives its deferral."""
+    the deferrals of the latest read are kept, so an entry never outlives its deferral.
+
+    The five columns come as the driver's own tuples (``_deferral_rows``: no SQLAlchemy row per task); when
+    they are the same as the latest read's, in the same order, the latest read's list itself is returned:
+    nothing deferred, resumed or cleared since, and a caller may tell so by its identity (``is``)."""
 
     def __init__(self) -> None:
-        self._by_classpath: dict[str, dict[_Deferral, WaitingTask]] = {}
+        self._by_classpath: dict[str, _Read] = {}
 
     def read(self, session: Session, classpath: str) -> list[WaitingTask]:
+        rows = _deferral_rows(session, classpath)
+        latest = self._by_classpath.get(classpath)
+        if latest is not None and latest.rows == rows:
+            return latest.tasks
+        known = {} if latest is None else latest.by_deferral
+        current: dict[Any, WaitingTask] = {each: task for each in rows if (task := known.get(each))}
+        new = [uuid.UUID(each[0]) for each in rows if each not in current]
         ti = TaskInstance
         deferred = (ti.state == TaskInstanceState.DEFERRED, Trigger.classpath == classpath)
+        if len(new) > _CHUNK and 2 * len(new) > len(rows):  # mostly new (a burst): one read of all
+            read = _full_rows(session, None, deferred)
+            current.update((each, read[each]) for each in rows if each not in current and each in read)
+        else:
+            for start in range(0, len(new), _CHUNK):
+                current.update(_full_rows(session, new[start : start + _CHUNK], deferred))
+        # A deferral that moved on between the two reads is left out: the next cycle reads it again.
+        tasks = [current[each] for each in rows if each in current]
+        complete = len(tasks) == len(rows)  # else the next read must not take this one for the same
+        self._by_classpath[classpath] = _Read(rows if complete else None, tasks, current)
+        return tasks
+
+
+class _Read(NamedTuple):
+    """One read of the deferrals on a classpath: its rows as read, the tasks it returned, by deferral."""
+
+    rows: list[tuple[Any, ...]] | None
+    tasks: list[WaitingTask]
+    by_deferral: dict[Any, WaitingTask]
+
+
+def _deferral_rows(session: Session, classpath: str) -> list[tuple[Any, ...]]:
+    """The fields of a ``_Deferral`` of each task instance deferred on ``classpath``, oldest deferral first,
+    as the DB-API cursor returns them (plain tuples: a ``_Deferral`` equals one, and hashes alike)."""
+    connection = session.connection()
+    dialect = connection.dialect
+    sql = _DEFERRALS_SQL.get((dialect.name, classpath))
+    if sql is None:
+        ti = TaskInstance
         query = (
             # The id and the creation time as text: psycopg2 would build a uuid.UUID and the column type
             # a timezone-aware datetime per row, most of the read at 10,000; they only identify a deferral.
@@ -109,23 +150,23 @@ class _WaitingTasks:
                 ti.pid.is_not(None),
             )
             .join(Trigger, ti.trigger_id == Trigger.id)
-            .where(*deferred)
+            .where(ti.state == TaskInstanceState.DEFERRED.value, Trigger.classpath == classpath)
             .order_by(Trigger.created_date, ti.id)
         )
-        # Core rows (no ORM row processing), each one a ``_Deferral``'s fields in order.
-        deferrals = list(map(_Deferral._make, session.connection().execute(query)))
-        known = self._by_classpath.get(classpath, {})
-        current = {each: task for each in deferrals if (task := known.get(each)) is not None}
-        new = [uuid.UUID(each.ti_id) for each in deferrals if each not in current]
-        if len(new) > _CHUNK and 2 * len(new) > len(deferrals):  # mostly new (a burst): one read of all
-            read = _full_rows(session, None, deferred)
-            current.update((each, read[each]) for each in deferrals if each not in current and each in read)
-        else:
-            for start in range(0, len(new), _CHUNK):
-                current.update(_full_rows(session, new[start : start + _CHUNK], deferred))
-        self._by_classpath[classpath] = current
-        # A deferral that moved on between the two reads is left out: the next cycle reads it again.
-        return [current[each] for each in deferrals if each in current]
+        # Constants only (the state and the classpath), rendered by the dialect: no parameters to bind.
+        sql = str(query.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
+        _DEFERRALS_SQL[(dialect.name, classpath)] = sql
+    cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(sql)
+        rows: list[tuple[Any, ...]] = list(cursor.fetchall())
+    finally:
+        cursor.close()
+    return rows
+
+
+#: ``_deferral_rows``'s statement, by dialect and classpath.
+_DEFERRALS_SQL: dict[tuple[str, str], str] = {}
 
 
 def _full_rows(

@@ -81,9 +81,9 @@ def db(migrated: Database) -> Iterator[Database]:
 class Host:
     """One allocator process: its kept queues, committed or forgotten as ``allocator.host.run_cycle`` does."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, check_every: int = CHECK_EVERY) -> None:
         self.db = db
-        self.kept = KeptQueues(check_every=CHECK_EVERY)
+        self.kept = KeptQueues(check_every=check_every)
         self.settings = replace(SETTINGS, kept_queues=self.kept)
 
     def cycle(self, now: datetime, *, killed: bool = False) -> CycleReport | None:
@@ -117,7 +117,7 @@ def reloading_cycle(db: Database, now: datetime, monkeypatch: pytest.MonkeyPatch
 def decisions(report: CycleReport) -> dict[str, Any]:
     """What a cycle decided and did, and the engine state it ended with."""
     facts = asdict(report)
-    for bookkeeping in ("kept_state_mismatches", "queues_kept", "states"):
+    for bookkeeping in ("kept_state_mismatches", "queues_kept", "queues_unchanged", "states"):
         facts.pop(bookkeeping)
     facts["states"] = report.states  # compared as engine states (asdict would turn jobs into dicts too)
     return facts
@@ -184,8 +184,24 @@ def test_a_host_keeping_the_queue_decides_what_reading_it_whole_decides(
     driver = Driver(db.engine, rng)
     outside = Outside(db, driver, rng)
     first, second = Host(db), Host(db)
-    kept_cycles = checks = compared = kills = part_failures = 0
+    kept_cycles = checks = compared = kills = part_failures = unchanged = 0
     now = datetime.now(UTC)
+
+    def quiet_cycles(host: Host, count: int) -> None:
+        """Cycles with nothing new (no task moves, no one else writes): the second one finds the queue as
+        the first left it, after a plan that decided nothing, and plans nothing; it must still do what a
+        whole reload does (a job being stopped is signalled again, or cleared past its deadline)."""
+        nonlocal now, compared, unchanged, kept_cycles
+        for _ in range(count):
+            now = max(now + timedelta(milliseconds=1), datetime.now(UTC))
+            whole = reloading_cycle(db, now, monkeypatch)
+            kept = host.cycle(now)
+            assert kept is not None and kept.kept_state_mismatches == []
+            assert decisions(kept) == decisions(whole), "a cycle with nothing new decided otherwise"
+            compared += 1
+            kept_cycles += QUEUE in kept.queues_kept
+            unchanged += QUEUE in kept.queues_unchanged
+
     for number in range(CYCLES):
         for _ in range(rng.randint(1, 3)):
             driver.submit()
@@ -224,17 +240,21 @@ def test_a_host_keeping_the_queue_decides_what_reading_it_whole_decides(
         compared += 1
         kept_cycles += QUEUE in kept.queues_kept
         checks += host.kept.checking and QUEUE in host.kept.kept
+        if number % 3 == 2:  # then two with nothing new, and the next one's changes after them
+            quiet_cycles(host, 2)
 
     with db.session() as session:
         granted = session.scalar(sa.select(sa.func.max(JobRow.attempt)))
     print(
         f"{db.backend}: {compared} cycles compared, {kept_cycles} of them on a kept state, {kills} killed, "
-        f"{part_failures} parts failed, {len(driver.tasks)} tasks, most attempts of one job {granted}"
+        f"{part_failures} parts failed, {unchanged} found unchanged, {len(driver.tasks)} tasks, "
+        f"most attempts of one job {granted}"
     )
     assert (kills, part_failures, outside.revisions) == (2, 2, 2)
     assert driver.observed.stop_reports, "no victim stopped: the workload preempted nothing"
     assert kept_cycles >= compared // 3, "too few cycles used a kept state for this to prove anything"
     assert checks
+    assert unchanged >= 3, "too few cycles found the queue unchanged for this to prove anything"
 
 
 def test_a_commit_by_someone_else_makes_the_host_read_the_queue_whole(db: Database) -> None:
@@ -261,3 +281,56 @@ def test_a_commit_by_someone_else_makes_the_host_read_the_queue_whole(db: Databa
     assert waiting[0] in after.rejected or waiting[0] not in {lease.job_id for lease in after.granted}
     with db.session() as session:
         assert session.get(JobRow, waiting[0]).status == "FAILED"  # type: ignore[union-attr]
+
+
+def test_a_cycle_with_nothing_new_plans_nothing_and_the_next_change_is_planned(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cycle that finds the queue as the last one left it (the same waiting tasks, the same jobs
+    holding capacity) after a plan that decided nothing does not plan again; a finish, a new deferral or
+    a job moving on in the very next cycle is planned as a whole reload plans it."""
+    driver = Driver(db.engine, random.Random(11))
+    for _ in range(16):
+        driver.submit()
+    host = Host(db, check_every=0)  # no periodic whole reads: each cycle here is the kept one
+    now = datetime.now(UTC) + timedelta(seconds=1)  # every deferral settled
+
+    def cycle() -> CycleReport:
+        nonlocal now
+        now += timedelta(seconds=1)
+        whole = reloading_cycle(db, now, monkeypatch)
+        kept = host.cycle(now)
+        assert kept is not None and decisions(kept) == decisions(whole)
+        driver.take_resumes()
+        return kept
+
+    def until_unchanged() -> CycleReport:
+        for _ in range(8):
+            report = cycle()
+            if QUEUE in report.queues_unchanged:
+                return report
+        raise AssertionError("no cycle found the queue unchanged")
+
+    quiet = until_unchanged()
+    assert (quiet.granted, quiet.preempted, quiet.submitted, quiet.finished) == ([], {}, [], [])
+    assert quiet.states[QUEUE] == host.kept.kept[QUEUE].state
+    assert QUEUE in cycle().queues_unchanged  # and again
+
+    driver.finish_one()  # a job holding capacity ends
+    after_finish = cycle()
+    assert QUEUE not in after_finish.queues_unchanged
+    assert len(after_finish.finished) == 1
+
+    until_unchanged()
+    driver.submit()  # one new deferral
+    after_submit = cycle()
+    assert QUEUE not in after_submit.queues_unchanged
+    assert len(after_submit.submitted) == 1
+
+    until_unchanged()
+    with db.session() as session, session.begin():  # an admin changes a waiting job's priority
+        state = load_queue_state(session, QUEUE)
+        waiting = sorted(job_id for job_id, job in state.jobs.items() if job.status is JobStatus.RUNNABLE)
+        record_priority_change(session, state, waiting[-1], 90, now)
+    after_admin = cycle()
+    assert QUEUE not in after_admin.queues_unchanged and QUEUE not in after_admin.queues_kept
