@@ -136,7 +136,11 @@ def _waiting_by_queue(
     settled_by = now - settings.settle_time
     kept_queues = settings.kept_queues
     grouped = None if kept_queues is None else kept_queues.waiting
-    if grouped is not None and grouped.tasks is tasks and grouped.settled_from <= settled_by:
+    if (
+        grouped is not None
+        and grouped.tasks is tasks
+        and (grouped.settled_from is None or grouped.settled_from <= settled_by)
+    ):
         return grouped.by_queue
     by_queue: dict[str, list[Waiting]] = defaultdict(list)
     latest: datetime | None = None  # the latest deferral from a worker run
@@ -149,7 +153,7 @@ def _waiting_by_queue(
         by_queue[str(task.kwargs.get("job_queue"))].append(Waiting(task.job_id, task, settled))
     if kept_queues is not None:
         all_settled = latest is None or latest <= settled_by
-        kept_queues.waiting = GroupedWaiting(tasks, latest or now, dict(by_queue)) if all_settled else None
+        kept_queues.waiting = GroupedWaiting(tasks, latest, dict(by_queue)) if all_settled else None
     return by_queue
 
 

@@ -73,10 +73,11 @@ class KeptQueue:
 
 class GroupedWaiting(NamedTuple):
     """One read of the waiting tasks (``tasks.waiting_on``) grouped by job queue (``cycle``), each task
-    settled from ``settled_from`` on: a later cycle given the same list groups it the same."""
+    settled from ``settled_from`` on (None: none deferred from a worker run, each one settled from the
+    start): a later cycle given the same list groups it the same."""
 
     tasks: list[WaitingTask]
-    settled_from: datetime
+    settled_from: datetime | None
     by_queue: dict[str, list[Waiting]]
 
 

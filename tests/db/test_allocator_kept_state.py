@@ -17,6 +17,7 @@ the ledger, and most cycles must have used what was kept (else this test would p
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, replace
 from datetime import UTC, datetime, timedelta
@@ -29,6 +30,8 @@ from airflow_quota.allocator import cycle as cycle_module
 from airflow_quota.allocator import tasks as tasks_module
 from airflow_quota.allocator.cycle import CycleReport, run_allocation_cycle
 from airflow_quota.allocator.kept_state import KeptQueues
+from airflow_quota.allocator.settings import CycleSettings
+from airflow_quota.allocator.tasks import WaitingTask
 from airflow_quota.engine.config import parse_quota_config
 from airflow_quota.engine.model import JobStatus
 from airflow_quota.ledger.configuration import apply_quota_config
@@ -240,8 +243,8 @@ def test_a_host_keeping_the_queue_decides_what_reading_it_whole_decides(
         compared += 1
         kept_cycles += QUEUE in kept.queues_kept
         checks += host.kept.checking and QUEUE in host.kept.kept
-        if number % 3 == 2:  # then two with nothing new, and the next one's changes after them
-            quiet_cycles(host, 2)
+        if number % 3 == 2:  # then three with nothing new, and the next one's changes after them
+            quiet_cycles(host, 3)
 
     with db.session() as session:
         granted = session.scalar(sa.select(sa.func.max(JobRow.attempt)))
@@ -297,7 +300,7 @@ def test_a_cycle_with_nothing_new_plans_nothing_and_the_next_change_is_planned(
 
     def cycle() -> CycleReport:
         nonlocal now
-        now += timedelta(seconds=1)
+        now += timedelta(seconds=0.1)  # cycles closer together than the settle time (0.3 s)
         whole = reloading_cycle(db, now, monkeypatch)
         kept = host.cycle(now)
         assert kept is not None and decisions(kept) == decisions(whole)
@@ -334,3 +337,40 @@ def test_a_cycle_with_nothing_new_plans_nothing_and_the_next_change_is_planned(
         record_priority_change(session, state, waiting[-1], 90, now)
     after_admin = cycle()
     assert QUEUE not in after_admin.queues_unchanged and QUEUE not in after_admin.queues_kept
+
+
+def waiting_task(number: int, deferred_at: datetime, *, from_worker: bool) -> WaitingTask:
+    return WaitingTask(
+        id=uuid.uuid4(),
+        dag_id=DAG_ID,
+        run_id=RUN_ID,
+        task_id=f"t{number}",
+        map_index=-1,
+        try_number=1,
+        trigger_id=number,
+        deferred_at=deferred_at,
+        from_worker=from_worker,
+        kwargs={"job_queue": QUEUE},
+        job_id=f"{DAG_ID}/{RUN_ID}/t{number}/-1/1",
+    )
+
+
+def test_a_host_groups_one_read_of_the_waiting_tasks_once_every_task_has_settled() -> None:
+    """The same read of the waiting tasks (the same list) gives the same lists per queue, which is how a
+    cycle tells that nothing new waits; a task deferred from a worker run still settling is grouped again
+    every cycle until it has settled, so its ``settled`` flag is never stale."""
+    settings = CycleSettings(settle_time=timedelta(seconds=5), kept_queues=KeptQueues())
+    group = cycle_module._waiting_by_queue
+    from_triggerer = [waiting_task(1, START, from_worker=False)]
+    first = group(from_triggerer, START, settings)[QUEUE]
+    assert group(from_triggerer, START + timedelta(milliseconds=1), settings)[QUEUE] is first
+    assert group(list(from_triggerer), START, settings)[QUEUE] is not first  # another read
+
+    from_worker = [*from_triggerer, waiting_task(2, START, from_worker=True)]
+    settling = group(from_worker, START + timedelta(seconds=1), settings)[QUEUE]
+    assert [each.settled for each in settling] == [True, False]
+    again = group(from_worker, START + timedelta(seconds=2), settings)[QUEUE]
+    assert again is not settling and [each.settled for each in again] == [True, False]
+    settled = group(from_worker, START + timedelta(seconds=5), settings)[QUEUE]
+    assert [each.settled for each in settled] == [True, True]
+    assert group(from_worker, START + timedelta(seconds=6), settings)[QUEUE] is settled
