@@ -7,6 +7,8 @@ are the ones stored (timestamps keep microseconds, and such times round-trip exa
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from itertools import compress, islice
+from operator import is_not
 
 from sqlalchemy import bindparam, select, text, update
 from sqlalchemy.orm import Session
@@ -103,13 +105,25 @@ def write_changed_jobs(
 
 
 def changed_jobs(before: QueueState, after: QueueState) -> dict[str, Job]:
-    """The jobs of ``after`` that differ from ``before`` (new ones too), by job id."""
-    jobs_before = before.jobs
-    return {
-        job_id: job
-        for job_id, job in after.jobs.items()
-        if (old := jobs_before.get(job_id)) is not job and old != job
-    }
+    """The jobs of ``after`` that differ from ``before`` (new ones too), by job id.
+
+    An event's ``after`` is nearly always ``before``'s dictionary copied with a few jobs replaced or
+    added at its end: then the jobs not the same object are picked out in C (no Python step per job at
+    10,000 waiting) and only those are compared."""
+    jobs_before, jobs_after = before.jobs, after.jobs
+    keys_before = list(jobs_before)
+    keys_after = list(jobs_after)
+    shared = len(keys_before)
+    if len(keys_after) < shared or keys_after[:shared] != keys_before:
+        return {
+            job_id: job
+            for job_id, job in jobs_after.items()
+            if (old := jobs_before.get(job_id)) is not job and old != job
+        }
+    replaced = compress(keys_before, map(is_not, jobs_before.values(), islice(jobs_after.values(), shared)))
+    changed = {job_id: job for job_id in replaced if (job := jobs_after[job_id]) != jobs_before[job_id]}
+    changed.update((job_id, jobs_after[job_id]) for job_id in keys_after[shared:])
+    return changed
 
 
 def write_jobs(session: Session, changed: dict[str, Job], now: datetime) -> dict[str, JobRow]:
