@@ -25,6 +25,7 @@ from tests.sagemaker.conftest import training_request
 from tests.sagemaker.moto_process import (
     OFFLINE_AWS_ENVIRONMENT,
     REGION,
+    cheaper_aws_clients,
     emulator_connection,
     moto_server_process,
 )
@@ -33,6 +34,13 @@ ACCOUNT_ID = "123456789012"
 UNIT = "ml.g5.xlarge"
 
 os.environ.update(OFFLINE_AWS_ENVIRONMENT)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cheaper_aws_clients() -> Iterator[None]:
+    """New AWS clients without reloading botocore's data or walking the stack (``cheaper_aws_clients``)."""
+    with cheaper_aws_clients():
+        yield
 
 
 @pytest.fixture(scope="session")

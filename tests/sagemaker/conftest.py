@@ -22,6 +22,7 @@ import pytest
 from tests.sagemaker.moto_process import (
     OFFLINE_AWS_ENVIRONMENT,
     REGION,
+    cheaper_aws_clients,
     emulator_connection,
     moto_server_process,
 )
@@ -43,6 +44,13 @@ class MotoServer:
         import boto3
 
         return boto3.client(service, endpoint_url=self.endpoint_url, region_name=REGION)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cheaper_aws_clients() -> Iterator[None]:
+    """New AWS clients without reloading botocore's data or walking the stack (``cheaper_aws_clients``)."""
+    with cheaper_aws_clients():
+        yield
 
 
 @pytest.fixture(scope="session")
