@@ -44,7 +44,7 @@ os.environ.setdefault("HYPOTHESIS_NO_PLUGINS", "1")
 LONGEST_FIRST = {
     "tests/airflow/test_soak.py": 350,
     "tests/distributed/test_celery_two_schedulers.py": 210,
-    "tests/e2e/test_demo_command.py": 300,
+    "tests/e2e/test_demo_command.py": 420,
     "tests/sagemaker/test_end_to_end.py": 165,
     "tests/aws_batch/test_end_to_end.py": 250,
     "tests/e2e/test_demo_flow.py": 250,
@@ -76,14 +76,19 @@ LONGEST_FIRST = {
 SPREAD_FILES = frozenset(
     {
         "tests/airflow/test_soak.py",
-        "tests/e2e/test_demo_flow.py",
         "tests/airflow/test_overhead_benchmarks_run.py",
     }
 )
 
 
+#: Files that share a session fixture's Airflow (tests/ui/conftest.py: one api-server per backend for the
+#: session) run on one worker, so it starts once: each costs about 25 CPU-seconds (two uvicorn workers).
+ONE_WORKER_FILES = frozenset({"tests/ui/test_api.py", "tests/ui/test_api_limits.py", "tests/ui/test_page.py"})
+
+
 class FileScheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist ships no types
-    """pytest-xdist's ``loadfile``, except that the tests of ``SPREAD_FILES`` are scheduled one by one.
+    """pytest-xdist's ``loadfile``, except that the tests of ``SPREAD_FILES`` are scheduled one by one and
+    the ``ONE_WORKER_FILES`` together.
 
     (``--dist loadgroup`` with a group per file would say the same, but pytest-xdist 3.8 marks the groups in
     ``Item._nodeid``, which pytest 9.2's ``nodeid`` no longer reads: every test became its own group.)
@@ -91,6 +96,8 @@ class FileScheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist ships n
 
     def _split_scope(self, nodeid: str) -> str:
         path = nodeid.split("::", 1)[0]
+        if path in ONE_WORKER_FILES:
+            return "tests/ui: one api-server"
         return nodeid if path in SPREAD_FILES else path
 
 

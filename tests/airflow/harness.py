@@ -27,6 +27,8 @@ import requests
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from airflow_quota.config_file import load_quota_design
+from airflow_quota.ledger.configuration import apply_quota_config
 from tests.databases import migrate_fresh
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
@@ -134,6 +136,15 @@ class AirflowProcesses:
         """Migrate the fresh database: a copy of one ``airflow db migrate`` made (tests/databases.py)."""
         self.engine.dispose()
         migrate_fresh(self.database_url)
+
+    def apply_quotas(self, path: Path | str) -> None:
+        """Apply a quota file to the ledger as ``airflow quota apply -f PATH`` does, in this process: the
+        command costs an Airflow start (about 5 CPU-seconds) and is tested on its own (tests/cli, and the
+        demo's script runs it)."""
+        with Session(self.engine) as session:
+            config = load_quota_design([str(path)]).config
+            apply_quota_config(session, config, applied_by="tests", source=str(path))
+            session.commit()
 
     def start(self, *components: str) -> None:
         """Start Airflow components (default: api-server, scheduler, dag-processor, triggerer)."""

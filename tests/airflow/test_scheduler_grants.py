@@ -49,8 +49,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowProcess
         home, f"sqlite:///{home}/airflow.db", parallelism=8, extra_env={"QUOTA_PROBE_LOG": str(probe_log)}
     )
     processes.migrate()
-    applied = processes.airflow("quota", "apply", "-f", str(QUOTAS))
-    assert applied.returncode == 0, applied.stdout + applied.stderr
+    processes.apply_quotas(QUOTAS)
     processes.start()
     try:
         for dag_id, run_id in RUNS:

@@ -93,8 +93,7 @@ def airflow(
         extra_env={**emulator_connection(endpoint_url), "AIRFLOW__CORE__DAGS_FOLDER": str(dags)},
     )
     processes.migrate()
-    applied = processes.airflow("quota", "apply", "-f", str(quotas))
-    assert applied.returncode == 0, applied.stdout + applied.stderr
+    processes.apply_quotas(quotas)
     processes.start()
     try:
         yield processes

@@ -69,8 +69,7 @@ def airflow(
         },
     )
     processes.migrate()
-    applied = processes.airflow("quota", "apply", "-f", str(HERE / "quotas.yaml"))
-    assert applied.returncode == 0, applied.stdout + applied.stderr
+    processes.apply_quotas(HERE / "quotas.yaml")
     processes.start("api-server", "dag-processor", "triggerer")
     processes.start_process("scheduler-1", ["scheduler"])
     processes.start_process("scheduler-2", ["scheduler"])

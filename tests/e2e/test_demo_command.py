@@ -3,8 +3,11 @@ with another round (``./scripts/demo.sh round``) in between.
 
 The script starts a real ``airflow standalone`` on SQLite. The test reads it only through what a user has:
 the lines the script prints (the URL and the login), and the quota REST API that the GPU Quotas page reads,
-called with that login. research's data preparation is made short (``DEMO_RECLAIM_AFTER``; a user's demo
-waits a minute). ``test_demo_flow.py`` checks the same flow in detail on the test harness.
+called with that login, and through the metadata database it keeps in AIRFLOW_HOME. research's data
+preparation is made short (``DEMO_RECLAIM_AFTER``; a user's demo waits a minute). The first round's story
+is checked in detail (``demo_story.py``: the audit log, the REST API, the page in Chromium, the replay, the
+checkpoints, the ledger sampled every half second, a bad quota file refused): this is the demo's run on
+SQLite; ``test_demo_flow.py`` runs the same checks on PostgreSQL, with a scheduler restart.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,8 +27,16 @@ from typing import Any
 
 import pytest
 import requests
+import sqlalchemy as sa
 
 from tests.airflow.harness import airflow_slot, free_port
+from tests.e2e.demo_story import (
+    DemoRun,
+    LedgerSampler,
+    a_bad_quota_file_changes_nothing,
+    the_finished_story_holds,
+    wait_until,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "scripts" / "demo.sh"
@@ -172,6 +184,13 @@ def victim(event: dict[str, Any], run: str) -> str | None:
     return next((trial for trial in VICTIMS if job_id.startswith(f"demo_nlp_sweep/{run}/{trial}/")), None)
 
 
+def quota_apply(path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``airflow quota apply -f PATH`` in a user's shell on the demo's AIRFLOW_HOME."""
+    airflow = Path(sys.executable).parent / "airflow"
+    argv = [str(airflow), "quota", "apply", "-f", str(path)]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+
+
 def runs_triggered(output: str) -> list[str]:
     return re.findall(r"Triggered run (demo-\S+) of", output)
 
@@ -207,6 +226,15 @@ def test_the_demo_command_waits_for_its_viewer_then_borrows_reclaims_resumes_and
         assert f"in about\n      {RECLAIM_AFTER} s" in first.output
         assert "scripts/demo.sh round   (from another terminal" in first.output
         (run,) = run
+        demo_run = DemoRun(
+            engine=sa.create_engine(f"sqlite:///{home / 'airflow.db'}"),
+            base_url=base_url,
+            login=(user, password),
+            home=home,
+            run_id=run,
+            reclaim_after=RECLAIM_AFTER,
+        )
+        sampler = LedgerSampler(demo_run.engine).start()
 
         resumed: set[str] = set()
         deadline = time.monotonic() + 420
@@ -239,6 +267,18 @@ def test_the_demo_command_waits_for_its_viewer_then_borrows_reclaims_resumes_and
         assert RECLAIM_AFTER <= after_url <= PROMISED_SECONDS, (
             f"research reclaimed its GPUs {after_url:.0f} s after the URL was printed"
         )
+
+        # A bad quota file, applied as a user would while the demo runs, changes nothing.
+        a_bad_quota_file_changes_nothing(demo_run, lambda path: quota_apply(path, first.env))
+        # The round's story in detail, once its DAG runs ended and the ledger recorded it.
+        wait_until(
+            "the demo's first round to end",
+            lambda: demo_run.finished() and demo_run.ledger_settled(),
+            360,
+            lambda: first.diagnosis(events(base_url, (user, password))),
+        )
+        sampler.finish()
+        the_finished_story_holds(demo_run, sampler)
 
         # Another round, as the script says, from another terminal: a new DAG run whose jobs arrive.
         another = subprocess.run(

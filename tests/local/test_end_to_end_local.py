@@ -46,8 +46,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowProcess
         },
     )
     processes.migrate()
-    applied = processes.airflow("quota", "apply", "-f", str(HERE / "quotas.yaml"))
-    assert applied.returncode == 0, applied.stdout + applied.stderr
+    processes.apply_quotas(HERE / "quotas.yaml")
     processes.start()
     try:
         yield processes

@@ -31,8 +31,7 @@ def airflow(moto_server: MotoServer, tmp_path_factory: pytest.TempPathFactory) -
         home, f"sqlite:///{home}/airflow.db", extra_env={"AIRFLOW__CORE__DAGS_FOLDER": str(HERE / "dags")}
     )
     processes.migrate()
-    applied = processes.airflow("quota", "apply", "-f", str(HERE / "quotas.yaml"))
-    assert applied.returncode == 0, applied.stdout + applied.stderr
+    processes.apply_quotas(HERE / "quotas.yaml")
     processes.start()
     try:
         yield processes

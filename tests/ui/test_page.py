@@ -274,13 +274,23 @@ def test_the_timeline_shows_a_borrower_stopped_for_its_preemptor_then_resuming(
         found = d.find_elements(By.CSS_SELECTOR, ".timeline-details[data-phase=STOPPING]")
         return found[0] if found else None
 
+    def read(details: WebElement) -> tuple[str | None, str]:
+        return details.get_attribute("data-job"), details.text
+
     wait_for(browser, hovered, "the bar's tooltip")
-    details = wait_for(browser, clicked, "the stop phase's details")
-    assert details.get_attribute("data-job") == vision_a
-    assert "Stopping for research-b (RECLAIM)" in details.text
-    assert "Share\nvision" in details.text and "Priority\n10" in details.text
+    wait_for(browser, clicked, "the stop phase's details")
+    # The page refreshes every 5 s and may replace the details between two reads: read them, and click their
+    # link, each in one try that is repeated if it met a replaced element.
+    job, details = wait_for(
+        browser,
+        lambda d: read(d.find_element(By.CSS_SELECTOR, ".timeline-details[data-phase=STOPPING]")),
+        "the stop phase's details",
+    )
+    assert job == vision_a
+    assert "Stopping for research-b (RECLAIM)" in details
+    assert "Share\nvision" in details and "Priority\n10" in details
     browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-timeline.png"))
-    details.find_element(By.CSS_SELECTOR, "a.preemptor").click()
+    click(browser, ".timeline-details[data-phase=STOPPING] a.preemptor", "the link to the preemptor")
     preemptor = wait_for(
         browser,
         lambda d: d.find_element(By.CSS_SELECTOR, f'.timeline-details[data-job="{research_b}"]'),
