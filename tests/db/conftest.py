@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -66,6 +67,10 @@ class Database:
         )
 
 
+def _no_fsync_on_sqlite(connection: Any, _record: Any) -> None:
+    connection.execute("PRAGMA synchronous = OFF")
+
+
 @pytest.fixture(scope="module")
 def migrated(database: Database) -> Database:
     """The module's database after ``airflow db migrate``: Airflow's tables and the ledger's (a copy of a
@@ -77,11 +82,19 @@ def migrated(database: Database) -> Database:
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def database(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
-    """A fresh database on each backend, shared by the tests of one module."""
+    """A fresh database on each backend, shared by the tests of one module.
+
+    The test's own engine commits without waiting for the disk: ``PRAGMA synchronous = OFF`` on SQLite,
+    ``synchronous_commit = off`` on PostgreSQL (a commit's WAL is flushed a moment later). What a commit
+    makes visible, and every lock, is as before; only a crash of the machine itself could lose the last
+    commits, which no test here makes. The ledger's tests commit after each step: waiting for the disk
+    was 5 ms a commit on SQLite here, and more on a loaded PostgreSQL. Engines a test makes itself, and
+    the ``airflow`` commands it runs, keep the defaults."""
     home = tmp_path_factory.mktemp(f"airflow-home-{request.param}")
     if request.param == "sqlite":
         url = f"sqlite:///{home / 'airflow.db'}"
         engine = sa.create_engine(url)
+        sa.event.listen(engine, "connect", _no_fsync_on_sqlite)
         yield Database("sqlite", url, home, engine)
         engine.dispose()
         return
@@ -89,7 +102,7 @@ def database(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     name = f"quota_test_{uuid.uuid4().hex[:12]}"
     postgres_admin(server, f'CREATE DATABASE "{name}"')
     url = server.set(drivername="postgresql+psycopg2", database=name).render_as_string(hide_password=False)
-    engine = sa.create_engine(url)
+    engine = sa.create_engine(url, connect_args={"options": "-c synchronous_commit=off"})
     try:
         yield Database("postgresql", url, home, engine)
     finally:
