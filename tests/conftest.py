@@ -110,6 +110,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # the session: frozen, the garbage collector stops walking it at every full collection (about a sixth
     # of the fast tier's CPU went there).
     gc.freeze()
+    # And the young generation is collected every 20,000 new objects instead of every 700: the tests make
+    # objects by the thousand (ORM rows, botocore answers), and collecting so often promoted them to the
+    # older generations, whose full collections were two thirds of the garbage collector's time. Measured
+    # on the ledger, operator and engine tests: 3.1 CPU-s of 33 in the collector before, 1.8 after.
+    gc.set_threshold(20_000, 10, 10)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
