@@ -57,18 +57,21 @@ LONGEST_FIRST = {
     "tests/ui/test_page.py": 60,
     "tests/db/test_migrations.py": 60,
     "tests/cli/test_quota_cli.py": 55,
-    # The fast tier's longest files (a file of it takes 10 s by default with a database, 0 without).
-    "tests/unit/engine/test_properties.py": 20,
+    # The fast tier's longest files (a file of it takes 10 s by default with a database, 0 without), from
+    # its own run (``-m "not airflow"``, 4 workers): the ones that mostly wait (moto's emulated jobs) first.
     "tests/sagemaker/test_operator.py": 20,
+    "tests/unit/engine/test_properties.py": 20,
     "tests/db/test_allocator_lifecycle.py": 19,
-    "tests/db/test_timeline.py": 8,
+    "tests/db/test_allocator_kept_state.py": 19,
     "tests/db/test_allocator_local_stop.py": 17,
     "tests/sagemaker/test_backend.py": 17,
     "tests/aws_batch/test_emulator.py": 16,
     "tests/local/test_operator_local.py": 15,
     "tests/db/test_history_replay.py": 14,
-    "tests/db/test_allocator_kept_state.py": 14,
+    "tests/aws_batch/test_apply_to_aws.py": 13,
+    "tests/db/test_store.py": 13,
     "tests/sagemaker/test_trigger.py": 12,
+    "tests/db/test_timeline.py": 8,
 }
 
 
