@@ -14,8 +14,10 @@ each, like ``allocator.host.run_cycle``):
   ``[quota] max_new_requests``, 1,000, the earliest submitted), the queue filled (~100 grants); repeated
   on a freshly written set of task instances;
 * ``burst``: all the cycles from the first until the whole burst is recorded (their total, and how many);
-* ``steady``: the next cycle, nothing changed: every open job is reconciled again, none can start (on
-  PostgreSQL after ``ANALYZE``, as autovacuum would have run it by then);
+* ``steady``: the next cycle, nothing changed: the waiting tasks are read again and the jobs holding
+  capacity reconciled again, none can start; from the second such cycle on the queue is found as the last
+  one left it and not planned again (docs/allocator.md, step 5; on PostgreSQL after ``ANALYZE``, as
+  autovacuum would have run it by then);
 * ``churn``: 10 granted tasks succeeded and 10 new tasks deferred since the last cycle: 10 finishes,
   10 submissions, a few grants.
 

@@ -132,28 +132,41 @@ def _waiting_by_queue(
     tasks: list[WaitingTask], now: datetime, settings: CycleSettings
 ) -> dict[str, list[Waiting]]:
     """The waiting tasks by job queue. A host (``kept_queues``) groups the same read of them once: while
-    ``waiting_on`` returns the same list and every task in it has settled, the same lists are returned."""
+    ``waiting_on`` returns the same list and every task in it has settled, the same lists are returned.
+    For another read it takes again the ``Waiting`` of each task it grouped before (the same object,
+    still settled), so a cycle pays for the new deferrals only."""
     settled_by = now - settings.settle_time
     kept_queues = settings.kept_queues
     grouped = None if kept_queues is None else kept_queues.waiting
     if (
         grouped is not None
         and grouped.tasks is tasks
+        and grouped.all_settled
         and (grouped.settled_from is None or grouped.settled_from <= settled_by)
     ):
         return grouped.by_queue
+    before = {} if grouped is None else grouped.of_task
+    of_task: dict[int, tuple[str, Waiting]] = {}
     by_queue: dict[str, list[Waiting]] = defaultdict(list)
     latest: datetime | None = None  # the latest deferral from a worker run
+    all_settled = True
     for task in tasks:
-        # Only a task deferred from a worker run (pid set) can get the stale executor event.
-        settled = True
+        key = id(task)  # ``before``'s tasks are alive (``grouped.tasks``): no other object has their id
+        found = before.get(key)
+        if found is None or found[1].task is not task or not found[1].settled:
+            # Only a task deferred from a worker run (pid set) can get the stale executor event.
+            settled = not task.from_worker or task.deferred_at <= settled_by
+            found = (str(task.kwargs.get("job_queue")), Waiting(task.job_id, task, settled))
+        elif task.from_worker and task.deferred_at > settled_by:  # settled before: the clock went back
+            found = (found[0], Waiting(task.job_id, task, False))
+        queue, each = found
         if task.from_worker:
-            settled = task.deferred_at <= settled_by
             latest = task.deferred_at if latest is None else max(latest, task.deferred_at)
-        by_queue[str(task.kwargs.get("job_queue"))].append(Waiting(task.job_id, task, settled))
+            all_settled = all_settled and each.settled
+        by_queue[queue].append(each)
+        of_task[key] = found
     if kept_queues is not None:
-        all_settled = latest is None or latest <= settled_by
-        kept_queues.waiting = GroupedWaiting(tasks, latest, dict(by_queue)) if all_settled else None
+        kept_queues.waiting = GroupedWaiting(tasks, latest, dict(by_queue), of_task, all_settled)
     return by_queue
 
 

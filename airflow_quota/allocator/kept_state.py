@@ -72,13 +72,17 @@ class KeptQueue:
 
 
 class GroupedWaiting(NamedTuple):
-    """One read of the waiting tasks (``tasks.waiting_on``) grouped by job queue (``cycle``), each task
-    settled from ``settled_from`` on (None: none deferred from a worker run, each one settled from the
-    start): a later cycle given the same list groups it the same."""
+    """One read of the waiting tasks (``tasks.waiting_on``) grouped by job queue (``cycle``): a later
+    cycle given the same list, once every task is settled, groups it the same."""
 
     tasks: list[WaitingTask]
+    #: The latest deferral from a worker run (None: none; every task settled from the start).
     settled_from: datetime | None
     by_queue: dict[str, list[Waiting]]
+    #: Each task's job queue and ``Waiting``, by the task's ``id()`` (``tasks`` keeps them alive).
+    of_task: dict[int, tuple[str, Waiting]]
+    #: Whether every task had settled when grouped.
+    all_settled: bool
 
 
 class KeptQueues:

@@ -358,7 +358,8 @@ def waiting_task(number: int, deferred_at: datetime, *, from_worker: bool) -> Wa
 def test_a_host_groups_one_read_of_the_waiting_tasks_once_every_task_has_settled() -> None:
     """The same read of the waiting tasks (the same list) gives the same lists per queue, which is how a
     cycle tells that nothing new waits; a task deferred from a worker run still settling is grouped again
-    every cycle until it has settled, so its ``settled`` flag is never stale."""
+    every cycle until it has settled, so its ``settled`` flag is never stale; another read takes the
+    tasks grouped before as they were."""
     settings = CycleSettings(settle_time=timedelta(seconds=5), kept_queues=KeptQueues())
     group = cycle_module._waiting_by_queue
     from_triggerer = [waiting_task(1, START, from_worker=False)]
@@ -374,3 +375,9 @@ def test_a_host_groups_one_read_of_the_waiting_tasks_once_every_task_has_settled
     settled = group(from_worker, START + timedelta(seconds=5), settings)[QUEUE]
     assert [each.settled for each in settled] == [True, True]
     assert group(from_worker, START + timedelta(seconds=6), settings)[QUEUE] is settled
+    # Another read with one more deferral: a new list, the tasks grouped before taken as they were.
+    read = [*from_worker, waiting_task(3, START, from_worker=False)]
+    regrouped = group(read, START + timedelta(seconds=7), settings)[QUEUE]
+    assert regrouped is not settled and regrouped[:2] == settled and regrouped[0] is settled[0]
+    # A clock that went back: a worker's deferral is no longer settled, whatever it was.
+    assert [each.settled for each in group(list(read), START, settings)[QUEUE]] == [True, False, True]
