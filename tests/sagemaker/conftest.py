@@ -1,9 +1,10 @@
 """One moto server (with our SageMaker emulator) per test session, and the Airflow connection to it.
 
-The server runs in a subprocess (``python -m tests.aws_batch.moto_batch``, with our AWS Batch emulator
-too) on 127.0.0.1 and a free port; ``AIRFLOW_CONN_AWS_DEFAULT`` points the provider's hooks at it through
-``endpoint_url``, and ``AWS_ENDPOINT_URL`` and dummy credentials make sure nothing in these tests can reach
-AWS. ``AIRFLOW_HOME`` is a temporary folder, set before any test module imports Airflow.
+The server runs in a subprocess (``python -m tests.sagemaker.moto_sagemaker``: no test here calls AWS
+Batch; tests/aws_batch starts its own, with both emulators) on 127.0.0.1 and a free port;
+``AIRFLOW_CONN_AWS_DEFAULT`` points the provider's hooks at it through ``endpoint_url``, and
+``AWS_ENDPOINT_URL`` and dummy credentials make sure nothing in these tests can reach AWS. ``AIRFLOW_HOME``
+is a temporary folder, set before any test module imports Airflow.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 from tests.sagemaker.moto_process import (
     OFFLINE_AWS_ENVIRONMENT,
     REGION,
+    SAGEMAKER_ONLY,
     cheaper_aws_clients,
     emulator_connection,
     moto_server_process,
@@ -55,7 +57,7 @@ def _cheaper_aws_clients() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[MotoServer]:
-    with moto_server_process() as endpoint_url:
+    with moto_server_process(SAGEMAKER_ONLY) as endpoint_url:
         pointing = emulator_connection(endpoint_url)
         saved = {name: os.environ.get(name) for name in pointing}
         os.environ.update(pointing)

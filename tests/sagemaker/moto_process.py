@@ -1,6 +1,6 @@
-"""moto's server with our SageMaker and AWS Batch emulators (``moto_sagemaker``, ``aws_batch.moto_batch``) as
-a subprocess on a free port, and the environment that points AWS clients (boto3, the amazon provider's
-default connection) at it.
+"""moto's server with our SageMaker and AWS Batch emulators (``moto_sagemaker``, ``aws_batch.moto_batch``), or
+SageMaker's alone, as a subprocess on a free port, and the environment that points AWS clients (boto3, the
+amazon provider's default connection) at it.
 
 Used by the tests' session fixture and by the benchmarks. The server's output is drained for as long as
 it runs: left in an unread pipe, it fills the pipe's buffer and the server blocks on its next write,
@@ -76,11 +76,17 @@ def emulator_connection(endpoint_url: str) -> dict[str, str]:
     return {"AIRFLOW_CONN_AWS_DEFAULT": json.dumps(connection), "AWS_ENDPOINT_URL": endpoint_url}
 
 
+#: The server with both emulators, and with SageMaker's alone (a third of the CPU to start: moto's AWS Batch
+#: imports its EC2, 1.5 CPU-s; the SageMaker tests call no AWS Batch API).
+BOTH_EMULATORS = "tests.aws_batch.moto_batch"
+SAGEMAKER_ONLY = "tests.sagemaker.moto_sagemaker"
+
+
 @contextlib.contextmanager
-def moto_server_process() -> Iterator[str]:
-    """Start the emulator, yield its endpoint URL, stop it on exit."""
+def moto_server_process(module: str = BOTH_EMULATORS) -> Iterator[str]:
+    """Start the emulator (``python -m module``), yield its endpoint URL, stop it on exit."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.aws_batch.moto_batch", "--port", "0"],
+        [sys.executable, "-m", module, "--port", "0"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
