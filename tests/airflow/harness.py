@@ -91,6 +91,10 @@ class AirflowProcesses:
         self.api_port = free_port()
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "logs").mkdir(exist_ok=True)
+        # The configuration is the environment below. A process that finds no airflow.cfg writes one with a
+        # Fernet key of its own: components started at once each did, and a trigger's kwargs encrypted
+        # by the api-server could not be read by the triggerer, which died (JSONDecodeError).
+        (self.home / "airflow.cfg").touch()
         self.engine = sa.create_engine(self.database_url)
 
     @property
@@ -116,6 +120,7 @@ class AirflowProcesses:
             # default 5 s, and a task whose deferral call times out fails without its own code running.
             "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
             "AIRFLOW__API_AUTH__JWT_SECRET": "quota-tests-jwt-secret",
+            "AIRFLOW__CORE__FERNET_KEY": "YWlyZmxvdy1xdW90YSB0ZXN0IGZlcm5ldCBrZXkgMzI=",
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
