@@ -25,9 +25,11 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import resource
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from xdist.remote import Producer
@@ -102,6 +104,22 @@ class FileScheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist ships n
         if path in ONE_WORKER_FILES:
             return "tests/ui: one api-server"
         return nodeid if path in SPREAD_FILES else path
+
+
+#: A test module all of whose tests are in the slow tier says so at its top (``pytestmark`` with ``airflow``).
+_WHOLE_MODULE_AIRFLOW = re.compile(r"^pytestmark = [^\n]*\bpytest\.mark\.airflow\b", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The fast tier (exactly ``-m "not airflow"``) does not import the modules whose tests are all marked
+    ``airflow``: they would all be deselected, and every worker imported them (Selenium, the Airflow
+    harness, the demo's story: 1.5 to 2 of the 7 to 8 CPU-s a worker spends collecting). The same tests
+    run; an import error in such a module shows in the whole suite instead."""
+    if config.getoption("markexpr") != "not airflow":
+        return None
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    return True if _WHOLE_MODULE_AIRFLOW.search(collection_path.read_text()) else None
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> FileScheduling | None:
