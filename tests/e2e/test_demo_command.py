@@ -31,6 +31,8 @@ import sqlalchemy as sa
 
 from tests.airflow.harness import airflow_slot, free_port
 from tests.e2e.demo_story import (
+    REPO,
+    VICTIMS,
     DemoRun,
     LedgerSampler,
     a_bad_quota_file_changes_nothing,
@@ -38,7 +40,6 @@ from tests.e2e.demo_story import (
     wait_until,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "scripts" / "demo.sh"
 #: research's data preparation in the test (DEMO_RECLAIM_AFTER; a user's demo waits a minute): the reclaim
 #: comes at least this long after the URL is printed.
@@ -46,8 +47,6 @@ RECLAIM_AFTER = 10
 #: The demo's promise: within two minutes of printing its URL, a borrower preempted by the lender it borrowed
 #: from (the DAG runs are triggered after the URL: starting Airflow before it takes what the machine takes).
 PROMISED_SECONDS = 120
-#: The nlp trials that borrow research's GPUs and are preempted when research's job arrives.
-VICTIMS = ("trial_b", "trial_c")
 RUNNING_LINE = re.compile(r"demo: running\. Airflow:\s+(http://localhost:(\d+))\s+\(login: (\S+) / (\S+)\)")
 
 
