@@ -21,11 +21,10 @@ import pytest
 from airflow_quota.aws_batch.export import export_design
 from airflow_quota.engine.config import parse_quota_config
 from tests.aws_batch.output_shapes import answer_problems
-from tests.sagemaker.conftest import training_request
+from tests.sagemaker.conftest import _cheaper_aws_clients, training_request
 from tests.sagemaker.moto_process import (
     OFFLINE_AWS_ENVIRONMENT,
     REGION,
-    cheaper_aws_clients,
     emulator_connection,
     moto_server_process,
 )
@@ -34,13 +33,7 @@ ACCOUNT_ID = "123456789012"
 UNIT = "ml.g5.xlarge"
 
 os.environ.update(OFFLINE_AWS_ENVIRONMENT)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _cheaper_aws_clients() -> Iterator[None]:
-    """New AWS clients without reloading botocore's data or walking the stack (``cheaper_aws_clients``)."""
-    with cheaper_aws_clients():
-        yield
+__all__ = ["_cheaper_aws_clients"]  # the autouse fixture this area borrows from tests/sagemaker
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ answer for a queue, while a queue our allocator schedules is answered from the l
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,18 +31,11 @@ TIMES = "\u00d7"  # the multiplication sign the page writes between a unit and i
 def server(endpoint_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     """An api-server (SQLite) started with ``aws_default`` on the emulator."""
     home: Path = tmp_path_factory.mktemp("airflow-home-aws-rest")
-    connection = emulator_connection(endpoint_url)
-    saved = {name: os.environ.get(name) for name in connection}
-    os.environ.update(connection)
     serving = _serve(home, f"sqlite:///{home / 'airflow.db'}")
-    try:
+    with pytest.MonkeyPatch.context() as patch:  # the server starts with these; the tests run without
+        for name, value in emulator_connection(endpoint_url).items():
+            patch.setenv(name, value)
         started = next(serving)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
     yield started
     next(serving, None)  # stops it
 

@@ -57,18 +57,10 @@ def _cheaper_aws_clients() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[MotoServer]:
-    with moto_server_process(SAGEMAKER_ONLY) as endpoint_url:
-        pointing = emulator_connection(endpoint_url)
-        saved = {name: os.environ.get(name) for name in pointing}
-        os.environ.update(pointing)
-        try:
-            yield MotoServer(endpoint_url)
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+    with moto_server_process(SAGEMAKER_ONLY) as endpoint_url, pytest.MonkeyPatch.context() as patch:
+        for name, value in emulator_connection(endpoint_url).items():
+            patch.setenv(name, value)
+        yield MotoServer(endpoint_url)
 
 
 def training_request(
