@@ -258,19 +258,9 @@ class AirflowProcesses:
         """Wait until the quota ledger has recorded the end of ``job_ids`` (default: every job). The
         allocator records it in the cycle after the job's task ended, so a test that just saw its DAG runs
         finish waits for that cycle before it reads the ledger."""
-        query = "SELECT count(*) FROM quota_job WHERE status NOT IN ('SUCCEEDED', 'FAILED')"
-        if job_ids:
-            query += " AND job_id IN :job_ids"
-        statement = sa.text(query)
-        if job_ids:
-            statement = statement.bindparams(sa.bindparam("job_ids", expanding=True))
-
-        def settled() -> bool:
-            with self.engine.connect() as connection:
-                parameters = {"job_ids": list(job_ids)} if job_ids else {}
-                return int(connection.execute(statement, parameters).scalar_one()) == 0
-
-        self.wait_for("the quota ledger to record the jobs' end", settled, timeout)
+        self.wait_for(
+            "the quota ledger to record the jobs' end", lambda: ledger_settled(self.engine, *job_ids), timeout
+        )
 
     def wait_for_dag(self, dag_id: str, timeout: float = 120) -> None:
         def parsed() -> bool:
@@ -325,20 +315,40 @@ class AirflowProcesses:
             raise AssertionError(f"triggering {dag_id}: {answer.status_code} {answer.text}")
 
     def task_states(self, dag_id: str, run_id: str) -> dict[str, tuple[str | None, int]]:
-        """``{task_id: (state, try_number)}`` of a DAG run."""
-        with self.engine.connect() as connection:
-            rows = connection.execute(
-                sa.text(
-                    "SELECT task_id, state, try_number FROM task_instance WHERE dag_id = :d AND run_id = :r"
-                ),
-                {"d": dag_id, "r": run_id},
-            )
-            return {task_id: (state, try_number) for task_id, state, try_number in rows}
+        return task_states(self.engine, dag_id, run_id)
 
     def run_state(self, dag_id: str, run_id: str) -> str | None:
-        with self.engine.connect() as connection:
-            row = connection.execute(
-                sa.text("SELECT state FROM dag_run WHERE dag_id = :d AND run_id = :r"),
-                {"d": dag_id, "r": run_id},
-            ).first()
-            return None if row is None else str(row[0])
+        return run_state(self.engine, dag_id, run_id)
+
+
+def task_states(engine: sa.Engine, dag_id: str, run_id: str) -> dict[str, tuple[str | None, int]]:
+    """``{task_id: (state, try_number)}`` of a DAG run."""
+    with engine.connect() as connection:
+        rows = connection.execute(
+            sa.text("SELECT task_id, state, try_number FROM task_instance WHERE dag_id = :d AND run_id = :r"),
+            {"d": dag_id, "r": run_id},
+        )
+        return {task_id: (state, try_number) for task_id, state, try_number in rows}
+
+
+def run_state(engine: sa.Engine, dag_id: str, run_id: str) -> str | None:
+    """A DAG run's state (None before it exists)."""
+    with engine.connect() as connection:
+        row = connection.execute(
+            sa.text("SELECT state FROM dag_run WHERE dag_id = :d AND run_id = :r"), {"d": dag_id, "r": run_id}
+        ).first()
+        return None if row is None else str(row[0])
+
+
+def ledger_settled(engine: sa.Engine, *job_ids: str) -> bool:
+    """Whether the quota ledger has recorded the end of ``job_ids`` (default: every job)."""
+    query = "SELECT count(*) FROM quota_job WHERE status NOT IN ('SUCCEEDED', 'FAILED')"
+    statement = sa.text(query)
+    parameters: dict[str, Any] = {}
+    if job_ids:
+        statement = sa.text(query + " AND job_id IN :job_ids").bindparams(
+            sa.bindparam("job_ids", expanding=True)
+        )
+        parameters["job_ids"] = list(job_ids)
+    with engine.connect() as connection:
+        return int(connection.execute(statement, parameters).scalar_one()) == 0

@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session
 from airflow_quota.ledger.history import export_history
 from airflow_quota.sim.scenario import Settings
 from airflow_quota.sim.trace import run_trace, write_trace
+from tests.airflow.harness import ledger_settled, run_state, task_states
 from tests.scripts import load_script
 from tests.ui.browser import (
     ARTIFACTS,
@@ -121,31 +122,15 @@ class DemoRun:
 
     def task_states(self, dag_id: str) -> dict[str, tuple[str | None, int]]:
         """``{task_id: (state, try_number)}`` of the run's DAG ``dag_id``."""
-        with self.engine.connect() as connection:
-            rows = connection.execute(
-                sa.text(
-                    "SELECT task_id, state, try_number FROM task_instance WHERE dag_id = :d AND run_id = :r"
-                ),
-                {"d": dag_id, "r": self.run_id},
-            )
-            return {task_id: (state, try_number) for task_id, state, try_number in rows}
+        return task_states(self.engine, dag_id, self.run_id)
 
     def finished(self) -> bool:
         """Whether each of the three DAGs' runs has ended."""
-        with self.engine.connect() as connection:
-            states = connection.execute(
-                sa.text("SELECT state FROM dag_run WHERE run_id = :r AND dag_id IN :dags").bindparams(
-                    sa.bindparam("dags", expanding=True)
-                ),
-                {"r": self.run_id, "dags": list(DAGS)},
-            ).scalars()
-            return sorted(state in ("success", "failed") for state in states) == [True] * len(DAGS)
+        return all(run_state(self.engine, dag_id, self.run_id) in ("success", "failed") for dag_id in DAGS)
 
     def ledger_settled(self) -> bool:
         """Whether the ledger recorded the end of every job (the cycle after the tasks ended)."""
-        with self.engine.connect() as connection:
-            query = "SELECT count(*) FROM quota_job WHERE status NOT IN ('SUCCEEDED', 'FAILED')"
-            return int(connection.execute(sa.text(query)).scalar_one()) == 0
+        return ledger_settled(self.engine)
 
 
 def wait_until(what: str, probe: Callable[[], bool], timeout: float, diagnosis: Callable[[], str]) -> None:
