@@ -11,7 +11,7 @@ on a queue AWS Batch schedules, ``BatchSteps`` (``operators/batch_steps.py``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from airflow.sdk import BaseOperator
@@ -52,6 +52,7 @@ class AdmissionSteps(BaseOperator):
         training_job_config: TrainingJobConfig,
         scheduling_priority: int = 0,
         preemption_retries_before_termination: int | None = None,
+        attempt_timeout: int | timedelta | None = None,
         backend: Backend = "sagemaker",
         aws_conn_id: str | None = "aws_default",
         region_name: str | None = None,
@@ -79,6 +80,7 @@ class AdmissionSteps(BaseOperator):
         self.model_trainer: Any = None if is_dict else training_job_config
         self.scheduling_priority = scheduling_priority
         self.preemption_retries_before_termination = preemption_retries_before_termination
+        self.attempt_timeout = attempt_timeout
         self.backend = backend
         self.aws_conn_id = aws_conn_id
         self.region_name = region_name
@@ -113,6 +115,7 @@ class AdmissionSteps(BaseOperator):
             has_request=self.training_job_config is not None or self.model_trainer is not None,
             seconds={name: getattr(self, name) for name in TIMING_ARGUMENTS},
             local_arguments={name: getattr(self, name) for name in LOCAL_ARGUMENTS},
+            attempt_timeout=self.attempt_timeout,
         )
 
     def _start_from_trigger_when_static(self) -> None:

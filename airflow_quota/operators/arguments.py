@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from airflow_quota.engine.config import JobRequestError, validate_job_submission
@@ -25,10 +26,16 @@ def argument_problems(
     has_request: bool,
     seconds: Mapping[str, Any],
     local_arguments: Mapping[str, Any],
+    attempt_timeout: Any = None,
 ) -> list[str]:
     """What is wrong with the operator's own arguments: ``seconds`` are its timing knobs by name,
     ``local_arguments`` its ``LOCAL_ARGUMENTS`` by name."""
     problems = []
+    if attempt_timeout is not None and attempt_seconds(attempt_timeout) is None:
+        problems.append(
+            "attempt_timeout: must be a whole number of seconds >= 1 or a timedelta of whole seconds "
+            f"(e.g. timedelta(hours=12)), got {attempt_timeout!r}"
+        )
     if backend not in ("sagemaker", "local"):
         problems.append(f"backend: must be 'sagemaker' or 'local', got {backend!r}")
     if not has_request:
@@ -47,6 +54,17 @@ def argument_problems(
     if backend != "local" and misplaced:
         problems.append(f"{', '.join(misplaced)}: only for backend='local'")
     return problems
+
+
+def attempt_seconds(attempt_timeout: Any) -> int | None:
+    """``attempt_timeout`` (whole seconds >= 1, or a ``timedelta`` of them) in seconds: what AWS Batch's
+    ``timeoutConfig.attemptDurationSeconds`` takes; None when it is neither."""
+    if isinstance(attempt_timeout, timedelta):
+        whole, rest = divmod(attempt_timeout, timedelta(seconds=1))
+        return int(whole) if not rest and whole >= 1 else None
+    if isinstance(attempt_timeout, int) and not isinstance(attempt_timeout, bool) and attempt_timeout >= 1:
+        return attempt_timeout
+    return None
 
 
 def quota_problems(

@@ -11,7 +11,11 @@ when 0, ``preemptionConfiguration``, a timeout and tags) and waits deferred on `
 Re-attaching: the service job's ``clientToken`` is ``<task key>-s<generation>``, the same for every try of
 the task instance, so a try that crashed after its SubmitServiceJob and its retry name one job. The
 generation moves on only when the caller knows that job ended (a retry after a failed training job must
-submit a new one); ``ServiceJobs.submit`` answers whether it found an existing job.
+submit a new one); ``ServiceJobs.submit`` answers whether it found an existing job. AWS documents that of
+two identical requests with one ``clientToken`` "the second request is rejected" (botocore's model of
+SubmitServiceJob), not that it answers the first job: so a ``ClientException`` from SubmitServiceJob is
+followed by a look for the job the token submitted (ListServiceJobs by ``jobName``, then the job whose
+``airflow-quota:client-token`` tag is this token), which is re-attached to; with none, the error stands.
 
 ``BatchBackend`` is the strategy the operator calls: ``prepare`` (the SageMaker strategy's: a request
 dict, a ``ModelTrainer`` or a factory), ``launch`` (submit, or re-attach to the job the task's store
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
+from botocore.exceptions import ClientError
 from botocore.validate import ParamValidator
 
 from airflow_quota.aws_batch.botocore_model import batch_model
@@ -61,6 +66,9 @@ FINAL_STATUSES: Final = frozenset({"SUCCEEDED", "FAILED"})
 SERVICE_JOB_KEY = "quota.service_job"
 #: SubmitServiceJob ``tags`` holds at most 50.
 _MAX_SERVICE_JOB_TAGS: Final = 50
+#: The service job's tag holding its ``clientToken`` (DescribeServiceJob shows tags, not the token): how a
+#: retry finds the job a rejected repeat of its request submitted.
+CLIENT_TOKEN_TAG: Final = f"{TAG_PREFIX}client-token"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +79,8 @@ class ServiceJobSpec:
     quota_share_name: str
     scheduling_priority: int = 0
     preemption_retries_before_termination: int | None = None
+    #: ``timeoutConfig.attemptDurationSeconds`` (None: not sent, AWS Batch defers to the training job's
+    #: own ``StoppingCondition``).
     attempt_duration_seconds: int | None = None
 
 
@@ -95,6 +105,7 @@ def service_job_request(
         checkpoint_uri=checkpoint_s3_uri(training_request, identity),
         tags=tags,
     )
+    token = client_token(identity, generation)
     request: dict[str, Any] = {
         "jobName": identity.task_key,
         "jobQueue": spec.job_queue,
@@ -103,8 +114,8 @@ def service_job_request(
         "quotaShareName": spec.quota_share_name,
         "schedulingPriority": spec.scheduling_priority,  # sent when 0 too: 0 is a priority
         "retryStrategy": {"attempts": 1},
-        "tags": tags,
-        "clientToken": client_token(identity, generation),
+        "tags": {**tags, CLIENT_TOKEN_TAG: token},
+        "clientToken": token,
     }
     if spec.preemption_retries_before_termination is not None:
         request["preemptionConfiguration"] = {
@@ -158,10 +169,31 @@ class ServiceJobs:
 
     def submit(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
         """SubmitServiceJob; returns the job's description and whether this call created it (False: the
-        ``clientToken`` named a job submitted before, which is re-attached to)."""
+        ``clientToken`` named a job submitted before, which is re-attached to, whether AWS answered that
+        job or rejected the repeat)."""
         known = {job["jobId"] for job in self._jobs_named(str(request["jobName"]), str(request["jobQueue"]))}
-        answer = self.client.submit_service_job(**request)
+        try:
+            answer = self.client.submit_service_job(**request)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "ClientException":
+                raise
+            submitted = self._job_of_token(request)
+            if submitted is None:
+                raise
+            return submitted, False
         return self.describe(str(answer["jobId"])), answer["jobId"] not in known
+
+    def _job_of_token(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The description of the job an earlier SubmitServiceJob with this request's ``clientToken``
+        created (its ``CLIENT_TOKEN_TAG``), looked for among the jobs of its name; None when none is."""
+        token = request.get("clientToken")
+        if not token:
+            return None
+        for summary in self._jobs_named(str(request["jobName"]), str(request["jobQueue"])):
+            described = self.describe(str(summary["jobId"]))
+            if (described.get("tags") or {}).get(CLIENT_TOKEN_TAG) == token:
+                return described
+        return None
 
     def describe(self, job_id: str) -> dict[str, Any]:
         answer = dict(self.client.describe_service_job(jobId=job_id))
@@ -176,10 +208,19 @@ class ServiceJobs:
         self.client.update_service_job(jobId=job_id, schedulingPriority=scheduling_priority)
 
     def _jobs_named(self, job_name: str, job_queue: str) -> list[dict[str, Any]]:
-        answer = self.client.list_service_jobs(
-            jobQueue=job_queue, filters=[{"name": "JOB_NAME", "values": [job_name]}]
-        )
-        return list(answer.get("jobSummaryList", []))
+        """ListServiceJobs' summaries of the jobs of this name in the queue, whatever their status (a
+        filter lists every status), every page."""
+        query: dict[str, Any] = {
+            "jobQueue": job_queue,
+            "filters": [{"name": "JOB_NAME", "values": [job_name]}],
+        }
+        jobs: list[dict[str, Any]] = []
+        while True:
+            answer = self.client.list_service_jobs(**query)
+            jobs += answer.get("jobSummaryList", [])
+            if not answer.get("nextToken"):
+                return jobs
+            query["nextToken"] = answer["nextToken"]
 
 
 def preemptions_of(description: Mapping[str, Any]) -> list[dict[str, Any]]:

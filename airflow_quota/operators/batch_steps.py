@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_quota.operators.admission_steps import AdmissionSteps
+from airflow_quota.operators.arguments import attempt_seconds
 from airflow_quota.operators.batch_backend import (
     SERVICE_JOB_XCOM_KEY,
     BatchBackend,
@@ -45,6 +46,8 @@ class BatchSteps(AdmissionSteps):
             self.quota_share_name,
             self.scheduling_priority,
             self.preemption_retries_before_termination,
+            # Checked with the other arguments (``_prepare``): None only when not given.
+            attempt_seconds(self.attempt_timeout),
         )
         job = batch.launch(context, prepared, spec)
         self._current_service_job = str(job["jobId"])

@@ -59,6 +59,12 @@ class QuotaTrainingOperator(LeaseSteps, BatchSteps):
         ``CheckpointConfig.S3Uri`` and quota tags are set by the operator.
     :param scheduling_priority: AWS Batch's schedulingPriority, 0..9999, higher first.
     :param preemption_retries_before_termination: how many preemptions the job survives; None: no limit.
+    :param attempt_timeout: on a job queue AWS Batch schedules, the longest one attempt of the service job
+        may run (whole seconds, or a ``timedelta``), sent as ``timeoutConfig.attemptDurationSeconds``:
+        AWS Batch then terminates the attempt and the job fails. None (default): not sent, and AWS Batch
+        defers to the training request's own ``StoppingCondition`` (which SageMaker applies to each
+        attempt's training job on both kinds of queue). On a queue our allocator schedules it is not
+        used: there ``StoppingCondition.MaxRuntimeInSeconds`` is the limit of each training job.
     :param input_data_config: the ``input_data_config`` passed to a ``ModelTrainer``'s request builder.
     :param poll_interval: seconds between DescribeTrainingJob calls while the job trains.
     :param stop_timeout: how long a preemption waits for the training job to reach ``Stopped``.

@@ -10,8 +10,9 @@ process that hosts the server, these operations of botocore's ``batch`` model:
   DescribeSchedulingPolicies and DescribeJobQueues answer both); TagResource and ListTagsForResource of
   these resources (the tags their Describe* answers show);
 * CreateQuotaShare, UpdateQuotaShare, DescribeQuotaShare, ListQuotaShares;
-* SubmitServiceJob (``clientToken``: the same request again answers the same job), DescribeServiceJob,
-  ListServiceJobs, UpdateServiceJob, TerminateServiceJob(s), GetJobQueueSnapshot,
+* SubmitServiceJob (``clientToken``: the same request again answers the same job, except in
+  ``REJECTING_REGION``, whose emulator rejects it as AWS's documentation says: ``service_jobs``),
+  DescribeServiceJob, ListServiceJobs, UpdateServiceJob, TerminateServiceJob(s), GetJobQueueSnapshot,
 
 scheduled by our engine (``service_jobs``): each attempt is a training job of the emulated SageMaker of
 the same server, stopped when preempted. ``python -m tests.aws_batch.moto_batch`` starts the server with
@@ -39,6 +40,10 @@ from tests.aws_batch.service_jobs import ServiceJobs
 from tests.sagemaker import moto_sagemaker
 
 _LOCK = threading.RLock()
+#: The region whose emulator answers a repeated SubmitServiceJob (identical request, same ``clientToken``)
+#: with AWS's documented rejection (a ``ClientException``); every other region's answers the first job.
+#: One server serves both, so a test picks the behaviour by the region it calls.
+REJECTING_REGION = "eu-west-3"
 #: Each account and region's resources and jobs.
 _EMULATORS: dict[tuple[str, str], ServiceJobs] = {}
 
@@ -107,7 +112,9 @@ def emulator(account_id: str, region: str) -> ServiceJobs:
     key = (account_id, region)
     if key not in _EMULATORS:
         _EMULATORS[key] = ServiceJobs(
-            BatchResources(account_id, region), MotoTrainingJobs(account_id, region)
+            BatchResources(account_id, region),
+            MotoTrainingJobs(account_id, region),
+            repeated_client_token="REJECT" if region == REJECTING_REGION else "REPLAY",
         )
     return _EMULATORS[key]
 

@@ -14,6 +14,13 @@
 Everything happens when someone asks (no thread of its own): what a training job did between two calls
 is seen at the next one, at that call's time. SageMaker is behind ``TrainingJobs`` (in the server,
 moto's own SageMaker backend in the same process).
+
+A repeated ``clientToken`` (``repeated_client_token``): AWS's documentation of SubmitServiceJob says that
+of two requests with identical payloads and ``clientToken`` values "the second request is rejected", without
+saying whether that is an error or the first job's answer. ``REPLAY`` (the default) answers the first
+job; ``REJECT`` emulates the documented rejection: a ``ClientException`` that does not name the job, so a
+caller has to find it (ListServiceJobs by ``JOB_NAME``). Either way the same token with another request
+is a ``ClientException``. ``timeoutConfig.attemptDurationSeconds`` is honoured (step 1).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from airflow_quota.engine import lifecycle
 from airflow_quota.engine.model import (
@@ -38,6 +45,9 @@ from tests.aws_batch.batch_resources import BatchClientError, BatchResources
 #: How many of a job's latest preempted attempts ``preemptionSummary.recentPreemptedAttempts`` lists.
 RECENT_PREEMPTIONS = 5
 _TRAINING_JOB_NAME_LENGTH = 63
+#: What the emulator does with a second identical SubmitServiceJob under one ``clientToken``.
+RepeatedClientToken = Literal["REPLAY", "REJECT"]
+REPEATED_CLIENT_TOKEN_MODES: Final = ("REPLAY", "REJECT")
 
 
 class TrainingJobs(Protocol):
@@ -166,9 +176,19 @@ def capacity_of(payload: dict[str, Any]) -> tuple[str, int]:
 class ServiceJobs:
     """The service jobs of one account and region, and their scheduler."""
 
-    def __init__(self, resources: BatchResources, training_jobs: TrainingJobs) -> None:
+    def __init__(
+        self,
+        resources: BatchResources,
+        training_jobs: TrainingJobs,
+        *,
+        repeated_client_token: RepeatedClientToken = "REPLAY",
+    ) -> None:
+        if repeated_client_token not in REPEATED_CLIENT_TOKEN_MODES:
+            raise ValueError(f"repeated_client_token: one of {REPEATED_CLIENT_TOKEN_MODES}")
         self.resources = resources
         self.training_jobs = training_jobs
+        #: ``REPLAY``: a repeated request answers its first job; ``REJECT``: AWS's documented rejection.
+        self.repeated_client_token = repeated_client_token
         self.jobs: dict[str, ServiceJob] = {}
         #: What each clientToken submitted: the request (to tell a retry from a reuse) and the job id.
         self.client_tokens: dict[str, tuple[dict[str, Any], str]] = {}
@@ -186,6 +206,11 @@ class ServiceJobs:
                 raise BatchClientError(
                     f"clientToken {token} was already used by another request (job {job_id}): use a new "
                     "token for a different job"
+                )
+            if self.repeated_client_token == "REJECT":
+                raise BatchClientError(
+                    f"clientToken {token} was already used by an identical request: this repeat is "
+                    "rejected (find the job it submitted with ListServiceJobs)"
                 )
             return self._submitted_answer(self.jobs[job_id])
         queue = self.resources.queue(body["jobQueue"])

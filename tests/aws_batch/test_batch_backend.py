@@ -1,7 +1,8 @@
 """The operator's AWS Batch strategy against the emulator: the SubmitServiceJob request it builds, a
-retried try re-attaching through ``clientToken``, and the monitoring trigger following a preemption and
-terminating the job when killed. Calls go through the amazon provider's Batch hook and Airflow's
-``aws_default`` connection (pointed at the emulator)."""
+retried try re-attaching through ``clientToken`` (whether AWS answers a repeated token with the first job
+or rejects it, as its documentation says: the emulator of ``REJECTING_REGION`` does), and the monitoring
+trigger following a preemption and terminating the job when killed. Calls go through the amazon
+provider's Batch hook and Airflow's ``aws_default`` connection (pointed at the emulator)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import json
 import logging
 from typing import Any
 
+import boto3
 import pytest
 from airflow.sdk.exceptions import AirflowException
+from botocore.exceptions import ClientError
 
 from airflow_quota.backends.sagemaker import TaskIdentity, TrainingRequestError
 from airflow_quota.operators.batch_backend import (
+    CLIENT_TOKEN_TAG,
     SERVICE_JOB_KEY,
     BatchBackend,
     ServiceJobs,
@@ -25,8 +29,10 @@ from airflow_quota.operators.batch_backend import (
 from airflow_quota.operators.sagemaker_backend import SageMakerBackend
 from airflow_quota.triggers.batch_service_job import KILLED_REASON, BatchServiceJobTrigger
 from tests.aws_batch.conftest import UNIT, AnswerLog, checked, create_design, quota_file, share, submit
+from tests.aws_batch.moto_batch import REJECTING_REGION
 from tests.aws_batch.test_emulator import status, wait_for
 from tests.sagemaker.conftest import training_request
+from tests.sagemaker.moto_process import REGION
 from tests.sagemaker.task_runtime import TaskInstanceStandIn, TaskStateStoreStandIn
 
 
@@ -52,14 +58,23 @@ def queue(batch: Any, unique: str) -> str:
 
 
 def test_the_request_carries_the_quota_fields_and_priority_0() -> None:
-    spec = ServiceJobSpec("gpu", "nlp", scheduling_priority=0, preemption_retries_before_termination=3)
-    request = request_for("r1", spec)
+    spec = ServiceJobSpec(
+        "gpu",
+        "nlp",
+        scheduling_priority=0,
+        preemption_retries_before_termination=3,
+        attempt_duration_seconds=43200,
+    )
+    request = request_for("r1", spec)  # botocore's validator has checked it
     task = identity("r1")
 
     assert request["schedulingPriority"] == 0
     assert request["quotaShareName"] == "nlp" and request["jobQueue"] == "gpu"
     assert request["preemptionConfiguration"] == {"preemptionRetriesBeforeTermination": 3}
+    assert request["timeoutConfig"] == {"attemptDurationSeconds": 43200}
+    assert "timeoutConfig" not in request_for("r1", ServiceJobSpec("gpu", "nlp"))  # AWS's default then
     assert request["clientToken"] == f"{task.task_key}-s0" == client_token(identity("r1", try_number=2))
+    assert request["tags"][CLIENT_TOKEN_TAG] == request["clientToken"]  # how a rejected repeat finds it
     payload = json.loads(request["serviceRequestPayload"])
     assert payload["CheckpointConfig"]["S3Uri"] == f"s3://team-a-models/llm/checkpoints/{task.task_key}/"
     assert payload["ResourceConfig"]["InstanceType"] == UNIT
@@ -102,6 +117,49 @@ def test_a_retried_try_reattaches_and_a_new_generation_submits_again(
     assert created and fresh["jobId"] != first["jobId"]
     jobs.terminate(fresh["jobId"], "ended for the test")
     assert answers.checked["SubmitServiceJob"] == 3  # the hook's client is checked as well
+
+
+@pytest.mark.parametrize(
+    "region", [REGION, REJECTING_REGION], ids=["a repeat answers the first job", "a repeat is rejected"]
+)
+def test_a_try_that_crashed_before_keeping_its_job_id_reattaches(
+    endpoint_url: str, unique: str, answers: AnswerLog, region: str
+) -> None:
+    """The crash window: SubmitServiceJob succeeded but the try died before ``task_state_store`` kept the
+    job id; the retry sends the same request (the same ``clientToken``) and must find that job, whether
+    AWS answers it again or rejects the repeat (what its documentation says)."""
+    batch = checked(boto3.client("batch", endpoint_url=endpoint_url, region_name=region), answers)
+    queue = f"gpu-{unique}"
+    create_design(batch, quota_file(queue, 2, share("research", "LEND", 2)))
+    backend = strategy(answers, region)
+    spec = ServiceJobSpec(queue, "research")
+    training = training_request(instance_type=UNIT, instance_count=1, duration_s=30)
+
+    def a_try(try_number: int) -> Any:  # each with its own store: the first try's never kept the id
+        ti = TaskInstanceStandIn("train_dag", f"manual__{unique}", try_number=try_number)
+        return {"ti": ti, "task_state_store": TaskStateStoreStandIn()}
+
+    first, retry = a_try(1), a_try(2)
+    job = backend.launch(first, backend.prepare(training, first), spec)
+    request = service_job_request(backend.prepare(training, retry).document, identity_of(retry), spec)
+    if region == REJECTING_REGION:  # what the retry meets on such an AWS
+        with pytest.raises(ClientError, match="was already used by an identical request") as refused:
+            batch.submit_service_job(**request)
+        assert refused.value.response["Error"]["Code"] == "ClientException"
+
+    again = backend.launch(retry, backend.prepare(training, retry), spec)
+    assert again["jobId"] == job["jobId"]
+    described, created = backend.jobs.submit(request)
+    assert (described["jobId"], created) == (job["jobId"], False)
+    listed = batch.list_service_jobs(jobQueue=queue, filters=[{"name": "JOB_NAME", "values": ["*"]}])
+    assert [summary["jobId"] for summary in listed["jobSummaryList"]] == [job["jobId"]]
+    backend.request_stop(job["jobId"], "ended for the test")
+
+
+def test_a_client_exception_that_is_no_repeat_stands(queue: str, unique: str, answers: AnswerLog) -> None:
+    jobs = service_jobs(answers)
+    with pytest.raises(ClientError, match="'marketing' is not a quota share"):
+        jobs.submit(request_for(unique, ServiceJobSpec(queue, "marketing")))
 
 
 def test_the_trigger_follows_a_preemption_to_the_end(
@@ -197,11 +255,19 @@ def service_jobs(answers: AnswerLog) -> ServiceJobs:
     return jobs
 
 
-def strategy(answers: AnswerLog) -> BatchBackend:
+def identity_of(context: Any) -> TaskIdentity:
+    from airflow_quota.operators.backend import task_identity
+
+    return task_identity(context)
+
+
+def strategy(answers: AnswerLog, region_name: str | None = None) -> BatchBackend:
+    """The strategy through the ``aws_default`` connection (its region unless ``region_name``); the
+    answers its Batch client parses are checked."""
     log = logging.getLogger("airflow.task")
     sagemaker = SageMakerBackend(
         aws_conn_id="aws_default",
-        region_name=None,
+        region_name=region_name,
         verify=None,
         botocore_config=None,
         input_data_config=None,
@@ -211,14 +277,16 @@ def strategy(answers: AnswerLog) -> BatchBackend:
         settle_seconds=0,
         log=log,
     )
-    return BatchBackend(
+    backend = BatchBackend(
         sagemaker=sagemaker,
         aws_conn_id="aws_default",
-        region_name=None,
+        region_name=region_name,
         poll_interval=0.2,
         settle_seconds=0,
         log=log,
     )
+    checked(backend.jobs.client, answers)
+    return backend
 
 
 def run_trigger(trigger: BatchServiceJobTrigger, jobs: ServiceJobs) -> dict[str, Any]:

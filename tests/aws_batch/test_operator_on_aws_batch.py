@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
+from airflow_quota.operators.arguments import attempt_seconds
 from airflow_quota.operators.batch_backend import SERVICE_JOB_XCOM_KEY
 from airflow_quota.operators.links import (
     TRAINING_JOB_XCOM_KEY,
@@ -81,6 +83,7 @@ def test_the_task_runs_as_a_service_job_preempted_and_resumed_by_aws_batch_in_on
     job_id = run.ti.xcom[SERVICE_JOB_XCOM_KEY]["job_id"]
     described = batch.describe_service_job(jobId=job_id)
     assert (described["quotaShareName"], described["schedulingPriority"]) == ("nlp", 0)
+    assert "timeoutConfig" not in described  # no attempt_timeout: AWS Batch's default
     assert json.loads(described["serviceRequestPayload"])["CheckpointConfig"]["S3Uri"].endswith("/")
 
     wait_for("the job to run", lambda: status(batch, job_id) == "RUNNING")
@@ -136,3 +139,38 @@ def test_a_local_backend_task_on_an_aws_batch_queue_fails_saying_why(queue: str,
     run = TaskRun(operator, TaskInstanceStandIn(dag_id="nlp_pipeline", run_id=f"run-{unique}"))
     with pytest.raises(AirflowFailException, match=f"Job queue {queue} is scheduled by AWS Batch"):
         run.resume(run.execute(), HANDED_TO_AWS_BATCH)
+
+
+def test_attempt_timeout_is_the_service_jobs_timeout_config(batch: Any, queue: str, unique: str) -> None:
+    run = task_run(
+        queue, unique, share_name="research", count=1, duration_s="60", attempt_timeout=timedelta(seconds=1)
+    )
+    following = run.resume_deferred(run.execute(), HANDED_TO_AWS_BATCH)
+    job_id = run.ti.xcom[SERVICE_JOB_XCOM_KEY]["job_id"]
+    assert batch.describe_service_job(jobId=job_id)["timeoutConfig"] == {"attemptDurationSeconds": 1}
+
+    # The emulator stops an attempt that runs longer, and the job fails (no retry of the attempt).
+    with pytest.raises(AirflowException, match=r"timeoutConfig\.attemptDurationSeconds \(1 s\)"):
+        run.resume(following, event_of(following))
+
+
+@pytest.mark.parametrize(
+    "attempt_timeout",
+    [0, -5, 1.5, "3600", True, timedelta(milliseconds=1500), timedelta(0)],
+    ids=["zero", "negative", "fraction", "text", "bool", "fractional timedelta", "zero timedelta"],
+)
+def test_a_bad_attempt_timeout_fails_the_task_naming_it(
+    queue: str, unique: str, attempt_timeout: Any
+) -> None:
+    run = task_run(
+        queue, unique, share_name="research", count=1, duration_s="1", attempt_timeout=attempt_timeout
+    )
+    with pytest.raises(AirflowFailException, match="attempt_timeout: must be a whole number of seconds >= 1"):
+        run.execute()
+
+
+@pytest.mark.parametrize(
+    ("attempt_timeout", "seconds"), [(3600, 3600), (timedelta(hours=12), 43200), (None, None)]
+)
+def test_attempt_timeout_in_seconds(attempt_timeout: Any, seconds: int | None) -> None:
+    assert attempt_seconds(attempt_timeout) == seconds
