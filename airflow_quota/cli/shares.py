@@ -30,7 +30,7 @@ from airflow_quota.cli.common import (
     wants_json,
     wants_wide,
 )
-from airflow_quota.cli.validate import share_ceilings
+from airflow_quota.cli.validate import share_ceilings, share_json
 from airflow_quota.engine.model import UNLIMITED_BORROW, QueueState
 from airflow_quota.ledger.queue_state import job_queue_names, load_queue_state
 from airflow_quota.ledger.views import queue_usage
@@ -156,22 +156,9 @@ def share_reports(state: QueueState) -> list[dict[str, Any]]:
 
 
 def aws_share_json(state: QueueState, report: dict[str, Any]) -> dict[str, Any]:
-    """A share's report in DescribeQuotaShare's nesting (``borrowLimit`` given for LEND_AND_BORROW only)."""
+    """A share's report in DescribeQuotaShare's nesting (``validate.share_json``), with its usage per unit."""
     share = next(share for share in state.queue.shares if share.name == report["quotaShareName"])
-    sharing: dict[str, Any] = {"strategy": share.strategy.value}
-    if share.borrows:
-        sharing["borrowLimit"] = share.borrow_limit
-    return {
-        "quotaShareName": share.name,
-        "jobQueueName": state.queue.name,
-        "capacityLimits": [
-            {"capacityUnit": unit, "maxCapacity": limit} for unit, limit in share.capacity_limits.items()
-        ],
-        "resourceSharingConfiguration": sharing,
-        "preemptionConfiguration": {"inSharePreemption": report["inSharePreemption"]},
-        "state": share.state.value,
-        "units": report["units"],
-    }
+    return {**share_json(state.queue.name, share), "units": report["units"]}
 
 
 def borrow_limit_text(borrow_limit: int | None) -> str:

@@ -143,21 +143,37 @@ def _borrow_limit_text(share: QuotaShare) -> str:
 
 
 def _queue_json(queue: JobQueue) -> dict[str, Any]:
+    """The queue and its shares, each in DescribeQuotaShare's nesting (``share_json``, as ``shares list``
+    and ``shares describe`` print them) with its ``ceiling`` per unit beside it."""
     return {
         "jobQueueName": queue.name,
         "capacity": dict(queue.capacity),
         "quotaShares": [
-            {
-                "quotaShareName": share.name,
-                "strategy": share.strategy.value,
-                "borrowLimit": share.borrow_limit if share.borrows else None,
-                "capacityLimits": dict(share.capacity_limits),
-                "ceiling": share_ceilings(share, queue.capacity),
-                "inSharePreemption": "ENABLED" if share.in_share_preemption else "DISABLED",
-                "state": share.state.value,
-            }
+            {**share_json(queue.name, share), "ceiling": share_ceilings(share, queue.capacity)}
             for share in queue.shares
         ],
+    }
+
+
+def share_json(job_queue_name: str, share: QuotaShare) -> dict[str, Any]:
+    """A share's configuration in AWS Batch's DescribeQuotaShare nesting (``capacityLimits`` a list,
+    ``resourceSharingConfiguration`` with ``borrowLimit`` for LEND_AND_BORROW only,
+    ``preemptionConfiguration``), with its job queue's name. The one builder of this JSON for the CLI:
+    ``validate --json`` and ``shares list|describe -o json`` (which add usage) print it."""
+    sharing: dict[str, Any] = {"strategy": share.strategy.value}
+    if share.borrows:
+        sharing["borrowLimit"] = share.borrow_limit
+    return {
+        "quotaShareName": share.name,
+        "jobQueueName": job_queue_name,
+        "capacityLimits": [
+            {"capacityUnit": unit, "maxCapacity": limit} for unit, limit in share.capacity_limits.items()
+        ],
+        "resourceSharingConfiguration": sharing,
+        "preemptionConfiguration": {
+            "inSharePreemption": "ENABLED" if share.in_share_preemption else "DISABLED"
+        },
+        "state": share.state.value,
     }
 
 

@@ -108,14 +108,16 @@ def test_validate_json_reports_shares_warnings_and_errors(tmp_path: Path) -> Non
 
     assert (good.returncode, report["valid"], report["errors"]) == (0, True, [])
     assert [warning["path"] for warning in report["warnings"]] == ["jobQueues[0].quotaShares"]
+    # Each share in DescribeQuotaShare's nesting, as `shares list|describe -o json` print it (LEND: no
+    # borrowLimit), with its ceiling per unit beside it.
     assert report["jobQueues"][0]["quotaShares"][0] == {
         "quotaShareName": "team-0",
-        "strategy": "LEND",
-        "borrowLimit": None,
-        "capacityLimits": {"ml.g5.12xlarge": 1},
-        "ceiling": {"ml.g5.12xlarge": 1},
-        "inSharePreemption": "DISABLED",
+        "jobQueueName": "gpu-training",
+        "capacityLimits": [{"capacityUnit": "ml.g5.12xlarge", "maxCapacity": 1}],
+        "resourceSharingConfiguration": {"strategy": "LEND"},
+        "preemptionConfiguration": {"inSharePreemption": "DISABLED"},
         "state": "ENABLED",
+        "ceiling": {"ml.g5.12xlarge": 1},
     }
 
     bad = airflow(
