@@ -41,6 +41,7 @@ from airflow_quota.cli.common import (
 )
 from airflow_quota.engine.config import JobRequestError, scheduling_priority_from_text
 from airflow_quota.engine.model import JobStatus
+from airflow_quota.ledger.aws_job_fields import aws_job_fields, job_preemptions
 from airflow_quota.ledger.job_rows import FINAL_STATUSES
 from airflow_quota.ledger.lifecycle import (
     TERMINATION_REASON_LENGTH,
@@ -53,6 +54,7 @@ from airflow_quota.ledger.views import (
     DEFAULT_JOBS,
     MAX_PAGE,
     AttemptTimes,
+    PreemptionNote,
     attempt_times,
     job_page,
     runnable_positions,
@@ -80,7 +82,18 @@ def jobs_list(args: argparse.Namespace) -> None:
             limit=limit,
         )
         positions = runnable_positions(session, {row.job_queue_name for row in page.rows})
-        reports = [job_report(row, positions, detailed=False) for row in page.rows]
+        times = attempt_times(session, page.rows)
+        preemptions = job_preemptions(session, page.rows)
+        reports = [
+            job_report(
+                row,
+                positions,
+                detailed=False,
+                times=times[row.job_id],
+                preemption=preemptions.get(row.job_id),
+            )
+            for row in page.rows
+        ]
         aws_queues = aws_scheduled_queues(session, args.queue)
     aws_status = status if status in SERVICE_JOB_STATUSES else None
     service_jobs = {  # queues AWS Batch schedules: their jobs are AWS Batch's, read from it
@@ -138,7 +151,7 @@ def jobs_tables(
             "Status": report["status"] + ("" if position is None else f" (position {position})"),
             "Priority": str(report["schedulingPriority"]),
             "Capacity": f"{report['capacityUnit']} x {report['instanceCount']}",
-            "Preempted": str(report["preemptedAttemptCount"]),
+            "Preempted": str(report["preemptionSummary"]["preemptedAttemptCount"]),
             "Status reason": report["statusReason"],
         }
         out.add_row(*(escape(cells[header]) for header in headers))
@@ -155,6 +168,7 @@ def jobs_describe(args: argparse.Namespace) -> None:
             runnable_positions(session, [row.job_queue_name]),
             detailed=True,
             times=attempt_times(session, [row])[row.job_id],
+            preemption=job_preemptions(session, [row]).get(row.job_id),
         )
     if wants_json(args):
         print_json(report)
@@ -170,6 +184,7 @@ def job_description(report: dict[str, Any], *, wide: bool = False) -> list[Rende
     fields = Table.grid(padding=(0, 2))
     fields.add_column(style="bold", no_wrap=True)
     fields.add_column(overflow="fold")
+    summary = report["preemptionSummary"]
     for label, key in (
         ("Job", "jobId"),
         ("Job name", "jobName"),
@@ -186,7 +201,7 @@ def job_description(report: dict[str, Any], *, wide: bool = False) -> list[Rende
         ("Preempted attempts", "preemptedAttemptCount"),
         ("Task instance", "taskInstance"),
     ):
-        value = report[key]
+        value = summary[key] if key == "preemptedAttemptCount" else report[key]
         if key == "taskInstance":
             value = f"{value['dagId']} / {value['runId']} / {value['taskId']} (try {value['tryNumber']})"
         fields.add_row(label, escape("-" if value is None or value == "" else str(value)))
@@ -197,7 +212,7 @@ def job_description(report: dict[str, Any], *, wide: bool = False) -> list[Rende
             "Holding",
             escape(f"{held['capacityUnit']} x {held['instanceCount']} ({held['borrowed']} borrowed)"),
         )
-    attempts = report["recentPreemptedAttempts"]
+    attempts = summary["recentPreemptedAttempts"]
     if not attempts:
         return [fields]
     preempted = table("Recent preempted attempts", caption=JOB_LABEL_NOTE)
@@ -291,10 +306,18 @@ def unfinished_job(session: Session, name: str, action: str) -> JobRow:
 
 
 def job_report(
-    row: JobRow, positions: dict[str, int], *, detailed: bool, times: AttemptTimes | None = None
+    row: JobRow,
+    positions: dict[str, int],
+    *,
+    detailed: bool,
+    times: AttemptTimes | None = None,
+    preemption: PreemptionNote | None = None,
 ) -> dict[str, Any]:
-    """A job as ``--output json`` prints it; ``detailed`` (describe) adds its attempt, with its start and end
-    (``times``, kept after the job has finished), capacity held and task instance."""
+    """A job as ``--output json`` prints it: AWS Batch's fields where it has them, as the REST API's ``Job``
+    names them (``scheduledAt``, ``startedAt``, ``stoppedAt``, ``capacityUsage``, ``preemptionSummary``:
+    ``ledger.aws_job_fields``), with ``times`` (``attempt_times``: kept after the job has finished) and
+    ``preemption`` (its latest preemption decision). ``detailed`` (describe) adds its attempt, the capacity
+    it holds (with how much is borrowed) and its task instance."""
     report: dict[str, Any] = {
         "jobId": row.job_id,
         "jobName": row.job_name,
@@ -306,15 +329,12 @@ def job_report(
         "capacityUnit": row.capacity_unit,
         "instanceCount": row.instance_count,
         "position": positions.get(row.job_id),
-        "preemptedAttemptCount": row.preempted_attempt_count,
         "submittedAt": iso(row.submitted_at),
+        **aws_job_fields(row, times or AttemptTimes(row.started_at, None), preemption, iso_times=True),
     }
     if detailed:
         report |= {
-            "startedAt": iso(row.started_at if times is None else times.started_at),
-            "stoppedAt": None if times is None else iso(times.stopped_at),
             "attempt": row.attempt,
-            "recentPreemptedAttempts": list(row.recent_preempted_attempts),
             "held": {
                 "capacityUnit": row.held_capacity_unit,
                 "instanceCount": row.held_instance_count,

@@ -192,10 +192,27 @@ def test_jobs_shares_snapshot_and_events_read_the_ledger(migrated: Database, fil
         "small": ("RUNNABLE", 1),  # priority 5 goes first
         "big-2": ("RUNNABLE", 2),
     }
+    # AWS Batch's fields, as the REST API's Job names them: granted at `now`, holding 2 gpu.
+    big_1 = by_id["big-1"]
+    assert (big_1["scheduledAt"], big_1["startedAt"], big_1["stoppedAt"]) == (
+        now.isoformat(),
+        now.isoformat(),
+        None,
+    )
+    assert big_1["capacityUsage"] == [{"capacityUnit": "gpu", "quantity": 2}]
+    assert (by_id["small"]["scheduledAt"], by_id["small"]["capacityUsage"]) == (None, [])
     small = json.loads(ok(describe))
     assert small["schedulingPriority"] == 5
     assert small["statusReason"]
-    assert (small["preemptedAttemptCount"], small["recentPreemptedAttempts"]) == (0, [])
+    assert small["preemptionSummary"] == {
+        "preemptedAttemptCount": 0,
+        "recentPreemptedAttempts": [],
+        "beingPreemptedBy": None,
+        "lastPreemptedAt": None,
+        "lastPreemptedBy": None,
+        "lastPreemptionRule": None,
+    }
+    assert "preemptedAttemptCount" not in small and "recentPreemptedAttempts" not in small
     front = {
         share["quotaShareName"]: share for share in json.loads(ok(snapshot))["jobQueues"][0]["quotaShares"]
     }
@@ -268,7 +285,12 @@ def test_jobs_shares_snapshot_and_events_read_the_ledger(migrated: Database, fil
     (finished,) = run_all(migrated, ["jobs", "describe", "big-1", "--output", "json"])
     big_1 = json.loads(ok(finished))
     assert big_1["status"] == "SUCCEEDED"
-    assert (big_1["startedAt"], big_1["stoppedAt"]) == (now.isoformat(), finished_at.isoformat())
+    assert (big_1["scheduledAt"], big_1["startedAt"], big_1["stoppedAt"]) == (
+        now.isoformat(),
+        now.isoformat(),
+        finished_at.isoformat(),
+    )
+    assert big_1["capacityUsage"] == []  # it holds nothing once finished
 
 
 #: Case name -> (command, the start of its one-line error).
