@@ -6,12 +6,16 @@ import json
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 import yaml
 
 from airflow_quota.cli.aws_design import run_export, run_import
 from airflow_quota.cli.validate import run_validate
 from airflow_quota.config_file import load_quota_file
+from airflow_quota.ledger.models import JobQueueRow, QuotaShareRow
+from tests.cli.in_process import run_quota
 from tests.cli.test_quota_cli import EXAMPLE_FILE, airflow
+from tests.db.conftest import Database
 from tests.unit.aws_batch.test_design import DESCRIBED, LISTED_SHARES, botocore_errors
 
 
@@ -106,6 +110,84 @@ def test_validate_refuses_a_quota_file_mixed_with_aws_documents(
     (error,) = json.loads(capsys.readouterr().out)["errors"]
     assert error["path"] == str(EXAMPLE_FILE)
     assert "a quota file is read on its own" in error["message"]
+
+
+def applied_shares(database: Database) -> dict[str, dict[str, object]]:
+    """The ledger's shares, each as a CreateQuotaShare body (``jobQueue`` by name) would give it."""
+    with database.session() as session:
+        rows = session.scalars(sa.select(QuotaShareRow).order_by(QuotaShareRow.position)).all()
+        return {
+            row.quota_share_name: {
+                "quotaShareName": row.quota_share_name,
+                "jobQueue": row.job_queue_name,
+                "capacityLimits": row.capacity_limits,
+                "resourceSharingConfiguration": {
+                    "strategy": row.strategy,
+                    **({} if row.borrow_limit is None else {"borrowLimit": row.borrow_limit}),
+                },
+                "preemptionConfiguration": {"inSharePreemption": row.in_share_preemption},
+                "state": row.state,
+            }
+            for row in rows
+        }
+
+
+def queue_capacity(database: Database) -> dict[str, object]:
+    with database.session() as session:
+        return {row.job_queue_name: row.capacity_limits for row in session.scalars(sa.select(JobQueueRow))}
+
+
+@pytest.mark.db
+def test_apply_writes_the_shares_of_aws_documents_to_the_ledger(
+    migrated: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Create* request bodies: the export of the example quota file.
+    assert run_export([str(EXAMPLE_FILE)], region="us-east-1", account_id="123456789012") == 0
+    bundle = json.loads(capsys.readouterr().out)
+    exported = write_json(tmp_path / "aws.json", bundle)
+
+    applied, again, listed = (
+        run_quota(command, migrated.engine)
+        for command in (
+            ["apply", "-f", exported],
+            ["apply", "-f", exported],
+            ["shares", "list", "--output", "json"],
+        )
+    )
+
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert "added: quota share research (job queue gpu-training)" in applied.stdout
+    assert applied_shares(migrated) == {body["quotaShareName"]: body for body in bundle["quotaShares"]}
+    assert queue_capacity(migrated) == {"gpu-training": bundle["serviceEnvironments"][0]["capacityLimits"]}
+    assert "Nothing to apply" in again.stdout
+    # `shares list -o json` gives each back in the Create body's nesting (jobQueueName for jobQueue).
+    assert [
+        {"jobQueue": share.pop("jobQueueName"), **{k: v for k, v in share.items() if k != "units"}}
+        for share in json.loads(listed.stdout)["quotaShares"]
+    ] == bundle["quotaShares"]
+
+    # Describe and List answers (ARNs, status, tags), in two files: the design they describe replaces it.
+    files = [
+        write_json(tmp_path / "described.json", DESCRIBED),
+        write_json(tmp_path / "shares.json", LISTED_SHARES),
+    ]
+    described = run_quota(["apply", "-f", files[0], "-f", files[1]], migrated.engine)
+
+    assert described.returncode == 0, described.stdout + described.stderr
+    assert "removed: quota share research (job queue gpu-training)" in described.stdout
+    assert applied_shares(migrated) == {
+        share["quotaShareName"]: {
+            "quotaShareName": share["quotaShareName"],
+            "jobQueue": "gpu-training",  # its jobQueueArn, resolved
+            **{
+                key: share[key]
+                for key in ("resourceSharingConfiguration", "preemptionConfiguration", "state")
+            },
+            "capacityLimits": [{"capacityUnit": "ml.g5.xlarge", "maxCapacity": 1}],
+        }
+        for share in json.loads(json.dumps(LISTED_SHARES))["quotaShares"]
+    }
+    assert queue_capacity(migrated) == {"gpu-training": [{"capacityUnit": "ml.g5.xlarge", "maxCapacity": 3}]}
 
 
 @pytest.mark.airflow
