@@ -2,8 +2,10 @@
 in this process (``run_quota``; no database: the command does not touch the ledger) and once as the real
 ``airflow`` process.
 
-The command reaches the emulator through the Airflow connection ``aws_default`` (``conftest``); what AWS
-then holds is read back with a plain boto3 client whose every answer is checked against botocore's shapes.
+The command reaches the emulator through the Airflow connection ``aws_default`` (``conftest``), with the
+client it builds (the provider's Batch hook's) wrapped by ``checked``: every answer the command reads
+(Describe*, List*, Create*, UpdateQuotaShare, TagResource) is checked against botocore's output shape, as is
+every answer of the plain boto3 client that reads back what AWS then holds.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.aws_batch.conftest import UNIT, quota_file, share
+from airflow_quota.aws_batch.apply_to_aws import batch_client
+from tests.aws_batch.conftest import UNIT, AnswerLog, checked, quota_file, share
 from tests.cli.in_process import run_quota
 from tests.cli.test_quota_cli import AIRFLOW
 
@@ -53,12 +56,33 @@ def queue(unique: str) -> str:
     return f"apply-{unique}"
 
 
+@pytest.fixture(autouse=True)
+def command_answers_checked(answers: AnswerLog, monkeypatch: pytest.MonkeyPatch) -> AnswerLog:
+    """The command's own Batch client (``batch_client``, the provider's hook) with every answer it parses
+    going through ``answers`` (whose fixture fails the test on any answer outside botocore's shape)."""
+
+    def checked_client(aws_conn_id: str, region_name: str | None) -> Any:
+        return checked(batch_client(aws_conn_id, region_name), answers)
+
+    monkeypatch.setattr("airflow_quota.cli.apply_to_aws.batch_client", checked_client)
+    return answers
+
+
 def test_first_apply_creates_all_four_kinds_in_dependency_order(
-    tmp_path: Path, batch: Any, queue: str
+    tmp_path: Path, batch: Any, queue: str, answers: AnswerLog
 ) -> None:
     result = apply_to_aws(write(tmp_path, design(queue)))
 
     assert result.returncode == 0, result.stderr
+    # Every operation the command called answered within botocore's shape (the answers fixture's check).
+    assert {
+        "DescribeServiceEnvironments",
+        "DescribeJobQueues",
+        "CreateServiceEnvironment",
+        "CreateSchedulingPolicy",
+        "CreateJobQueue",
+        "CreateQuotaShare",
+    } <= set(answers.checked)
     for title in (
         f"added: service environment {queue}",
         f"added: scheduling policy {queue}",
@@ -84,7 +108,7 @@ def test_first_apply_creates_all_four_kinds_in_dependency_order(
 
 
 def test_second_apply_updates_only_the_changed_share_and_prints_its_diff(
-    tmp_path: Path, batch: Any, queue: str
+    tmp_path: Path, batch: Any, queue: str, answers: AnswerLog
 ) -> None:
     assert apply_to_aws(write(tmp_path, design(queue))).returncode == 0
     arns_before = {name: s["quotaShareArn"] for name, s in shares_in_aws(batch, queue).items()}
@@ -106,6 +130,7 @@ def test_second_apply_updates_only_the_changed_share_and_prints_its_diff(
     shares = shares_in_aws(batch, queue)
     assert {name: limit_of(s) for name, s in shares.items()} == {"research": 3, "nlp": 2}
     assert {name: s["quotaShareArn"] for name, s in shares.items()} == arns_before  # updated, not recreated
+    assert answers.checked.get("UpdateQuotaShare") == 1  # the command's answer, checked against its shape
 
     again = apply_to_aws(write(tmp_path, design(queue, research=3)))
     assert again.returncode == 0 and "Nothing to apply: AWS Batch already matches the file." in again.stdout
@@ -129,7 +154,7 @@ def test_dry_run_prints_the_diff_and_changes_nothing(tmp_path: Path, batch: Any,
 
 
 def test_a_queue_moved_to_aws_batch_in_the_file_gets_its_scheduler_tag(
-    tmp_path: Path, batch: Any, queue: str
+    tmp_path: Path, batch: Any, queue: str, answers: AnswerLog
 ) -> None:
     assert apply_to_aws(write(tmp_path, design(queue))).returncode == 0
     moved = design(queue)
@@ -144,6 +169,7 @@ def test_a_queue_moved_to_aws_batch_in_the_file_gets_its_scheduler_tag(
     assert job_queue["tags"] == {"airflow-quota:scheduler": "AWS_BATCH"}
     assert batch.list_tags_for_resource(resourceArn=job_queue["jobQueueArn"])["tags"] == job_queue["tags"]
     assert "Nothing to apply" in apply_to_aws(write(tmp_path, moved)).stdout
+    assert answers.checked.get("TagResource") == 1  # the command's answer, checked against its shape
 
 
 def test_a_share_aws_has_but_the_file_lacks_is_reported_and_kept(
