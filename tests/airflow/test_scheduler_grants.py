@@ -69,6 +69,20 @@ def events(airflow: AirflowProcesses, task: str, event: str) -> list[dict[str, A
     return [entry for entry in timeline(airflow) if entry["task"] == task and entry["event"] == event]
 
 
+def most_at_once(airflow: AirflowProcesses, tasks: tuple[str, ...]) -> int:
+    """The most of ``tasks`` that trained at the same time: each start ends at its task's next stop or end."""
+    changes = [
+        (entry["t"], +1 if entry["event"] == "start" else -1)
+        for entry in timeline(airflow)
+        if entry["task"] in tasks and entry["event"] in ("start", "stop", "end")
+    ]
+    running = most = 0
+    for _, change in sorted(changes):  # at a tie, an end (-1) before a start
+        running += change
+        most = max(most, running)
+    return most
+
+
 def finished(airflow: AirflowProcesses, dag_id: str, run_id: str) -> bool:
     return airflow.run_state(dag_id, run_id) in ("success", "failed")
 
@@ -156,7 +170,10 @@ def test_team_a_reclaims_its_gpu_from_a_borrower_running_in_a_worker(airflow: Ai
     borrower_id = "quota_reclaim/reclaim-1/b_borrow/-1/1"
     lender_id = "quota_reclaim/reclaim-1/a_job/-1/1"
     stop = events(airflow, "b_borrow", "stop")
-    assert [entry["preempted_by"] for entry in stop] == [lender_id]
+    assert [entry["preempted_by"] for entry in stop] == [lender_id], timeline(airflow)
+    assert not events(airflow, "b_own", "stop")  # the job on team-b's own GPU is never the victim
+    # Two GPUs: never more than two of the queue's jobs trained at once.
+    assert most_at_once(airflow, ("b_own", "b_borrow", "a_job")) == 2
     a_start = events(airflow, "a_job", "start")[0]["t"]
     a_end = events(airflow, "a_job", "end")[0]["t"]
     borrower_starts = [entry["t"] for entry in events(airflow, "b_borrow", "start")]

@@ -107,11 +107,13 @@ with DAG("quota_slots", schedule=None, catchup=False, max_active_tasks=16) as sl
 
 with DAG("quota_reclaim", schedule=None, catchup=False, max_active_tasks=16) as reclaim:
     # team-b runs on its own GPU, then borrows team-a's idle one; team-a's job arrives and takes it back.
-    # (Lending is pooled: the victim is team-b's most recently started job, the one started second.)
-    ProbeOperator(task_id="b_own", job_queue="reclaim", share="team-b", train_seconds=40)
-    then = PythonOperator(task_id="b_later", python_callable=lambda: time.sleep(3))
-    then >> ProbeOperator(task_id="b_borrow", job_queue="reclaim", share="team-b", train_seconds=30)
-    arrive = PythonOperator(task_id="a_arrives_later", python_callable=lambda: time.sleep(20))
+    # (Lending is pooled: the victim is team-b's most recently started job, so b_borrow asks only once
+    # b_own has started, and team-a's job only once b_borrow has. Fixed sleeps raced under CI's load: b_own
+    # was once granted after b_borrow and became the victim.) b_own holds its GPU past the reclaim.
+    ProbeOperator(task_id="b_own", job_queue="reclaim", share="team-b", train_seconds=60)
+    then = PythonOperator(task_id="b_later", python_callable=lambda: wait_for_probe("b_own", "start"))
+    then >> ProbeOperator(task_id="b_borrow", job_queue="reclaim", share="team-b", train_seconds=45)
+    arrive = PythonOperator(task_id="a_arrives_later", python_callable=lambda: wait_for_probe("b_borrow", "start"))
     arrive >> ProbeOperator(task_id="a_job", job_queue="reclaim", share="team-a", train_seconds=4)
 
 with DAG("quota_bad_request", schedule=None, catchup=False) as bad_request:
