@@ -113,7 +113,9 @@ with DAG("quota_reclaim", schedule=None, catchup=False, max_active_tasks=16) as 
     ProbeOperator(task_id="b_own", job_queue="reclaim", share="team-b", train_seconds=60)
     then = PythonOperator(task_id="b_later", python_callable=lambda: wait_for_probe("b_own", "start"))
     then >> ProbeOperator(task_id="b_borrow", job_queue="reclaim", share="team-b", train_seconds=45)
-    arrive = PythonOperator(task_id="a_arrives_later", python_callable=lambda: wait_for_probe("b_borrow", "start"))
+    arrive = PythonOperator(
+        task_id="a_arrives_later", python_callable=lambda: wait_for_probe("b_borrow", "start")
+    )
     arrive >> ProbeOperator(task_id="a_job", job_queue="reclaim", share="team-a", train_seconds=4)
 
 with DAG("quota_bad_request", schedule=None, catchup=False) as bad_request:
