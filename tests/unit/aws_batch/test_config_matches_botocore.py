@@ -81,7 +81,7 @@ COPIES = {
             "retryStrategy": "Airflow's task retries",
             "shareIdentifier": "fair-share scheduling, not quota shares",
             "preemptionConfiguration": "flattened to preemptionRetriesBeforeTermination",
-            "timeoutConfig": "the operator's execution_timeout",
+            "timeoutConfig": "the operator's attempt_timeout",
             "tags": "the operator's tags",
             "clientToken": "the operator derives it from the task instance",
         },
