@@ -30,14 +30,14 @@ def validate(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m airflow_quota.cli.validate FILE... [--json] [--wide]``: the same check without Airflow.
+    """``airflow-quota-validate FILE... [--json] [--wide]``: the same check without Airflow.
 
-    ``airflow quota validate`` runs inside Airflow's CLI, and Airflow writes ``airflow.cfg`` and ``logs/``
-    under AIRFLOW_HOME (``~/airflow`` when unset) when it starts, before any command runs. This entry
-    imports no Airflow module and writes no file.
+    Also ``python -m airflow_quota.cli.validate``. ``airflow quota validate`` runs inside Airflow's CLI,
+    and Airflow writes ``airflow.cfg`` and ``logs/`` under AIRFLOW_HOME (``~/airflow`` when unset) when it
+    starts, before any command runs. This entry imports no Airflow module and writes no file.
     """
     parser = argparse.ArgumentParser(
-        prog="python -m airflow_quota.cli.validate",
+        prog="airflow-quota-validate",
         description="Check a quota file, or AWS Batch documents, without Airflow (writes no file).",
     )
     parser.add_argument("files", metavar="FILE", nargs="+", help="A quota file, or AWS Batch documents")
