@@ -19,6 +19,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import RenderableType
 from rich.markup import escape
+from rich.table import Table
 from sqlalchemy.orm import Session
 
 from airflow_quota.aws_batch.queue_reports import (
@@ -124,42 +125,138 @@ def is_aws_document(queue: dict[str, Any]) -> bool:
     return queue.get("scheduledBy") == SCHEDULED_BY_AWS_BATCH
 
 
+#: A service job as a table shows it: the first characters of its id (an AWS Batch job id is a UUID).
+SERVICE_JOB_LABEL_LENGTH = 8
+#: What a table's caption says about its service job labels.
+SERVICE_JOB_LABEL_NOTE = (
+    f"Job: the service job id's first {SERVICE_JOB_LABEL_LENGTH} characters (--wide for whole ids). "
+    "Times in UTC."
+)
+#: The most a column's values hold it open so that their words stay whole (longer words fold).
+_WORD_ROOM = 20
+#: A time's date (``table_time``): a time column is never narrower, so it wraps between date and time.
+_DATE_LENGTH = len("2026-12-01")
+
+
+def service_job_label(job_id: str, *, wide: bool = False) -> str:
+    """A service job as a table shows it: its id's first characters, the whole id with ``wide``."""
+    return job_id if wide else job_id[:SERVICE_JOB_LABEL_LENGTH]
+
+
+def _column(
+    out: Table,
+    header: str,
+    values: list[str],
+    *,
+    number: bool = False,
+    whole: bool = False,
+    wide: bool = False,
+    room: int = _WORD_ROOM,
+    least: int = 0,
+) -> None:
+    """``add_column`` (headers whole, values wrapped or ``whole``), and a column at least as wide as its
+    values' longest word up to ``room`` characters (and ``least``), so that a share name, a capacity unit or
+    a date is not broken mid-word while other columns can give way."""
+    add_column(out, header, number=number, whole=whole, wide=wide)
+    column = out.columns[-1]
+    longest = max((len(word) for value in values for word in value.split()), default=0)
+    column.min_width = max(column.min_width or 0, min(longest, room), least)
+
+
+#: Between two columns of ``table()`` (collapsed padding).
+_GAP = 2
+#: Which columns of the service jobs' table narrow first (``_fit``): a reason, then a name, keep some room
+#: until the capacity and the time have wrapped; then they narrow to their longest word.
+_JOBS_GIVE_WAY = [
+    ("Status reason", 24),
+    ("Name", 16),
+    ("Capacity", 0),
+    ("Created", 0),
+    ("Name", 0),
+    ("Status reason", 0),
+    ("Quota share", 0),
+]
+
+
+def _fit(out: Table, rows: list[list[str]], width: int, give_way: list[tuple[str, int]]) -> None:
+    """Cap the widths of ``give_way``'s columns so that the table fits ``width``: each ``(header, floor)``
+    in turn gives up to what the table is too wide, down to ``floor`` (never below its ``min_width``); a
+    header may come again with a lower floor. Rich's own collapse shrinks the widest columns alike, below
+    other columns' minimums, and a line then runs past the console."""
+    columns = out.columns
+    headers = [str(column.header) for column in columns]
+    widths = [max([len(header), *(len(row[index]) for row in rows)]) for index, header in enumerate(headers)]
+    excess = sum(widths) + _GAP * (len(columns) - 1) - width
+    for header, floor in give_way:
+        if excess <= 0:
+            return
+        if header not in headers:
+            continue
+        index = headers.index(header)
+        cut = min(excess, widths[index] - max(floor, columns[index].min_width or 1))
+        if cut > 0:
+            widths[index] -= cut
+            columns[index].max_width = widths[index]
+            excess -= cut
+
+
 def aws_snapshot_tables(queue: dict[str, Any], *, width: int, wide: bool = False) -> list[RenderableType]:
     """A snapshot from AWS Batch (``queue_snapshot_from_aws``): the capacity in use per quota share, then
-    the front of each share."""
+    the front of each share (its jobs by ``service_job_label``)."""
     name = queue["jobQueueName"]
     if "error" in queue:
         return [f"Job queue {escape(name)} ({SCHEDULED_BY}): {escape(queue['error'])}"]
     usage = table(f"Job queue {name} ({SCHEDULED_BY}): capacity in use", caption="Read from AWS Batch.")
-    for header in ("Quota share", "Capacity unit", "In use"):
-        add_column(usage, header, number=header == "In use", wide=wide)
-    for share in queue["quotaShares"]:
-        for each in share["capacityUsage"]:
-            usage.add_row(
-                escape(share["quotaShareName"]), escape(each["capacityUnit"]), str(each["quantity"])
-            )
-    for each in queue["capacityUsage"]:
-        usage.add_row("(all)", escape(each["capacityUnit"]), str(each["quantity"]))
-    front = table(f"Job queue {name} ({SCHEDULED_BY}): front of each share", caption="Times in UTC.")
-    for header in ("Quota share", "Position", "Job", "At this position since"):
-        add_column(front, header, number=header == "Position", whole=header == "Job", wide=wide)
+    rows = [
+        *(
+            (share["quotaShareName"], each["capacityUnit"], str(each["quantity"]))
+            for share in queue["quotaShares"]
+            for each in share["capacityUsage"]
+        ),
+        *(("(all)", each["capacityUnit"], str(each["quantity"])) for each in queue["capacityUsage"]),
+    ]
+    for index, header in enumerate(("Quota share", "Capacity unit", "In use")):
+        _column(usage, header, [row[index] for row in rows], number=header == "In use", wide=wide)
+    for row in rows:
+        usage.add_row(*map(escape, row))
     waiting = [
         (share["quotaShareName"], job) for share in queue["quotaShares"] for job in share["frontOfQueue"]
     ]
-    for share_name, job in waiting:
-        front.add_row(
-            escape(share_name),
+    if not waiting:
+        return [usage, "No RUNNABLE jobs."]
+    front = table(f"Job queue {name} ({SCHEDULED_BY}): front of each share", caption=SERVICE_JOB_LABEL_NOTE)
+    cells = [
+        [
+            share_name,
             str(job["position"]),
-            escape(job["jobId"]),
+            service_job_label(job["jobId"], wide=wide),
             table_time(job["earliestTimeAtPosition"], wide=wide),
+        ]
+        for share_name, job in waiting
+    ]
+    for index, header in enumerate(("Quota share", "Position", "Job", "At this position since")):
+        _column(
+            front,
+            header,
+            [row[index] for row in cells],
+            number=header == "Position",
+            whole=header == "Job",
+            wide=wide,
+            least=_DATE_LENGTH if header == "At this position since" else 0,
         )
-    return [usage, front if waiting else "No RUNNABLE jobs."]
+    if not wide:
+        _fit(front, cells, width, [("At this position since", 0), ("Quota share", 0)])
+    for cell_row in cells:
+        front.add_row(*map(escape, cell_row))
+    return [usage, front]
 
 
 def aws_jobs_tables(
     job_queue_name: str, jobs: Any, *, width: int, wide: bool = False
 ) -> list[RenderableType]:
-    """A queue's service jobs from AWS Batch (``service_jobs_from_aws``), newest first."""
+    """A queue's service jobs from AWS Batch (``service_jobs_from_aws``), newest first, each by its
+    ``service_job_label``. On a console narrower than ``REASONS_INLINE_WIDTH`` the status reasons follow
+    the table (``reasons_after``), as in the ledger's tables."""
     if isinstance(jobs, dict):
         return [f"Job queue {escape(job_queue_name)} ({SCHEDULED_BY}): {escape(jobs['error'])}"]
     if not jobs:
@@ -167,31 +264,42 @@ def aws_jobs_tables(
     inline = reasons_inline(width, wide=wide)
     out = table(
         f"Service jobs of job queue {job_queue_name} ({SCHEDULED_BY})",
-        caption="Read from AWS Batch, newest first. Times in UTC.",
+        caption=f"Read from AWS Batch, newest first. {SERVICE_JOB_LABEL_NOTE}",
     )
-    headers = [
-        "Job",
-        "Name",
-        "Quota share",
-        "Status",
-        "Capacity",
-        "Created",
-        *(["Status reason"] if inline else []),
+    cells = [
+        {
+            "Job": service_job_label(job["jobId"], wide=wide),
+            "Name": job["jobName"] or "-",
+            "Quota share": job["quotaShareName"] or "-",
+            "Status": job["status"],
+            "Capacity": ", ".join(
+                f"{each['capacityUnit']} x {each['quantity']}" for each in job["capacityUsage"]
+            )
+            or "-",
+            "Created": table_time(job["createdAt"], wide=wide),
+            "Status reason": job["statusReason"] or "-",
+        }
+        for job in jobs
     ]
+    headers = ["Job", "Name", "Quota share", "Status", "Capacity", "Created"]
+    if inline:
+        headers.append("Status reason")
     for header in headers:
-        add_column(out, header, whole=header in ("Job", "Status"), wide=wide)
-    for job in jobs:
-        capacity = ", ".join(f"{each['capacityUnit']} x {each['quantity']}" for each in job["capacityUsage"])
-        cells = [
-            job["jobId"],
-            job["jobName"] or "-",
-            job["quotaShareName"] or "-",
-            job["status"],
-            capacity or "-",
-            table_time(job["createdAt"], wide=wide),
-            *([job["statusReason"]] if inline else []),
-        ]
-        out.add_row(*map(escape, cells))
+        _column(
+            out,
+            header,
+            [row[header] for row in cells],
+            whole=header in ("Job", "Status"),
+            wide=wide,
+            # a name or a reason folds where it must: only the other columns keep their words whole
+            room=0 if header in ("Name", "Status reason") else _WORD_ROOM,
+            least=_DATE_LENGTH if header == "Created" else 0,
+        )
+    rows = [[row[header] for header in headers] for row in cells]
+    if not wide:
+        _fit(out, rows, width, _JOBS_GIVE_WAY)
+    for row in rows:
+        out.add_row(*map(escape, row))
     if inline:
         return [out]
-    return [out, *reasons_after([(job["jobId"], job["statusReason"]) for job in jobs])]
+    return [out, *reasons_after([(row["Job"], row["Status reason"]) for row in cells])]

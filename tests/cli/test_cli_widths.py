@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console, RenderableType
 
+from airflow_quota.cli.aws_queues import aws_jobs_tables, aws_snapshot_tables
 from airflow_quota.cli.events import events_table
 from airflow_quota.cli.jobs import job_description, job_report, jobs_tables
 from airflow_quota.cli.shares import configuration_table, share_reports, usage_table, usage_tables
@@ -161,6 +162,63 @@ def events_tables(
     return [events_table(documents, wide=wide)]
 
 
+#: A service job of a job queue AWS Batch schedules: AWS Batch's job id (a UUID), and the label tables show.
+SERVICE_JOB_ID = "8f1c2d3e-4b5a-4c6d-9e8f-0a1b2c3d4e5f"
+SERVICE_JOB_LABEL = "8f1c2d3e"
+CREATED = "2026-12-01T03:00:00.123000+00:00"
+
+
+def service_jobs() -> list[dict[str, object]]:
+    """Two service jobs as ``service_jobs_from_aws`` reports them (names are the operator's task keys)."""
+    return [
+        {
+            "jobId": SERVICE_JOB_ID,
+            "jobName": "gpu_quota_demo-train_trial-3f2a9c1b7d",
+            "quotaShareName": "research",
+            "status": "RUNNABLE",
+            "statusReason": LONG_REASON,
+            "capacityUsage": [{"capacityUnit": "ml.p4d.24xlarge", "quantity": 4}],
+            "createdAt": CREATED,
+        },
+        {
+            "jobId": "1a2b3c4d-0000-4c6d-9e8f-0a1b2c3d4e5f",
+            "jobName": "gpu_quota_demo-evaluate_checkpoint-0123456789",
+            "quotaShareName": "prod-retraining",
+            "status": "SUCCEEDED",
+            "statusReason": "",
+            "capacityUsage": [],
+            "createdAt": CREATED,
+        },
+    ]
+
+
+def aws_jobs_list_tables(wide: bool, width: int) -> list[RenderableType]:
+    return aws_jobs_tables("batch-gpu-training", service_jobs(), width=width, wide=wide)
+
+
+def aws_snapshot_renderables(wide: bool, width: int) -> list[RenderableType]:
+    queue = {
+        "jobQueueName": "batch-gpu-training",
+        "scheduledBy": "AWS_BATCH",
+        "capacityUsage": [{"capacityUnit": "ml.p4d.24xlarge", "quantity": 6}],
+        "quotaShares": [
+            {
+                "quotaShareName": "prod-retraining",
+                "capacityUsage": [{"capacityUnit": "ml.p4d.24xlarge", "quantity": 6}],
+                "frontOfQueue": [
+                    {
+                        "position": 1,
+                        "jobId": SERVICE_JOB_ID,
+                        "jobArn": f"arn:aws:batch:us-east-1:123456789012:service-job/{SERVICE_JOB_ID}",
+                        "earliestTimeAtPosition": CREATED,
+                    }
+                ],
+            }
+        ],
+    }
+    return aws_snapshot_tables(queue, width=width, wide=wide)
+
+
 #: Command -> (its tables, the headers they must show whole, the job label they must show whole).
 TABLES: dict[str, tuple[Callable[[bool, int], list[RenderableType]], tuple[str, ...], str | None]] = {
     "validate": (
@@ -225,6 +283,16 @@ TABLES: dict[str, tuple[Callable[[bool, int], list[RenderableType]], tuple[str, 
         "urgent_eval #1",
     ),
     "events": (events_tables, ("At", "Kind", "Quota share", "Job", "Message"), BORROWER_LABEL),
+    "jobs list of a queue AWS Batch schedules": (
+        aws_jobs_list_tables,
+        ("Job", "Name", "Quota share", "Status", "Capacity", "Created", "Status reason"),
+        SERVICE_JOB_LABEL,
+    ),
+    "snapshot of a queue AWS Batch schedules": (
+        aws_snapshot_renderables,
+        ("Quota share", "Capacity unit", "In use", "Position", "Job", "At this position since"),
+        SERVICE_JOB_LABEL,
+    ),
     "events of two job queues": (
         lambda wide, width: events_tables(wide, width, ("gpu-training", "local-gpus")),
         ("At", "Job queue", "Kind", "Quota share", "Job", "Message"),
@@ -283,6 +351,37 @@ def test_wide_shows_whole_job_ids_on_one_line(command: str) -> None:
     build, _, _ = TABLES[command]
     text = "\n".join(render(build(True, 1000), 1000))
     assert f"gpu_quota_demo/{RUN_ID}/" in text
+
+
+@pytest.mark.parametrize(
+    "command", ["jobs list of a queue AWS Batch schedules", "snapshot of a queue AWS Batch schedules"]
+)
+def test_wide_shows_whole_service_job_ids_and_times_on_one_line(command: str) -> None:
+    build, _, _ = TABLES[command]
+    lines = render(build(True, 1000), 1000)
+    assert any(SERVICE_JOB_ID in line and CREATED in line for line in lines)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize(
+    "command", ["jobs list of a queue AWS Batch schedules", "snapshot of a queue AWS Batch schedules"]
+)
+def test_service_jobs_keep_dates_share_names_and_capacity_units_whole(command: str, width: int) -> None:
+    """A date wraps before its time, never inside itself; a share name and a capacity unit stay whole."""
+    build, _, _ = TABLES[command]
+    lines = render(build(False, width), width)
+    text = "\n".join(lines)
+    for word in ("2026-12-01", "prod-retraining", "ml.p4d.24xlarge"):
+        assert word in text, f"{command} at {width} breaks {word}:\n{text}"
+
+
+def test_service_job_reasons_follow_the_table_below_120_columns_and_keep_every_word() -> None:
+    lines = render(aws_jobs_list_tables(False, 80), 80)
+    assert "Status reasons" in lines
+    text = " ".join(" ".join(lines).split())
+    assert f"{SERVICE_JOB_LABEL}: Waiting to borrow:" in text
+    for word in LONG_REASON.split():
+        assert word in text
 
 
 def test_wrapped_reasons_keep_every_word() -> None:
