@@ -35,7 +35,11 @@ def number(value: float | None) -> float | int | None:
 
 
 def scenario_json(result: SimulationResult) -> dict[str, Any]:
+    """The scenario document; ``preemptionCostsZero`` and ``warnings`` say what the text output's
+    free-preemption line says (``scenario_preemption_is_free``)."""
     return {
+        "preemptionCostsZero": result.settings.stop_seconds == 0,
+        "warnings": [free_preemption_line(trace=False)] if scenario_preemption_is_free(result) else [],
         "steps": [
             {
                 "at": number(step.at),
@@ -66,7 +70,9 @@ def scenario_json(result: SimulationResult) -> dict[str, Any]:
 
 
 def trace_json(report: TraceReport, *, jobs: bool = False) -> dict[str, Any]:
-    """The trace document; with ``jobs`` each run also lists its jobs (``trace_jobs_json``)."""
+    """The trace document; with ``jobs`` each run also lists its jobs (``trace_jobs_json``).
+    ``preemptionCostsZero`` is true when stops take no time and no work is lost (``preemption_is_free``);
+    ``warnings`` then holds the line the text output and the HTML report show."""
     runs = {run.label: _trace_run_json(run) for run in report.runs}
     if jobs:
         for run in report.runs:
@@ -81,6 +87,8 @@ def trace_json(report: TraceReport, *, jobs: bool = False) -> dict[str, Any]:
             "startSeconds": number(report.settings.start_seconds),
             "checkpointIntervalSeconds": number(report.checkpoint_interval),
         },
+        "preemptionCostsZero": preemption_is_free(report),
+        "warnings": [free_preemption_line(trace=True)] if preemption_is_free(report) else [],
         "definitions": dict(DEFINITIONS),
         "runs": runs,
     }

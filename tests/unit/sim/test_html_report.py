@@ -164,6 +164,14 @@ def test_a_scenario_with_free_preemptions_says_so_on_the_page(
     assert FREE_PREEMPTION_SCENARIO_LINE not in costly
     assert main([str(free)]) == 0
     assert "Preemption is free in this run" in capsys.readouterr().out  # the text output says it too
+    # And --json, in a flag and the same line.
+    for scenario, free_of_cost in ((free, True), (RECLAIM, False)):
+        assert main([str(scenario), "--json"]) == 0
+        document = json.loads(capsys.readouterr().out)
+        assert (document["preemptionCostsZero"], document["warnings"]) == (
+            free_of_cost,
+            [FREE_PREEMPTION_SCENARIO_LINE] if free_of_cost else [],
+        )
 
 
 @pytest.mark.parametrize(
@@ -183,6 +191,12 @@ def test_a_trace_report_with_free_preemptions_says_so_on_the_page(
     page = write_report(tmp_path, *argv, capsys=capsys)
 
     assert (FREE_PREEMPTION_LINE in page) is warned
+    assert main([*argv, "--json"]) == 0  # --json says it too, in a flag and the same line
+    document = json.loads(capsys.readouterr().out)
+    assert (document["preemptionCostsZero"], document["warnings"]) == (
+        warned,
+        [FREE_PREEMPTION_LINE] if warned else [],
+    )
     ((_, timeline),) = timelines(page).values()
     assert {(bar["jobId"], bar["preemptedBy"]) for bar in bars(timeline) if bar["phase"] == "STOPPING"} == {
         ("big", "small")

@@ -25,7 +25,9 @@ def test_the_json_document_has_exactly_the_specified_shape() -> None:
 
     document = json.loads(json.dumps(scenario_json(result)))
 
-    assert set(document) == {"steps", "jobs", "metrics"}
+    assert set(document) == {"preemptionCostsZero", "warnings", "steps", "jobs", "metrics"}
+    # Stops take 0 s (no settings), but nothing was preempted: no warning line.
+    assert (document["preemptionCostsZero"], document["warnings"]) == (True, [])
     assert document["steps"] == [
         {"at": 0, "jobs": {"a": {"status": "RUNNING", "statusReason": ""}}},
         {
