@@ -72,6 +72,8 @@ async def _page(request: Request, title: str, focus: dict[str, str], script: str
         "data-job-queue": "",
         "data-quota-share": "",
         "data-user": user.get_name(),
+        # The auth manager's login page: a page whose session ended links there, with next= back to it.
+        "data-login": get_auth_manager().get_url_login(),
         **focus,
     }
     body_attributes = " ".join(f'{name}="{html.escape(value)}"' for name, value in attributes.items())

@@ -18,6 +18,7 @@ from airflow_quota.engine.config import JobRequestError, validate_scheduling_pri
 from airflow_quota.engine.model import MAX_PRIORITY, MIN_PRIORITY
 from airflow_quota.ledger.lifecycle import TERMINATION_REASON_LENGTH
 from airflow_quota.ledger.models import JOB_ID_LENGTH, NAME_LENGTH
+from airflow_quota.ledger.timeline import MAX_TIMELINE_JOBS
 
 
 def without_nul(text: str) -> str:
@@ -445,6 +446,9 @@ class JobQueueTimeline(_Body):
     jobs: list[TimelineJob] = Field(description="The jobs with a bar or a wait in the window, by submission")
     truncated: bool = Field(
         description="More jobs touched the window than one timeline shows: the oldest left out"
+    )
+    jobLimit: int = Field(
+        MAX_TIMELINE_JOBS, description="The most jobs one timeline replays (the newest that touch the window)"
     )
 
 

@@ -13,11 +13,11 @@ after a limit was lowered).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from airflow_quota.engine.model import JobStatus, QueueState
@@ -309,10 +309,19 @@ def audit_page(
     job_queue_name: str | None = None,
     quota_share_name: str | None = None,
     since: datetime | None = None,
+    job_id: str | None = None,
+    dag_id: str | None = None,
+    run_id: str | None = None,
+    kinds: Sequence[str] | None = None,
     limit: int = DEFAULT_EVENTS,
     offset: int = 0,
 ) -> list[AuditRow]:
-    """The newest ``limit`` audit rows at or after ``since``, after the ``offset`` newest, oldest first."""
+    """The newest ``limit`` audit rows at or after ``since``, after the ``offset`` newest, oldest first.
+
+    Filters: the job queue, the quota share, ``job_id`` (the job's own rows and those naming it as the
+    other job: its preemptions of others), ``dag_id`` and ``run_id`` (the rows of the jobs of that DAG, or
+    of that DAG run, read through the jobs' task-instance index), and ``kinds`` (any of them).
+    """
     query = select(AuditRow).order_by(AuditRow.id.desc()).limit(limit).offset(offset)
     if job_queue_name is not None:
         query = query.where(AuditRow.job_queue_name == job_queue_name)
@@ -320,6 +329,17 @@ def audit_page(
         query = query.where(AuditRow.quota_share_name == quota_share_name)
     if since is not None:
         query = query.where(AuditRow.at >= since)
+    if job_id is not None:
+        query = query.where(or_(AuditRow.job_id == job_id, AuditRow.related_job_id == job_id))
+    if dag_id is not None or run_id is not None:
+        jobs = select(JobRow.job_id)
+        if dag_id is not None:
+            jobs = jobs.where(JobRow.dag_id == dag_id)
+        if run_id is not None:
+            jobs = jobs.where(JobRow.run_id == run_id)
+        query = query.where(AuditRow.job_id.in_(jobs))
+    if kinds:
+        query = query.where(AuditRow.kind.in_(list(kinds)))
     return list(session.scalars(query))[::-1]
 
 

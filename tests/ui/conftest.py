@@ -235,10 +235,18 @@ class Ledger:
             lambda session: apply_quota_config(session, config, applied_by="alice", source="q.yaml", now=now)
         )
 
-    def submit(self, task_id: str, share_name: str, gpus: int, priority: int = 0, map_index: int = -1) -> str:
-        job_id = f"train/run-1/{task_id}/{map_index}/1"
+    def submit(
+        self,
+        task_id: str,
+        share_name: str,
+        gpus: int,
+        priority: int = 0,
+        map_index: int = -1,
+        run_id: str = "run-1",
+    ) -> str:
+        job_id = f"train/{run_id}/{task_id}/{map_index}/1"
         request = JobRequest(task_id, share_name, UNIT, gpus, priority)
-        task = TaskInstanceRef("train", "run-1", task_id, map_index=map_index, try_number=1)
+        task = TaskInstanceRef("train", run_id, task_id, map_index=map_index, try_number=1)
         state, now = self.load(), self.tick()
         self.step(lambda session: record_submission(session, state, job_id, request, task, now))
         return job_id

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 import sqlalchemy as sa
@@ -337,13 +338,30 @@ def test_a_task_instance_has_a_quota_view_with_its_own_story(
     assert console_errors(browser) == []
 
 
+def choose(driver: WebDriver, name: str, value: str) -> None:
+    """Pick ``value`` in the decisions' ``name`` filter (the page redraws its filters at each refresh: pick
+    again in the new one when it replaced the old one in between), and wait until the page shows it."""
+
+    def chosen(d: WebDriver) -> bool:
+        select = Select(d.find_element(By.CSS_SELECTOR, f"select[name={name}]"))
+        if select.first_selected_option.get_attribute("value") != value:
+            select.select_by_value(value)
+        return False
+
+    def shows(d: WebDriver) -> bool:
+        select = Select(d.find_element(By.CSS_SELECTOR, f"select[name={name}]"))
+        return select.first_selected_option.get_attribute("value") == value
+
+    wait_for(driver, lambda d: chosen(d) or shows(d), f"the {name} filter set to {value!r}")
+
+
 def test_recent_decisions_name_the_job_and_filter(api_server: ApiServer, browser: WebDriver) -> None:
     vision_a = "train/run-1/vision-a/-1/1"
+    # A job of another DAG run, in urgent: the DAG run and share filters tell it apart.
+    eval_b = Ledger(api_server.engine).submit("eval-b", "urgent", 1, run_id="run-2")
     browser.get(api_server.url + "/quota/")
-    kinds = wait_for(
-        browser, lambda d: Select(d.find_element(By.CSS_SELECTOR, "select[name=kind]")), "filters"
-    )
-    kinds.select_by_value("PREEMPTED")
+    wait_for(browser, lambda d: Select(d.find_element(By.CSS_SELECTOR, "select[name=kind]")), "filters")
+    choose(browser, "kind", "PREEMPTED")
     page = showing(
         browser, "only preemptions", lambda page: {event[1] for event in page["events"]} == {"PREEMPTED"}
     )
@@ -352,13 +370,32 @@ def test_recent_decisions_name_the_job_and_filter(api_server: ApiServer, browser
     status = text(browser).split("Updated ")[1][:8]
     wait_for(browser, lambda d: status not in d.find_element(By.ID, "status").text, "a refresh", seconds=15)
     assert {event[1] for event in shown(browser)["events"]} == {"PREEMPTED"}
-    Select(browser.find_element(By.CSS_SELECTOR, "select[name=kind]")).select_by_value("")
-    Select(browser.find_element(By.CSS_SELECTOR, "select[name=job]")).select_by_value(vision_a)
+    choose(browser, "kind", "")
+    choose(browser, "job", vision_a)
     page = showing(browser, "vision-a's decisions", lambda page: len(page["events"]) >= 5)
     assert all(vision_a in " ".join(event) or "vision-a" in event[3] for event in page["events"])
     assert {event[1] for event in page["events"]} >= {"SUBMITTED", "GRANTED", "PREEMPTED", "REQUEUED"}
     browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-decisions.png"))
-    Select(browser.find_element(By.CSS_SELECTOR, "select[name=job]")).select_by_value("")
+    choose(browser, "job", "")
+    # The share filter: urgent's decisions only, its two jobs' (of two DAG runs).
+    choose(browser, "share", "urgent")
+    page = showing(
+        browser,
+        "urgent's decisions",
+        lambda page: (
+            {event[2] for event in page["events"]} == {"urgent"}
+            and "train / eval-b" in {event[3].split("\n")[0] for event in page["events"]}
+        ),
+    )
+    jobs = {event[3].split("\n")[0] for event in page["events"]} - {""}  # "": the share's configuration
+    assert jobs == {"train / urgent-a", "train / eval-b"}
+    choose(browser, "share", "")
+    # The DAG run filter: run-2's one decision, eval-b's submission.
+    choose(browser, "run", "train / run-2")
+    page = showing(browser, "run-2's decisions", lambda page: len(page["events"]) == 1)
+    assert [(event[1], event[3]) for event in page["events"]] == [("SUBMITTED", "train / eval-b\nrun run-2")]
+    assert eval_b == "train/run-2/eval-b/-1/1"
+    choose(browser, "run", "")
     assert console_errors(browser) == []
 
 
@@ -442,6 +479,31 @@ def test_the_page_is_in_airflow_navigation_and_a_viewer_can_read_it(
     )
     assert len(browser.window_handles) == 1
 
+    # The session ends (the page's API answers 401): its "log in again" link loads Airflow's login page in
+    # Airflow's window (not /quota/ pushed into Airflow's router, which draws its not-found page), with
+    # next= Airflow's page that holds the frame.
+    holder = f"{api_server.url}/plugin/gpu-quotas"
+    browser.get(holder)
+    frame = wait_for(browser, lambda d: d.find_elements(By.TAG_NAME, "iframe"), "the page's frame")[0]
+    browser.switch_to.frame(frame)
+    wait_for(browser, lambda d: "Job queue gpu-training" in text(d), "the page inside Airflow's UI")
+    # Airflow's address for the page in its frame (it adds the frame's path to its own).
+    top = str(browser.execute_script("return window.top.location.href"))
+    assert top.startswith(holder)
+    browser.execute_script(
+        "window.fetch = async () => new Response('{}', {status: 401, statusText: 'Unauthorized'})"
+    )
+    link = wait_for(
+        browser,
+        lambda d: d.find_element(By.CSS_SELECTOR, "#error a").get_attribute("href"),
+        "the session-ended message",
+    )
+    assert link == f"{api_server.url}/auth/login?" + urlencode({"next": top})
+    click(browser, "#error a", "log in again")
+    browser.switch_to.default_content()
+    wait_for(browser, lambda d: d.current_url == link, "Airflow's login page in Airflow's window")
+    wait_for(browser, lambda d: d.find_element(By.NAME, "username"), "the login form")
+
 
 def test_the_page_shows_a_page_of_jobs_with_a_long_history(api_server: ApiServer, browser: WebDriver) -> None:
     """20,000 jobs, 1,001 of them waiting: it lists the newest 1000 waiting, says so, and 10 finished."""
@@ -458,6 +520,14 @@ def test_the_page_shows_a_page_of_jobs_with_a_long_history(api_server: ApiServer
     assert len(state["jobOrder"]) == 1000 + 10
     assert state["jobOrder"][0] == rows[-1000]["job_id"] and state["jobOrder"][999] == rows[-1]["job_id"]
     assert "The newest 1000 of 1001 unfinished jobs" in browser.find_element(By.ID, "jobs-cut").text
+    # Its GPU timeline replays the newest 500 jobs of the window (more than 1000 wait in it), and says so.
+    notice = wait_for(
+        browser,
+        lambda d: d.find_element(By.CSS_SELECTOR, f'.timeline-truncated[data-queue="{QUEUE}"]').text,
+        "the timeline's notice that it left jobs out",
+    )
+    assert notice.startswith("Only the newest 500 jobs of this window are drawn: older jobs"), notice
+    assert "/timeline?since=...&until=..." in notice
 
 
 def test_a_job_running_for_days_says_on_which_day_it_started_in_its_tooltip(

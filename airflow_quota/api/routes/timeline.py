@@ -17,6 +17,7 @@ from airflow_quota.api import schemas
 from airflow_quota.api.access import MAY_READ
 from airflow_quota.api.job_reports import task_instance_path
 from airflow_quota.api.schemas import Name
+from airflow_quota.ledger import timeline as ledger_timeline
 from airflow_quota.ledger.configuration import applied_config
 from airflow_quota.ledger.models import ID_LENGTH, JobRow
 from airflow_quota.ledger.queue_state import job_queue_names
@@ -222,4 +223,5 @@ def _report(session: Session, timeline: QueueTimeline) -> schemas.JobQueueTimeli
             for job in timeline.jobs
         ],
         truncated=timeline.truncated,
+        jobLimit=ledger_timeline.MAX_TIMELINE_JOBS,
     )

@@ -406,6 +406,15 @@
           top.document.body.append(opener);
           opener.click();
           opener.remove();
+        } else if ("fullLoad" in link.dataset) {
+          // A page Airflow's own router does not draw (its login page): loaded in Airflow's window, through a
+          // link of that window's document (the frame's sandbox may not navigate its top window itself).
+          event.preventDefault();
+          const loader = top.document.createElement("a");
+          loader.href = url.href;
+          top.document.body.append(loader);
+          loader.click();
+          loader.remove();
         } else if (url.origin === top.location.origin) {
           event.preventDefault();
           top.history.pushState(null, "", url.pathname + url.search + url.hash);
@@ -422,6 +431,21 @@
     for (const host of hosts) {
       for (const entry of (host._charts || new Map()).values()) entry.chart.resize();
     }
+  }
+
+  // The auth manager's login page (the page's data-login) with next= the address to come back to: Airflow's
+  // own (its window's, when the page is in Airflow's frame), so that the user lands on the page again.
+  function loginLink(label) {
+    let next = window.location.href;
+    try {
+      if (window.top !== window) next = window.top.location.href;
+    } catch (notSameOrigin) { /* the page's own address */ }
+    const login = new URL(document.body.dataset.login || "/auth/login", window.location.href);
+    login.searchParams.set("next", next);
+    const link = document.createElement("a");
+    Object.assign(link, { href: login.href, target: "_top", textContent: label });
+    link.dataset.fullLoad = "";
+    return link;
   }
 
   // Keeps a page fresh: calls `load` now, every `everyMs` and whenever Airflow's colour mode changes; after
@@ -448,5 +472,7 @@
     return refresh;
   }
 
-  window.QuotaTimeline = { draw, drawn, palette, isDark, followTheme, keepLinksInAirflow, showContent, keepFresh };
+  window.QuotaTimeline = {
+    draw, drawn, palette, isDark, followTheme, keepLinksInAirflow, showContent, keepFresh, loginLink,
+  };
 })();

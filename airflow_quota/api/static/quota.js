@@ -347,26 +347,43 @@
     return el("td", { class: "job", title: jobId }, jobLabel(jobId), el("div", { class: "muted" }, `run ${job.runId}`));
   }
 
-  function matchesFilters(event) {
-    const job = jobParts(event.jobId);
-    return (!decisionFilters.share || event.quotaShareName === decisionFilters.share) &&
-      (!decisionFilters.job || event.jobId === decisionFilters.job || event.relatedJobId === decisionFilters.job) &&
-      (!decisionFilters.run || (job && `${job.dagId} / ${job.runId}` === decisionFilters.run)) &&
-      (!decisionFilters.kind || event.kind === decisionFilters.kind);
+  // The decision kinds (the audit log's), the Decision filter's choices.
+  const DECISION_KINDS = ["SUBMITTED", "GRANTED", "PREEMPTED", "REQUEUED", "SUCCEEDED", "FAILED", "TERMINATED",
+    "HANDED_OVER", "PRIORITY_CHANGED", "CONFIG_CHANGED"];
+
+  function filtering() {
+    return Object.values(decisionFilters).some(Boolean);
   }
 
-  // Filters over the decisions: share, job, DAG run, decision kind (their choices from the events shown).
-  function filterBar(events, redraw) {
+  // The /events query of the filters set: the server picks from the whole audit log (a DAG run's choice is
+  // "dag / run": a DAG id has no spaces).
+  function decisionQuery(shareFilter) {
+    const run = decisionFilters.run ? decisionFilters.run.split(" / ") : [];
+    return query({
+      ...shareFilter,
+      quotaShareName: decisionFilters.share || shareFilter.quotaShareName,
+      jobId: decisionFilters.job || null,
+      dagId: run.length ? run[0] : null,
+      runId: run.length ? run.slice(1).join(" / ") : null,
+      kind: decisionFilters.kind || null,
+      limit: DECISIONS_READ,
+    });
+  }
+
+  // Filters over the decisions: share, job, DAG run, decision kind. Their choices: the shares shown, the jobs
+  // (and their DAG runs) of the last decisions and of the jobs listed, every decision kind.
+  function filterBar(events, shareNames, jobIds) {
+    const jobs = [...events.flatMap((event) => [event.jobId, event.relatedJobId]), ...jobIds].filter(Boolean);
     const choices = {
-      share: new Set(events.map((event) => event.quotaShareName).filter(Boolean)),
-      job: new Set(events.flatMap((event) => [event.jobId, event.relatedJobId]).filter(Boolean)),
-      run: new Set(events.map((event) => jobParts(event.jobId)).filter(Boolean).map((job) => `${job.dagId} / ${job.runId}`)),
-      kind: new Set(events.map((event) => event.kind)),
+      share: new Set(shareNames),
+      job: new Set(jobs),
+      run: new Set(jobs.map(jobParts).filter(Boolean).map((job) => `${job.dagId} / ${job.runId}`)),
+      kind: new Set(DECISION_KINDS),
     };
     const names = { share: "Quota share", job: "Job", run: "DAG run", kind: "Decision" };
     const bar = decisionFilterBar || (decisionFilterBar = el("div", { class: "filters", id: "decision-filters" }));
     bar.replaceChildren(...Object.entries(names).map(([key, name]) => {
-      const values = [...choices[key]].sort();
+      const values = key === "kind" ? [...choices[key]] : [...choices[key]].sort();
       if (decisionFilters[key] && !choices[key].has(decisionFilters[key])) values.unshift(decisionFilters[key]);
       const select = el("select", { name: key, "aria-label": name },
         el("option", { value: "" }, `${name}: all`),
@@ -374,18 +391,18 @@
           key === "job" ? jobLabel(value) : value)));
       select.addEventListener("change", () => {
         decisionFilters[key] = select.value;
-        redraw();
+        refresh();
       });
       return el("label", {}, select);
     }));
     return bar;
   }
 
-  // Decisions drawn at most (of the last 200 read, which the filters search).
+  // Decisions read (the newest that match the filters, from the whole audit log), and drawn at most.
+  const DECISIONS_READ = 200;
   const DECISIONS_SHOWN = 50;
 
-  function eventsTable(events) {
-    const matching = events.filter(matchesFilters);
+  function eventsTable(matching) {
     const shown = matching.slice(0, DECISIONS_SHOWN);
     const rows = shown.map((event) =>
       el("tr", { "data-kind": event.kind, "data-job": event.jobId || "" },
@@ -394,13 +411,14 @@
         el("td", {}, event.quotaShareName || ""),
         jobCell(event.jobId),
         el("td", {}, event.message)));
-    const empty = events.length ? "No decision matches these filters." : "No events yet.";
+    const empty = filtering() ? "No decision matches these filters." : "No events yet.";
     const table = el("table", { class: "events" },
       el("thead", {}, el("tr", {}, ["At", "Decision", "Quota share", "Job", "What happened"].map((h) => el("th", {}, h)))),
       el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: 5, class: "muted" }, empty))));
     const more = matching.length > shown.length
-      ? el("p", { class: "muted" }, `The newest ${shown.length} of ${matching.length} matching decisions (of the last ` +
-        `${events.length}); the filters narrow them, the REST API's /events pages through all.`)
+      ? el("p", { class: "muted" }, `The newest ${shown.length} of the last ${matching.length} ` +
+        `${filtering() ? "matching " : ""}decisions; the filters search the whole audit log, the REST API's ` +
+        "/events pages through all.")
       : null;
     return el("div", {}, table, more);
   }
@@ -505,6 +523,19 @@
       }));
   }
 
+  // More jobs touched the window than the timeline replays: it draws the newest, and says so.
+  function truncatedNotice(queueName, timeline) {
+    if (!timeline.truncated) return null;
+    const shorter = WINDOWS.slice(0, WINDOWS.findIndex(([value]) => value === timelineWindow))
+      .map(([, label]) => label.toLowerCase());
+    return el("p", { class: "notice timeline-truncated", "data-queue": queueName, role: "status" },
+      `Only the newest ${plural(timeline.jobLimit, "job")} of this window are drawn: older jobs that ran or ` +
+      "waited in it are left out. " +
+      (shorter.length ? `A shorter window (${shorter.join(", ")}) may draw all of its jobs; for` : "For") +
+      " older ones, ask the REST API's ",
+      el("code", {}, `GET ${api}/jobQueues/${queueName}/timeline?since=...&until=...`), ".");
+  }
+
   function timelineSection(queueName, timeline, colorOf) {
     let host = timelineHosts.get(queueName);
     if (!host) {
@@ -518,6 +549,7 @@
   // --- the page ------------------------------------------------------------------------------------
 
   async function load() {
+    const filtersAsked = JSON.stringify(decisionFilters);
     const queues = (await get("/jobQueues")).jobQueues.filter((q) => !focusQueue || q.jobQueueName === focusQueue);
     const shareFilter = { jobQueueName: focusQueue, quotaShareName: focusShare };
     const [snapshots, shareLists, unfinished, finished, events] = await Promise.all([
@@ -525,8 +557,9 @@
       Promise.all(queues.map((q) => get("/quotaShares" + query({ jobQueueName: q.jobQueueName })))),
       get("/jobs" + query({ ...shareFilter, finished: "false", limit: OPEN_JOBS })),
       get("/jobs" + query({ ...shareFilter, finished: "true", limit: 10 })),
-      get("/events" + query({ ...shareFilter, limit: 200 })),
+      get("/events" + query({ ...shareFilter, limit: DECISIONS_READ })),
     ]);
+    const filtered = filtering() ? await get("/events" + decisionQuery(shareFilter)) : events;
     const byAws = (q) => q.scheduler === "AWS_BATCH";
     const timelines = await Promise.all(queues.map((q) => byAws(q) ? null :
       get(`/jobQueues/${encodeURIComponent(q.jobQueueName)}/timeline` + query({ window: timelineWindow }))));
@@ -539,6 +572,8 @@
       ]);
       return { open, finished: done };
     }));
+    // The filters changed while this load read the server: the load the change started draws the page.
+    if (JSON.stringify(decisionFilters) !== filtersAsked) return;
     holdersOf = holdersIndex(queues, snapshots, shareLists);
     const content = [];
     if (focusShare) {
@@ -563,6 +598,7 @@
         snapshots[index].capacity.map((unit) => unitBar(queue.jobQueueName, unit, colorOf)),
         el("h3", {}, "GPU timeline"),
         windowPicker(),
+        truncatedNotice(queue.jobQueueName, timelines[index]),
         timelineSection(queue.jobQueueName, timelines[index], colorOf),
         el("h3", {}, "Quota shares"),
         sharesTable(shares, colorOf)));
@@ -576,18 +612,19 @@
     if (finished.jobs.length) {
       content.push(el("h3", {}, "Recently finished"), jobsTable(finished.jobs.slice().reverse()));
     }
-    const newestFirst = events.events.slice().reverse();
-    const decisions = el("div", { id: "decisions" }, eventsTable(newestFirst));
-    const redraw = () => decisions.replaceChildren(eventsTable(newestFirst));
-    content.push(el("h2", {}, "Recent decisions"), filterBar(newestFirst, redraw), decisions);
+    const shareNames = shareLists.flatMap((list) => list.quotaShares.map((share) => share.quotaShareName));
+    const listed = [...unfinished.jobs, ...finished.jobs].map((job) => job.jobId);
+    const bar = filterBar(events.events, shareNames, listed);
+    const decisions = el("div", { id: "decisions" }, eventsTable(filtered.events.slice().reverse()));
+    content.push(el("h2", {}, "Recent decisions"), bar, decisions);
     QuotaTimeline.showContent(content, timelineHosts.values());
   }
 
-  // A session that ended says so, with a link that logs in again; other failures are retried.
+  // A session that ended says so, with a link to Airflow's login page that comes back here (inside
+  // Airflow's frame: to Airflow's page that holds it); other failures are retried.
   function sessionEnded(problem, error) {
     if (problem.status !== 401) return false;
-    error.replaceChildren("Your session has ended: ",
-      el("a", { href: window.location.href, target: "_top" }, "log in again"), ".");
+    error.replaceChildren("Your session has ended: ", QuotaTimeline.loginLink("log in again"), ".");
     return true;
   }
 
