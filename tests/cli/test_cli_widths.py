@@ -415,21 +415,23 @@ def tree(root: Path) -> list[str]:
     return sorted(str(path.relative_to(root)) for path in root.rglob("*"))
 
 
+#: The no-Airflow validator's two entries: the console script a user runs, and the module.
+VALIDATORS = {
+    "airflow-quota-validate": [str(Path(sys.executable).with_name("airflow-quota-validate"))],
+    "module": [sys.executable, "-m", "airflow_quota.cli.validate"],
+}
+
+
+@pytest.mark.parametrize("entry", VALIDATORS)
 @pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
-def test_validate_without_airflow_home_writes_no_file(tmp_path: Path, as_json: bool) -> None:
+def test_validate_without_airflow_home_writes_no_file(tmp_path: Path, as_json: bool, entry: str) -> None:
     home = tmp_path / "home"
     home.mkdir()
     before = tree(home)
     env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW")}
     env |= {"HOME": str(home), "COLUMNS": "80"}
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "airflow_quota.cli.validate",
-            str(EXAMPLE_FILE),
-            *(["--json"] if as_json else []),
-        ],
+        [*VALIDATORS[entry], str(EXAMPLE_FILE), *(["--json"] if as_json else [])],
         env=env,
         cwd=tmp_path,
         capture_output=True,
