@@ -79,19 +79,23 @@ NAMED_SHARES = 3
 
 class WaitingReasons:
     """``waiting_reason`` for the many jobs of one cycle's end: what depends on the share and unit alone
-    (usage, limits, what can be borrowed, who holds the unit) is worked out once per share and unit.
+    (limits, what can be borrowed, who holds the unit) is worked out once per share and unit.
 
-    Each reason says what the share uses and the job needs, then what holds the capacity it waits for:
-    its free units lent to borrowers or held by jobs being stopped; its own jobs (a share that does not
-    borrow, or at its borrow ceiling); or, for a job that would borrow, who holds the unit, its idle units
-    and whose they are (RESERVE ones are never lent), or that the queue is full.
+    Each reason says what the job needs against its share's own limit, then what holds the capacity it
+    waits for: its free units lent to borrowers or held by jobs being stopped; its own jobs (a share that
+    does not borrow, or at its borrow ceiling); or, for a job that would borrow, who holds the unit (a
+    share borrowing within its limit marked), its idle units and whose (RESERVE ones are never lent), or
+    that the queue is full. The words name shares, not how many units each holds: a reason stays the
+    same while capacity turns over among the same holders, so a cycle does not rewrite the reasons of
+    thousands of waiting jobs each time one job ends and another starts (``jobs show`` and ``snapshot``
+    have the counts).
     """
 
     def __init__(self, usage: Usage, stopping: Mapping[str, int]) -> None:
         self.usage = usage
         #: Per unit, the units jobs being stopped still hold.
         self.stopping = stopping
-        self._terms: dict[tuple[str, str], tuple[int, int, str, int | None]] = {}
+        self._terms: dict[tuple[str, str], tuple[int, int, int | None]] = {}
         self._holders: dict[str, str] = {}
         self._lent: dict[tuple[str, bool], str] = {}
         self._borrow_tails: dict[tuple[str, str], str] = {}
@@ -99,22 +103,29 @@ class WaitingReasons:
     def reason(self, share: QuotaShare, unit: str, count: int) -> str:
         terms = self._terms.get((share.name, unit))
         if terms is None:
-            used, own = self.usage.usage(share.name, unit), share.own_limit(unit)
-            in_use = f"quota share {share.name} is using {used} of its {own} {unit}"
-            terms = self._terms[(share.name, unit)] = (used, own, in_use, share.ceiling(unit))
-        used, own, in_use, ceiling = terms
+            terms = self._terms[(share.name, unit)] = (
+                self.usage.usage(share.name, unit),
+                share.own_limit(unit),
+                share.ceiling(unit),
+            )
+        used, own, ceiling = terms
+        needs = f"this job needs {count} {unit}"
         if used + count <= own:
             held_elsewhere = self.lent_or_stopping(unit, share.lends)
-            return f"Waiting for capacity: {in_use} and this job needs {count}; {held_elsewhere}"
+            return (
+                f"Waiting for capacity: {needs}, within what quota share {share.name} has free of its own "
+                f"{own}; {held_elsewhere}"
+            )
+        beyond = f"{needs}, more than quota share {share.name} has free of its own {own}"
         if not share.borrows:
             return (
-                f"Waiting for capacity: {in_use} and this job needs {count}; a {share.strategy} share "
-                "does not borrow: it waits for its own jobs to finish"
+                f"Waiting for capacity: {beyond}; a {share.strategy} share does not borrow: it waits for its "
+                "own jobs to finish"
             )
         if ceiling is not None and used + count > ceiling:
             return (
-                f"Waiting for capacity: {in_use} and this job needs {count}, which would pass the share's "
-                f"borrow ceiling of {ceiling}: it waits for its own jobs to finish"
+                f"Waiting for capacity: {needs}, which would take quota share {share.name} past its borrow "
+                f"ceiling of {ceiling}: it waits for its own jobs to finish"
             )
         tail = self._borrow_tails.get((share.name, unit))
         if tail is None:
@@ -122,29 +133,27 @@ class WaitingReasons:
             tail = self._borrow_tails[(share.name, unit)] = (
                 f"{borrowable} can be borrowed now. {self.holders(unit)}"
             )
-        return f"Waiting for capacity to borrow: {in_use} and this job needs {count}; {tail}"
+        return f"Waiting for capacity to borrow: {beyond}; {tail}"
 
     def lent_or_stopping(self, unit: str, lends: bool) -> str:
-        """Why a share's own free units are not free: lent to borrowers (a share that lends), or held by
-        jobs being stopped."""
+        """Why a share's own free units are not free: lent to borrowers (a share that lends; named), or
+        held by jobs being stopped."""
         text = self._lent.get((unit, lends))
         if text is None:
             usage = self.usage
             borrowers = [
-                f"{share.name} borrows {usage.usage(share.name, unit) - share.own_limit(unit)}"
-                for share in usage.queue.shares
-                if lends and share.name in usage.borrowing[unit]
+                share.name for share in usage.queue.shares if lends and share.name in usage.borrowing[unit]
             ]
-            parts = [f"lent ({_named(borrowers)})"] if borrowers else []
+            parts = [f"lent (to {_named(borrowers)})"] if borrowers else []
             if self.stopping.get(unit):
-                parts.append(f"held by jobs being stopped ({self.stopping[unit]})")
+                parts.append("held by jobs being stopped")
             text = self._lent[(unit, lends)] = (
                 f"its free units are {' or '.join(parts)}" if parts else self.holders(unit)
             )
         return text
 
     def holders(self, unit: str) -> str:
-        """Who holds ``unit`` (borrowed units marked), its idle units and whose, or that the queue is full."""
+        """Who holds ``unit`` (borrowers marked), its idle units and whose, or that the queue is full."""
         text = self._holders.get(unit)
         if text is None:
             text = self._holders[unit] = _holders_text(self.usage, unit, self.stopping.get(unit, 0))
@@ -160,14 +169,12 @@ def _holders_text(usage: Usage, unit: str, stopping: int) -> str:
         if used:
             borrowed = max(0, used - share.own_limit(unit))
             borrowed_total += borrowed
-            held.append(
-                f"{share.name} {used}" + (f" ({borrowed} borrowed within its limit)" if borrowed else "")
-            )
+            held.append(share.name + (" (borrowing within its limit)" if borrowed else ""))
     held_text = _named(held) if held else "none"
-    stopping_text = f"; {stopping} held by jobs being stopped" if stopping else ""
+    stopping_text = "; jobs being stopped hold some" if stopping else ""
     idle = usage.idle(unit)
     if not idle:
-        return f"The queue is full: {held_text}{stopping_text}"
+        return f"The queue is full, held by {held_text}{stopping_text}"
     # Whose the idle units are, in configuration order: a share's unused units (a lender's less what
     # borrowers use beyond the unowned capacity, ``lent_capacity``'s convention), then unowned ones.
     to_attribute = max(0, borrowed_total - usage.unowned(unit))
@@ -192,7 +199,8 @@ def _holders_text(usage: Usage, unit: str, stopping: int) -> str:
     if left and unowned:
         idle_parts.append(f"{min(left, unowned)} unowned")
     idle_text = f"; idle: {_named(idle_parts)}" if idle_parts else f"; {idle} idle"
-    return f"Held: {held_text}{stopping_text}{idle_text}"
+    held_by = "Held by none" if not held else f"Held by {held_text}"
+    return f"{held_by}{stopping_text}{idle_text}"
 
 
 def _named(items: list[str]) -> str:
@@ -200,19 +208,22 @@ def _named(items: list[str]) -> str:
     return shown if len(items) <= NAMED_SHARES else f"{shown} +{len(items) - NAMED_SHARES} more"
 
 
-#: A waiting job says exactly how many jobs of its share on the same unit come first up to this many less
-#: one; from it on, "5+": its reason does not change whenever one job ahead starts, a cycle need not
-#: write a new reason for thousands of jobs, and it is worked out once per group of jobs.
+#: A waiting job says exactly how many jobs of its share on the same unit come first, and the first of
+#: them, up to this many less one; from it on, "5+" and no name: its reason does not change whenever a
+#: job ahead starts (the first one too), a cycle need not write a new reason for thousands of jobs, and it
+#: is worked out once per group of jobs.
 #: ``airflow quota jobs show`` has the exact position.
 EXACT_PLACES = 5
 
 
 def behind_text(ahead: int, first: str, share_name: str) -> str:
-    """What a waiting job adds when ``ahead`` jobs of its share needing the same unit come first."""
+    """What a waiting job adds when ``ahead`` jobs of its share needing the same unit come first (the
+    first of them named while fewer than ``EXACT_PLACES``)."""
     if ahead == 1:
         return f"; behind {first} of its share"
-    count = f"{EXACT_PLACES}+" if ahead >= EXACT_PLACES else str(ahead)
-    return f"; behind {count} waiting jobs of share {share_name}, first {first}"
+    if ahead >= EXACT_PLACES:
+        return f"; behind {EXACT_PLACES}+ waiting jobs of share {share_name}"
+    return f"; behind {ahead} waiting jobs of share {share_name}, first {first}"
 
 
 #: statusReason prefix of a job that could have started, but whose units a later decision of the same

@@ -309,8 +309,8 @@ def test_jobs_with_position_lease_task_instance_and_training_job(
     # Waiting jobs: their place in the share and why, in plain words.
     assert (every["vision-b"]["position"], every["vision-c"]["position"]) == (1, 2)
     assert every["vision-b"]["statusReason"] == (
-        f"Waiting for capacity: quota share vision is using 3 of its 2 {UNIT} and this job needs 2, "
-        "which would pass the share's borrow ceiling of 4: it waits for its own jobs to finish"
+        f"Waiting for capacity: this job needs 2 {UNIT}, which would take quota share vision past its borrow "
+        "ceiling of 4: it waits for its own jobs to finish"
     )
     assert every["research-big"]["statusReason"] == "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE"
     assert every["research-big"]["position"] == 1
@@ -421,9 +421,9 @@ def test_the_timeline_shows_the_preemption_as_a_stop_phase_then_the_preemptor(
     assert sorted(bar["borrowed"] for bar in vision) == [False, False, True]
     waiting = {job["jobName"]: job["waits"] for job in timeline["jobs"]}
     assert waiting["urgent-low"][1]["reason"] == (
-        f"Requeued after its preemption by {high}; Waiting for capacity: quota share urgent is using 2 of "
-        f"its 2 {UNIT} and this job needs 2; a RESERVE share does not borrow: it waits for its own jobs to "
-        "finish"
+        f"Requeued after its preemption by {high}; Waiting for capacity: this job needs 2 {UNIT}, more than "
+        "quota share urgent has free of its own 2; a RESERVE share does not borrow: it waits for its own "
+        "jobs to finish"
     )
     assert waiting["research-big"][-1]["endedAt"] is None
     assert waiting["research-big"][-1]["reason"].startswith("Waiting since its submission; MISCONFIGURATION")

@@ -164,7 +164,10 @@ def test_the_page_shows_usage_after_a_grant_and_then_a_preemption(
     page = showing(browser, "vision-a requeued", lambda page: "Preempted" in page["jobs"][vision_a]["text"])
     cells = page["jobs"][vision_a]["cells"]
     assert (cells[0], cells[1], cells[3], cells[4]) == ("vision", "1", "10", "RUNNABLE")
-    assert cells[6].startswith("Waiting for capacity to borrow: quota share vision is using 0 of its 2")
+    assert cells[6].startswith(
+        f"Waiting for capacity to borrow: this job needs 3 {UNIT}, more than quota share vision has free "
+        "of its own 2"
+    )
     # What holds the capacity: research's own, urgent's; urgent's idle GPU is RESERVE, never lent.
     assert (
         f"{UNIT} in use: research 4, urgent 1; idle: 2 of vision, 1 of urgent (RESERVE: never lent)"

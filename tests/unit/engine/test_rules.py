@@ -486,7 +486,7 @@ CASES = [
         queue(4, share("a", 2, BORROW, preempt=True), share("l", 2, LEND)),
         (waiting("p", "a", 3, prio=9, at=0, awaiting=frozenset({"gone"})), waiting("l1", "l", 2, at=1)),
         granted=("p",),
-        reasons={"l1": "Waiting for capacity: quota share l is using 0 of its 2 gpu"},
+        reasons={"l1": "Waiting for capacity: this job needs 2 gpu, within what quota share l has free"},
     ),
     # -- status reasons -----------------------------------------------------------------------------------
     Case(
@@ -518,7 +518,7 @@ CASES = [
         "a_waiting_job_says_in_plain_words_what_it_waits_for",
         queue(2, share("a", 2, RESERVE)),
         (running("r", "a", 2), waiting("w", "a", 1, at=1)),
-        reasons={"w": "Waiting for capacity: quota share a is using 2 of its 2 gpu and this job needs 1"},
+        reasons={"w": "Waiting for capacity: this job needs 1 gpu, more than quota share a has free of its"},
     ),
     # -- what holds the capacity a waiting job needs -------------------------------------------------------
     Case(
@@ -526,21 +526,21 @@ CASES = [
         queue(4, share("vision", 2, RESERVE), share("research", 2, BORROW)),
         (running("v", "vision", 1), running("r", "research", 2), waiting("w", "research", 1, at=1)),
         reasons={
-            "w": "Waiting for capacity to borrow: quota share research is using 2 of its 2 gpu and this job "
-            "needs 1; 0 can be borrowed now. Held: vision 1, research 2; idle: 1 of vision (RESERVE, never "
-            "lent)"
+            "w": "Waiting for capacity to borrow: this job needs 1 gpu, more than quota share research has "
+            "free of its own 2; 0 can be borrowed now. Held by vision, research; idle: 1 of vision (RESERVE, "
+            "never lent)"
         },
     ),
     Case(
-        "another_share_borrowing_within_its_limit_is_named_with_its_borrowed_units",
+        "another_share_borrowing_within_its_limit_is_named_as_borrowing",
         queue(
             5, share("a", 2, BORROW), share("r", 1, RESERVE), share("l", 1, LEND), share("b", 1, borrow=100)
         ),
         (running("a1", "a", 2), running("b1", "b", 2), waiting("w", "a", 1, at=1)),
         reasons={
-            "w": "Waiting for capacity to borrow: quota share a is using 2 of its 2 gpu and this job needs "
-            "1; 0 can be borrowed now. Held: a 2, b 2 (1 borrowed within its limit); idle: 1 of r (RESERVE, "
-            "never lent)"
+            "w": "Waiting for capacity to borrow: this job needs 1 gpu, more than quota share a has free of "
+            "its own 2; 0 can be borrowed now. Held by a, b (borrowing within its limit); idle: 1 of r "
+            "(RESERVE, never lent)"
         },
     ),
     Case(
@@ -548,8 +548,8 @@ CASES = [
         queue(4, share("a", 2, RESERVE), share("b", 2, BORROW)),
         (running("a1", "a", 2), running("b1", "b", 2), waiting("w", "b", 1, at=1)),
         reasons={
-            "w": "Waiting for capacity to borrow: quota share b is using 2 of its 2 gpu and this job needs "
-            "1; 0 can be borrowed now. The queue is full: a 2, b 2"
+            "w": "Waiting for capacity to borrow: this job needs 1 gpu, more than quota share b has free of "
+            "its own 2; 0 can be borrowed now. The queue is full, held by a, b"
         },
     ),
     Case(
@@ -557,8 +557,8 @@ CASES = [
         queue(4, share("a", 2, RESERVE), share("b", 2, BORROW)),
         (running("a1", "a", 2), waiting("w", "a", 1, at=1)),
         reasons={
-            "w": "Waiting for capacity: quota share a is using 2 of its 2 gpu and this job needs 1; a "
-            "RESERVE share does not borrow: it waits for its own jobs to finish"
+            "w": "Waiting for capacity: this job needs 1 gpu, more than quota share a has free of its own 2; "
+            "a RESERVE share does not borrow: it waits for its own jobs to finish"
         },
     ),
     Case(
@@ -566,8 +566,8 @@ CASES = [
         queue(4, share("a", 2, BORROW, borrow=50), share("l", 2, LEND)),
         (running("a1", "a", 3), waiting("w", "a", 1, at=1)),
         reasons={
-            "w": "Waiting for capacity: quota share a is using 3 of its 2 gpu and this job needs 1, which "
-            "would pass the share's borrow ceiling of 3: it waits for its own jobs to finish"
+            "w": "Waiting for capacity: this job needs 1 gpu, which would take quota share a past its borrow "
+            "ceiling of 3: it waits for its own jobs to finish"
         },
     ),
     Case(
@@ -580,8 +580,8 @@ CASES = [
             waiting("l2", "l", 1, at=2),
         ),
         reasons={
-            "l2": "Waiting for capacity: quota share l is using 1 of its 2 gpu and this job needs 1; its "
-            "free units are held by jobs being stopped (2)"
+            "l2": "Waiting for capacity: this job needs 1 gpu, within what quota share l has free of its own "
+            "2; its free units are held by jobs being stopped"
         },
     ),
     Case(
@@ -628,8 +628,8 @@ def test_rule(case: Case) -> None:
 
 
 FULL = (
-    "Waiting for capacity: quota share a is using 2 of its 2 gpu and this job needs 1; a RESERVE share "
-    "does not borrow: it waits for its own jobs to finish"
+    "Waiting for capacity: this job needs 1 gpu, more than quota share a has free of its own 2; a RESERVE "
+    "share does not borrow: it waits for its own jobs to finish"
 )
 TWELVE_WAITING = tuple(waiting(f"w{index:02}", "a", 1, at=index) for index in range(12))
 
@@ -644,16 +644,16 @@ PLACES = [
         FULL + "; behind 4 waiting jobs of share a, first w00",
     ),
     (
-        "from_five_ahead_it_says_5_or_more",
+        "from_five_ahead_it_says_5_or_more_and_names_no_job",
         TWELVE_WAITING,
         "w05",
-        FULL + "; behind 5+ waiting jobs of share a, first w00",
+        FULL + "; behind 5+ waiting jobs of share a",
     ),
     (
         "the_last_says_5_or_more_too",
         TWELVE_WAITING,
         "w11",
-        FULL + "; behind 5+ waiting jobs of share a, first w00",
+        FULL + "; behind 5+ waiting jobs of share a",
     ),
     (
         "the_share_order_is_priority_first",
@@ -695,14 +695,14 @@ def test_a_waiting_job_says_its_place_in_its_share_and_who_comes_first(
     [
         pytest.param(
             LEND,
-            "Waiting for capacity: quota share l is using 0 of its 2 gpu and this job needs 1; its free "
-            "units are lent (b borrows 2) or held by jobs being stopped (1)",
+            "Waiting for capacity: this job needs 1 gpu, within what quota share l has free of its own 2; "
+            "its free units are lent (to b) or held by jobs being stopped",
             id="a_lenders_free_units_name_the_borrowers_using_them",
         ),
         pytest.param(
             RESERVE,
-            "Waiting for capacity: quota share l is using 0 of its 2 gpu and this job needs 1; its free "
-            "units are held by jobs being stopped (1)",
+            "Waiting for capacity: this job needs 1 gpu, within what quota share l has free of its own 2; "
+            "its free units are held by jobs being stopped",
             id="a_reserve_shares_free_units_are_never_said_to_be_lent",
         ),
     ],

@@ -36,8 +36,9 @@ def test_the_json_document_has_exactly_the_specified_shape() -> None:
                 "a": {"status": "RUNNING", "statusReason": ""},
                 "b": {
                     "status": "RUNNABLE",
-                    "statusReason": "Waiting for capacity: quota share s is using 2 of its 2 gpu and this "
-                    "job needs 2; a RESERVE share does not borrow: it waits for its own jobs to finish",
+                    "statusReason": "Waiting for capacity: this job needs 2 gpu, more than quota share s "
+                    "has free of its own 2; a RESERVE share does not borrow: it waits for its own jobs to "
+                    "finish",
                 },
             },
         },

@@ -380,7 +380,8 @@ def test_three_teams_example_story() -> None:
     r3_grants = [c for step in result.steps for c in step.changes if c.kind is GRANTED and c.subject == "r3"]
     assert [grant.borrowed for grant in r3_grants] == [2, 2]
     assert status_at(result, 0, "r4")[1].endswith(
-        "which would pass the share's borrow ceiling of 6: it waits for its own jobs to finish"
+        "which would take quota share research past its borrow ceiling of 6: it waits for its own jobs to "
+        "finish"
     )
     assert when(result, RUNNING, "r1") == [20]  # startSeconds 20
     assert when(result, GRANTED, "p1") == [100]  # RESERVE: its GPUs were kept for it
