@@ -3,11 +3,13 @@
 The ledger holds nothing for a job queue whose quota file says ``scheduler: AWS_BATCH`` (the allocator hands
 its tasks to AWS Batch), so these commands ask AWS Batch, through the amazon provider's Batch hook and an
 Airflow AWS connection: GetJobQueueSnapshot for the capacity in use and the front of each quota share,
-ListServiceJobs for the queue's jobs. Every document made here says ``"scheduledBy": "AWS_BATCH"``.
+ListServiceJobs for the queue's jobs, DescribeServiceJob for one job (``airflow quota jobs describe``). Every
+document made here says ``"scheduledBy": "AWS_BATCH"``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -15,6 +17,7 @@ from typing import Any, Final
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from airflow_quota.ledger.aws_job_fields import PREEMPTED_ATTEMPT_FIELDS
 from airflow_quota.ledger.models import JobQueueRow
 
 SCHEDULED_BY_AWS_BATCH: Final = "AWS_BATCH"
@@ -125,6 +128,97 @@ def _job_report(job: dict[str, Any], job_queue_name: str) -> dict[str, Any]:
         "trainingJobArn": ((job.get("latestAttempt") or {}).get("serviceResourceId") or {}).get("value"),
         "scheduledBy": SCHEDULED_BY_AWS_BATCH,
     }
+
+
+#: DescribeServiceJob's times (epoch milliseconds), given as ISO 8601 (UTC) like every time of the CLI's JSON.
+_TIMES = ("createdAt", "scheduledAt", "startedAt", "stoppedAt")
+
+
+def service_job_report(described: dict[str, Any]) -> dict[str, Any]:
+    """A DescribeServiceJob answer as ``airflow quota jobs describe -o json`` prints it: AWS Batch's document,
+    with the fields the ledger's job JSON has (``cli.jobs.job_report``) in its names and shapes first:
+    ``jobQueue`` the queue's name (``jobQueueArn`` as AWS gave it), ``submittedAt`` (AWS's ``createdAt``),
+    ``capacityUnit`` and ``instanceCount`` (the training job request's ``ResourceConfig``), times as ISO 8601,
+    ``capacityUsage`` with whole quantities, ``preemptionSummary`` with every field of the ledger's (a
+    preempted attempt's ``attempt`` is its place in ``attempts``, 1 first; ``lastPreemptedAt`` the latest
+    one's ``stoppedAt``; who preempted it is in its ``statusReason``, AWS Batch names no job: ``preemptedBy``
+    and ``rule`` are null). Each of ``attempts`` gets its ``attempt`` number; ``trainingJobArn`` is the latest
+    attempt's. Marked ``"scheduledBy": "AWS_BATCH"``."""
+    answer = {key: value for key, value in described.items() if key != "ResponseMetadata"}
+    attempts = [
+        {"attempt": number, **_attempt_times(attempt)}
+        for number, attempt in enumerate(answer.get("attempts") or [], start=1)
+    ]
+    number_of = {_resource_arn(attempt): attempt["attempt"] for attempt in attempts}
+    summary = answer.get("preemptionSummary") or {}
+    preempted = [
+        {
+            **dict.fromkeys(PREEMPTED_ATTEMPT_FIELDS),
+            **_attempt_times(attempt),
+            "attempt": number_of.get(_resource_arn(attempt)),
+        }
+        for attempt in summary.get("recentPreemptedAttempts") or []
+    ]
+    queue = str(answer.get("jobQueue") or "")
+    unit, count = _requested_capacity(answer.get("serviceRequestPayload"))
+    report: dict[str, Any] = {
+        "jobId": answer["jobId"],
+        "jobName": answer.get("jobName"),
+        "jobQueue": queue.rsplit("/", 1)[-1],
+        "quotaShareName": answer.get("quotaShareName"),
+        "status": answer.get("status"),
+        "statusReason": answer.get("statusReason") or "",
+        "schedulingPriority": answer.get("schedulingPriority"),
+        "capacityUnit": unit,
+        "instanceCount": count,
+        "submittedAt": _iso(answer.get("createdAt")),
+        "scheduledAt": _iso(answer.get("scheduledAt")),
+        "startedAt": _iso(answer.get("startedAt")),
+        "stoppedAt": _iso(answer.get("stoppedAt")),
+        "capacityUsage": _usage(answer.get("capacityUsage")),
+        "preemptionSummary": {
+            "preemptedAttemptCount": summary.get("preemptedAttemptCount", 0),
+            "recentPreemptedAttempts": preempted,
+            "beingPreemptedBy": None,
+            "lastPreemptedAt": max((a["stoppedAt"] for a in preempted if a["stoppedAt"]), default=None),
+            "lastPreemptedBy": None,
+            "lastPreemptionRule": None,
+        },
+        "jobArn": answer.get("jobArn"),
+        "jobQueueArn": queue,
+        "createdAt": _iso(answer.get("createdAt")),
+        "attempts": attempts,
+        "trainingJobArn": _resource_arn(answer.get("latestAttempt") or {}),
+    }
+    return {
+        **report,
+        **{key: value for key, value in answer.items() if key not in report and key not in _TIMES},
+        "scheduledBy": SCHEDULED_BY_AWS_BATCH,
+    }
+
+
+def _attempt_times(attempt: dict[str, Any]) -> dict[str, Any]:
+    return attempt | {
+        "startedAt": _iso(attempt.get("startedAt")),
+        "stoppedAt": _iso(attempt.get("stoppedAt")),
+    }
+
+
+def _resource_arn(attempt: dict[str, Any]) -> str | None:
+    """The training job ARN an attempt ran (its ``serviceResourceId``), when it has one."""
+    value = (attempt.get("serviceResourceId") or {}).get("value")
+    return None if value is None else str(value)
+
+
+def _requested_capacity(payload: Any) -> tuple[str | None, int | None]:
+    """The instance type and count the service job asks for: its CreateTrainingJob request's
+    ``ResourceConfig`` (none when the payload says otherwise)."""
+    try:
+        resources = json.loads(payload)["ResourceConfig"]
+        count = resources.get("InstanceCount")
+        return resources.get("InstanceType"), None if count is None else int(count)
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return None, None
 
 
 def _usage(capacity_usage: list[dict[str, Any]] | None) -> list[dict[str, Any]]:

@@ -1,5 +1,6 @@
 """``airflow quota snapshot`` and ``jobs list`` on job queues AWS Batch schedules: read from AWS, shown apart;
-and ``jobs update-priority`` on their service jobs: sent to AWS Batch (UpdateServiceJob).
+``jobs describe`` of one of their service jobs: read from AWS Batch (DescribeServiceJob); and ``jobs
+update-priority`` on their service jobs: sent to AWS Batch (UpdateServiceJob).
 
 The ledger holds nothing for such a queue, so both commands ask AWS Batch (``aws_batch/queue_reports.py``)
 through the Airflow AWS connection ``aws_default``, and title each table "scheduled by AWS Batch". When AWS
@@ -26,6 +27,7 @@ from airflow_quota.aws_batch.queue_reports import (
     SCHEDULED_BY_AWS_BATCH,
     batch_client,
     queue_snapshot_from_aws,
+    service_job_report,
     service_jobs_from_aws,
 )
 from airflow_quota.aws_batch.service_job_priority import (
@@ -110,6 +112,29 @@ def change_service_job_priority(session: Session, reference: str, priority: int,
         "UpdateServiceJob; audited).",
         soft_wrap=True,
     )
+
+
+def describe_service_job(reference: str, queues: list[str]) -> dict[str, Any]:
+    """``jobs describe`` of a job the ledger does not hold: a service job of one of ``queues`` (the job queues
+    AWS Batch schedules) by its id, ARN or job name, as DescribeServiceJob answers it
+    (``service_job_report``); exits 1 saying why when AWS Batch has no such job or cannot be asked."""
+    try:
+        with _logs_to_stderr():
+            described = find_service_job(batch_client(), reference, queues)
+    except ServiceJobError as error:
+        fail(str(error))
+    except (BotoCoreError, ClientError) as error:
+        fail(
+            f"no job {reference} is in the quota ledger, and AWS Batch, which schedules job queues "
+            f"{', '.join(queues)}, could not be asked ({type(error).__name__}: {error}); check the Airflow "
+            "connection aws_default"
+        )
+    if described is None:
+        fail(
+            f"no job {reference} is in the quota ledger, nor in the job queues AWS Batch schedules "
+            f"({', '.join(queues)})"
+        )
+    return service_job_report(described)
 
 
 def _unreadable(job_queue_name: str, error: Exception) -> dict[str, Any]:
@@ -303,3 +328,99 @@ def aws_jobs_tables(
     if inline:
         return [out]
     return [out, *reasons_after([(row["Job"], row["Status reason"]) for row in cells])]
+
+
+#: What the caption of a service job's attempts says about its training jobs.
+TRAINING_JOB_NOTE = "Training job: the name in its ARN (--wide for whole ARNs). Times in UTC."
+
+
+def training_job_label(arn: str | None, *, wide: bool = False) -> str:
+    """A training job as a table shows it: the name in its ARN (``...:training-job/<name>``), the whole ARN
+    with ``wide``."""
+    if not arn:
+        return "-"
+    return arn if wide else arn.rsplit("/", 1)[-1]
+
+
+def aws_job_description(report: dict[str, Any], *, width: int, wide: bool = False) -> list[RenderableType]:
+    """One service job (``service_job_report``): its fields, its attempts (each one's training job), then its
+    recent preempted attempts as ``preemptionSummary`` has them (when each stopped, and AWS Batch's reason:
+    who preempted it)."""
+    fields = Table.grid(padding=(0, 2))
+    fields.add_column(style="bold", no_wrap=True)
+    fields.add_column(overflow="fold")
+    summary = report["preemptionSummary"]
+    capacity = (
+        f"{report['capacityUnit']} x {report['instanceCount']}"
+        if report.get("capacityUnit") is not None
+        else None
+    )
+    in_use = ", ".join(f"{each['capacityUnit']} x {each['quantity']}" for each in report["capacityUsage"])
+    for label, value in (
+        ("Job", report["jobId"]),
+        ("Job name", report.get("jobName")),
+        ("Job queue", f"{report['jobQueue']} ({SCHEDULED_BY})"),
+        ("Quota share", report.get("quotaShareName")),
+        ("Status", report.get("status")),
+        ("Status reason", report.get("statusReason")),
+        ("Scheduling priority", report.get("schedulingPriority")),
+        ("Submitted at", report.get("submittedAt")),
+        ("Scheduled at", report.get("scheduledAt")),
+        ("Started at", report.get("startedAt")),
+        ("Stopped at", report.get("stoppedAt")),
+        ("Attempts", len(report["attempts"])),
+        ("Preempted attempts", summary["preemptedAttemptCount"]),
+        ("Capacity", capacity),
+        ("Capacity in use", in_use),
+        ("Training job", report.get("trainingJobArn")),
+    ):
+        fields.add_row(label, escape("-" if value is None or value == "" else str(value)))
+    renderables: list[RenderableType] = [fields]
+    inline = reasons_inline(width, wide=wide)
+    headers = ["Attempt", "Training job", "Started at", "Stopped at", *(["Status reason"] if inline else [])]
+    for title, attempts in (
+        ("Attempts", report["attempts"]),
+        ("Recent preempted attempts", summary["recentPreemptedAttempts"]),
+    ):
+        if not attempts:
+            continue
+        out = table(
+            f"{title} of service job {service_job_label(report['jobId'], wide=wide)}",
+            caption=TRAINING_JOB_NOTE,
+        )
+        cells = [
+            {
+                "Attempt": str(attempt.get("attempt") or "-"),
+                "Training job": training_job_label(_arn(attempt), wide=wide),
+                "Started at": table_time(attempt.get("startedAt"), wide=wide),
+                "Stopped at": table_time(attempt.get("stoppedAt"), wide=wide),
+                "Status reason": attempt.get("statusReason") or "-",
+            }
+            for attempt in attempts
+        ]
+        rows = [[cell[header] for header in headers] for cell in cells]
+        for index, header in enumerate(headers):
+            _column(
+                out,
+                header,
+                [row[index] for row in rows],
+                number=header == "Attempt",
+                wide=wide,
+                room=0 if header == "Status reason" else _WORD_ROOM,
+                least=_DATE_LENGTH if header.endswith(" at") else 0,
+            )
+        if not wide:
+            _fit(out, rows, width, [("Status reason", 24), ("Training job", 0), ("Status reason", 0)])
+        for row in rows:
+            out.add_row(*map(escape, row))
+        renderables.append(out)
+        if not inline:  # below 120 columns, as the other tables: the reasons follow, each whole
+            renderables += reasons_after(
+                [(f"Attempt {cell['Attempt']}", cell["Status reason"]) for cell in cells]
+            )
+    return renderables
+
+
+def _arn(attempt: dict[str, Any]) -> str | None:
+    value = (attempt.get("serviceResourceId") or {}).get("value")
+    return None if value is None else str(value)

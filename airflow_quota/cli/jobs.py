@@ -1,5 +1,7 @@
 """``airflow quota jobs list|describe|update-priority|terminate``: the ledger's jobs, and the two changes an
-administrator makes to one (both audited, through the store's ``record_*`` helpers).
+administrator makes to one (both audited, through the store's ``record_*`` helpers). ``list``, ``describe``
+and ``update-priority`` also reach the service jobs of job queues AWS Batch schedules, in AWS Batch
+(``cli/aws_queues.py``): a name the ledger does not hold is looked up there.
 
 ``list`` shows the newest ``--limit`` jobs (default 100, at most 1,000), read a page at a time like the REST
 API's (``ledger.views.job_page``), however long the history.
@@ -21,7 +23,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from airflow_quota.aws_batch.queue_reports import SERVICE_JOB_STATUSES, aws_scheduled_queues
-from airflow_quota.cli.aws_queues import aws_jobs_tables, aws_queue_jobs, change_service_job_priority
+from airflow_quota.cli.aws_queues import (
+    aws_job_description,
+    aws_jobs_tables,
+    aws_queue_jobs,
+    change_service_job_priority,
+    describe_service_job,
+)
 from airflow_quota.cli.common import (
     JOB_LABEL_NOTE,
     add_column,
@@ -161,6 +169,19 @@ def jobs_tables(
 
 
 def jobs_describe(args: argparse.Namespace) -> None:
+    with metadata_session() as session:
+        aws_queues = aws_scheduled_queues(session)
+        from_aws = bool(aws_queues) and not in_ledger(session, args.name)
+    if from_aws:  # a service job of a queue AWS Batch schedules: AWS Batch's (DescribeServiceJob)
+        service_job = describe_service_job(args.name, aws_queues)
+        if wants_json(args):
+            print_json(service_job)
+            return
+        wide = wants_wide(args)
+        out = console(wide=wide)
+        for renderable in aws_job_description(service_job, width=out.width, wide=wide):
+            out.print(renderable)
+        return
     with metadata_session() as session:
         row = find_job(session, args.name)
         report = job_report(

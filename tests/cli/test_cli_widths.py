@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console, RenderableType
 
-from airflow_quota.cli.aws_queues import aws_jobs_tables, aws_snapshot_tables
+from airflow_quota.aws_batch.queue_reports import service_job_report
+from airflow_quota.cli.aws_queues import aws_job_description, aws_jobs_tables, aws_snapshot_tables
 from airflow_quota.cli.events import events_table
 from airflow_quota.cli.jobs import job_description, job_report, jobs_tables
 from airflow_quota.cli.shares import configuration_table, share_reports, usage_table, usage_tables
@@ -196,6 +197,38 @@ def aws_jobs_list_tables(wide: bool, width: int) -> list[RenderableType]:
     return aws_jobs_tables("batch-gpu-training", service_jobs(), width=width, wide=wide)
 
 
+def aws_job_describe_tables(wide: bool, width: int) -> list[RenderableType]:
+    """``jobs describe`` of a service job AWS Batch preempted once (a DescribeServiceJob answer)."""
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:training-job/gpu-quota-demo-train-trial-3f2a9c1b7d-a{}"
+    at = 1_764_558_000_123  # 2025-12-01T03:00:00.123Z, in AWS Batch's epoch milliseconds
+    first = {
+        "serviceResourceId": {"name": "TrainingJobArn", "value": arn.format(1)},
+        "startedAt": at,
+        "stoppedAt": at + 60_000,
+        "statusReason": LONG_REASON,
+    }
+    second = {
+        "serviceResourceId": {"name": "TrainingJobArn", "value": arn.format(2)},
+        "startedAt": at + 90_000,
+    }
+    described = {
+        "jobId": SERVICE_JOB_ID,
+        "jobArn": f"arn:aws:batch:us-east-1:123456789012:service-job/{SERVICE_JOB_ID}",
+        "jobName": "gpu_quota_demo-train_trial-3f2a9c1b7d",
+        "jobQueue": "arn:aws:batch:us-east-1:123456789012:job-queue/batch-gpu-training",
+        "quotaShareName": "research",
+        "status": "RUNNING",
+        "statusReason": "",
+        "schedulingPriority": 10,
+        "createdAt": at,
+        "attempts": [first, second],
+        "latestAttempt": {"serviceResourceId": second["serviceResourceId"]},
+        "capacityUsage": [{"capacityUnit": "ml.p4d.24xlarge", "quantity": 4.0}],
+        "preemptionSummary": {"preemptedAttemptCount": 1, "recentPreemptedAttempts": [first]},
+    }
+    return aws_job_description(service_job_report(described), width=width, wide=wide)
+
+
 def aws_snapshot_renderables(wide: bool, width: int) -> list[RenderableType]:
     queue = {
         "jobQueueName": "batch-gpu-training",
@@ -286,6 +319,11 @@ TABLES: dict[str, tuple[Callable[[bool, int], list[RenderableType]], tuple[str, 
     "jobs list of a queue AWS Batch schedules": (
         aws_jobs_list_tables,
         ("Job", "Name", "Quota share", "Status", "Capacity", "Created", "Status reason"),
+        SERVICE_JOB_LABEL,
+    ),
+    "jobs describe of a service job AWS Batch schedules": (
+        aws_job_describe_tables,
+        ("Attempt", "Training job", "Started at", "Stopped at"),
         SERVICE_JOB_LABEL,
     ),
     "snapshot of a queue AWS Batch schedules": (
