@@ -13,14 +13,9 @@ from sqlalchemy.orm import Session
 
 from airflow_quota.api import schemas
 from airflow_quota.engine.model import JobStatus
+from airflow_quota.ledger.aws_job_fields import aws_job_fields_of
 from airflow_quota.ledger.models import JobRow
-from airflow_quota.ledger.views import (
-    AttemptTimes,
-    PreemptionNote,
-    attempt_times,
-    latest_preemptions,
-    runnable_positions,
-)
+from airflow_quota.ledger.views import runnable_positions
 from airflow_quota.operators.links import SageMakerTrainingJobLink
 from airflow_quota.protocol import TRAINING_JOB_KEY
 
@@ -29,30 +24,22 @@ def job_reports(session: Session, rows: list[JobRow]) -> list[schemas.Job]:
     """The jobs of ``rows`` as the API shows them: with their place in line, preemption and training job."""
     waiting_queues = {row.job_queue_name for row in rows if row.status == JobStatus.RUNNABLE.value}
     positions = runnable_positions(session, waiting_queues)
-    preemptions = latest_preemptions(
-        session, [row.job_id for row in rows if row.preempted_attempt_count or row.preempted_by is not None]
-    )
+    aws_fields = aws_job_fields_of(session, rows)
     training_jobs = _training_jobs(session, rows)
-    times = attempt_times(session, rows)
     return [
-        _job_report(
-            row,
-            times[row.job_id],
-            positions.get(row.job_id),
-            preemptions.get(row.job_id),
-            training_jobs.get(row.job_id),
-        )
+        _job_report(row, aws_fields[row.job_id], positions.get(row.job_id), training_jobs.get(row.job_id))
         for row in rows
     ]
 
 
 def _job_report(
     row: JobRow,
-    times: AttemptTimes,
+    aws_fields: dict[str, Any],
     position: int | None,
-    preemption: PreemptionNote | None,
     training_job: schemas.TrainingJob | None,
 ) -> schemas.Job:
+    """``aws_fields``: the job's AWS Batch fields (``scheduledAt``, ``startedAt``, ``stoppedAt``,
+    ``capacityUsage``, ``preemptionSummary``) as the CLI's job JSON has them (``ledger.aws_job_fields``)."""
     return schemas.Job(
         jobId=row.job_id,
         jobName=row.job_name,
@@ -65,31 +52,13 @@ def _job_report(
         instanceCount=row.instance_count,
         position=position,
         submittedAt=row.submitted_at,
-        scheduledAt=times.started_at,
-        startedAt=times.started_at,
-        stoppedAt=times.stopped_at,
         attempt=row.attempt,
-        capacityUsage=[
-            schemas.CapacityUsage(capacityUnit=row.held_capacity_unit, quantity=row.held_instance_count)
-        ]
-        if row.held_capacity_unit and row.held_instance_count
-        else [],
         preemptionRetriesBeforeTermination=row.preemption_retries_before_termination,
         lease=schemas.Lease(
             capacityUnit=row.held_capacity_unit,
             instanceCount=row.held_instance_count,
             borrowed=row.borrowed_instance_count,
             devices=row.held_devices,
-        ),
-        preemptionSummary=schemas.PreemptionSummary(
-            preemptedAttemptCount=row.preempted_attempt_count,
-            recentPreemptedAttempts=[
-                schemas.PreemptedAttempt(**attempt) for attempt in row.recent_preempted_attempts
-            ],
-            beingPreemptedBy=row.preempted_by if row.stop_cause == "PREEMPTED" else None,
-            lastPreemptedAt=None if preemption is None else preemption.at,
-            lastPreemptedBy=None if preemption is None else preemption.preempted_by,
-            lastPreemptionRule=None if preemption is None else preemption.rule,
         ),
         taskInstance=schemas.TaskInstanceLink(
             dagId=row.dag_id,
@@ -100,6 +69,7 @@ def _job_report(
             path=task_instance_path(row.dag_id, row.run_id, row.task_id, row.map_index),
         ),
         trainingJob=training_job,
+        **aws_fields,
     )
 
 
