@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, SessionTransaction
 
 from airflow_quota.ledger.models import JobQueueRow
 
@@ -28,19 +28,58 @@ class QueueMark(NamedTuple):
     generation: int
 
 
-def bump_generation(session: Session, job_queue_name: str) -> int | None:
-    """Add one to the queue's generation in this transaction; the new value (None: no such queue).
+def bump_generation(session: Session, job_queue_name: str) -> None:
+    """Add one to the queue's generation in this transaction, once: a later call in the same transaction
+    (or a savepoint within it) does nothing, since one bump already tells every kept state that the queue
+    changed. A bump inside a savepoint counts only while that savepoint is open: once it is released or
+    rolled back, the next call bumps again (a rolled-back bump is gone; a released one is merely repeated).
 
-    On PostgreSQL the row stays locked until the transaction ends, so two writers' bumps never merge.
+    On PostgreSQL the row stays locked until the transaction ends, so two writers' bumps never merge. A
+    cycle that records ten finishes one after the other runs one UPDATE for the queue, not ten (each a
+    flush of the rows written before it, and a round trip).
     """
-    bumped: int | None = session.scalar(
+    bumped = _bumped(session)
+    current = session.get_nested_transaction() or session.get_transaction()
+    if current is not None:
+        for transaction, queues in bumped:
+            if job_queue_name in queues and _within(current, transaction):
+                return
+    session.execute(
         update(JobQueueRow)
         .where(JobQueueRow.job_queue_name == job_queue_name)
         .values(generation=JobQueueRow.generation + 1)
-        .returning(JobQueueRow.generation)
         .execution_options(synchronize_session=False)
     )
+    current = session.get_nested_transaction() or session.get_transaction()
+    if current is None:  # not in a transaction (an autocommit connection): nothing to remember
+        return
+    for transaction, queues in bumped:
+        if transaction is current:
+            queues.add(job_queue_name)
+            return
+    bumped[:] = [entry for entry in bumped if entry[0].is_active]  # the ended ones are dropped
+    bumped.append((current, {job_queue_name}))
+
+
+#: ``Session.info`` key of the queues bumped per open transaction (``bump_generation``).
+_BUMPED = "airflow_quota.bumped_generations"
+
+
+def _bumped(session: Session) -> list[tuple[SessionTransaction, set[str]]]:
+    bumped: list[tuple[SessionTransaction, set[str]]] = session.info.setdefault(_BUMPED, [])
     return bumped
+
+
+def _within(current: SessionTransaction, transaction: SessionTransaction) -> bool:
+    """Whether ``transaction`` is still open and is ``current`` or one of the transactions it is inside."""
+    if not transaction.is_active:
+        return False
+    each: SessionTransaction | None = current
+    while each is not None:
+        if each is transaction:
+            return True
+        each = each.parent
+    return False
 
 
 def read_mark(session: Session, job_queue_name: str, *, lock: bool = False) -> QueueMark | None:
