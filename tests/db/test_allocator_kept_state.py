@@ -17,6 +17,7 @@ the ledger, and most cycles must have used what was kept (else this test would p
 from __future__ import annotations
 
 import random
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, replace
@@ -190,11 +191,17 @@ def test_a_host_keeping_the_queue_decides_what_reading_it_whole_decides(
     kept_cycles = checks = compared = kills = part_failures = unchanged = 0
     now = datetime.now(UTC)
 
-    def quiet_cycles(host: Host, count: int) -> None:
+    def quiet_cycles(host: Host, count: int, *, settled: bool) -> None:
         """Cycles with nothing new (no task moves, no one else writes): the second one finds the queue as
         the first left it, after a plan that decided nothing, and plans nothing; it must still do what a
-        whole reload does (a job being stopped is signalled again, or cleared past its deadline)."""
+        whole reload does (a job being stopped is signalled again, or cleared past its deadline).
+
+        Only once every waiting task has settled can a queue be found unchanged: ``settled`` first waits
+        the settle time out (else, whether the tasks a cycle just resumed have re-deferred long enough
+        before depends on how fast the machine runs, and so did how many cycles found it unchanged)."""
         nonlocal now, compared, unchanged, kept_cycles
+        if settled:
+            time.sleep(SETTINGS.settle_time.total_seconds())
         for _ in range(count):
             now = max(now + timedelta(milliseconds=1), datetime.now(UTC))
             whole = reloading_cycle(db, now, monkeypatch)
@@ -244,7 +251,7 @@ def test_a_host_keeping_the_queue_decides_what_reading_it_whole_decides(
         kept_cycles += QUEUE in kept.queues_kept
         checks += host.kept.checking and QUEUE in host.kept.kept
         if number % 3 == 2:  # then three with nothing new, and the next one's changes after them
-            quiet_cycles(host, 3)
+            quiet_cycles(host, 3, settled=number % 9 == 8)
 
     with db.session() as session:
         granted = session.scalar(sa.select(sa.func.max(JobRow.attempt)))
