@@ -340,6 +340,23 @@ def test_a_task_instance_has_a_quota_view_with_its_own_story(
     browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-task-instance.png"))
     assert console_errors(browser) == []
 
+    # The session ends (the view's API answers 401): as on the GPU Quotas page, a "log in again" link to
+    # Airflow's login page with next= the view's address (Airflow's, when the view is in its frame).
+    here = str(browser.execute_script("return window.location.href"))
+    browser.execute_script(
+        "window.fetch = async () => new Response('{}', {status: 401, statusText: 'Unauthorized'})"
+    )
+    link = wait_for(
+        browser,
+        lambda d: d.find_element(By.CSS_SELECTOR, "#error a").get_attribute("href"),
+        "the session-ended message",
+    )
+    assert "Your session has ended" in browser.find_element(By.ID, "error").text
+    assert link == f"{api_server.url}/auth/login?" + urlencode({"next": here})
+    click(browser, "#error a", "log in again")
+    wait_for(browser, lambda d: d.current_url == link, "Airflow's login page")
+    wait_for(browser, lambda d: d.find_element(By.NAME, "username"), "the login form")
+
 
 def choose(driver: WebDriver, name: str, value: str) -> None:
     """Pick ``value`` in the decisions' ``name`` filter (the page redraws its filters at each refresh: pick

@@ -105,25 +105,32 @@
       rows.length ? el("table", { class: "story" }, el("tbody", {}, rows)) : null);
   }
 
-  async function serviceJobsContent() {
-    const response = await fetch(`${api}/taskInstances/serviceJobs?` + new URLSearchParams(task).toString(), {
+  // The API's answer about this task instance; a refusal other than `allowed` (404: no job in the ledger)
+  // throws an error that carries its HTTP status (401: the session ended, `sessionEnded` says so).
+  async function ask(path, allowed) {
+    const response = await fetch(`${api}${path}?` + new URLSearchParams(task).toString(), {
       credentials: "same-origin", headers: { Accept: "application/json" } });
-    if (!response.ok) throw new Error(`${response.status} ${response.statusText}`);
-    const found = await response.json();
+    if (!response.ok && response.status !== allowed) {
+      const error = new Error(`${response.status} ${response.statusText}`);
+      error.status = response.status;
+      throw error;
+    }
+    return response;
+  }
+
+  async function serviceJobsContent() {
+    const found = await (await ask("/taskInstances/serviceJobs")).json();
     return [...found.errors.map((message) => el("div", { class: "error" }, message)), ...found.jobs.map(serviceJobSection)];
   }
 
   async function load() {
-    const response = await fetch(`${api}/taskInstances/timeline?` + new URLSearchParams(task).toString(), {
-      credentials: "same-origin", headers: { Accept: "application/json" } });
+    const response = await ask("/taskInstances/timeline", 404);
     const content = [];
     if (response.status === 404) {
       const aws = await serviceJobsContent();
       if (aws.length) content.push(...aws);
       else content.push(el("p", { class: "muted" }, "This task instance has no job in the quota ledger: it does not " +
         "use QuotaTrainingOperator, or has not asked for capacity yet."));
-    } else if (!response.ok) {
-      throw new Error(`${response.status} ${response.statusText}`);
     } else {
       for (const timeline of (await response.json()).timelines) {
         let host = hosts.get(timeline.jobQueueName);
@@ -144,6 +151,15 @@
     QuotaTimeline.showContent(content, hosts.values());
   }
 
+  // A session that ended says so, with the GPU Quotas page's link to Airflow's login page (QuotaTimeline's:
+  // next= Airflow's own address of this view, opened in Airflow's window); other failures are retried.
+  function sessionEnded(problem, error) {
+    if (problem.status !== 401) return false;
+    error.replaceChildren("Your session has ended: ", QuotaTimeline.loginLink("log in again"), ".");
+    return true;
+  }
+
   QuotaTimeline.keepFresh(load, refreshMs, () => `${task.dagId} · ${task.runId}` +
-    (task.mapIndex !== "-1" ? ` · map index ${task.mapIndex}` : "") + ` · refreshes every ${refreshMs / 1000} s`);
+    (task.mapIndex !== "-1" ? ` · map index ${task.mapIndex}` : "") + ` · refreshes every ${refreshMs / 1000} s`,
+  sessionEnded);
 })();
