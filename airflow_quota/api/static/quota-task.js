@@ -106,7 +106,7 @@
   }
 
   // The API's answer about this task instance; a refusal other than `allowed` (404: no job in the ledger)
-  // throws an error that carries its HTTP status (401: the session ended, `sessionEnded` says so).
+  // throws an error that carries its HTTP status (401: the session ended, and `keepFresh` offers a new log-in).
   async function ask(path, allowed) {
     const response = await fetch(`${api}${path}?` + new URLSearchParams(task).toString(), {
       credentials: "same-origin", headers: { Accept: "application/json" } });
@@ -153,13 +153,6 @@
 
   // A session that ended says so, with the GPU Quotas page's link to Airflow's login page (QuotaTimeline's:
   // next= Airflow's own address of this view, opened in Airflow's window); other failures are retried.
-  function sessionEnded(problem, error) {
-    if (problem.status !== 401) return false;
-    error.replaceChildren("Your session has ended: ", QuotaTimeline.loginLink("log in again"), ".");
-    return true;
-  }
-
   QuotaTimeline.keepFresh(load, refreshMs, () => `${task.dagId} · ${task.runId}` +
-    (task.mapIndex !== "-1" ? ` · map index ${task.mapIndex}` : "") + ` · refreshes every ${refreshMs / 1000} s`,
-  sessionEnded);
+    (task.mapIndex !== "-1" ? ` · map index ${task.mapIndex}` : "") + ` · refreshes every ${refreshMs / 1000} s`);
 })();

@@ -449,10 +449,11 @@
   }
 
   // Keeps a page fresh: calls `load` now, every `everyMs` and whenever Airflow's colour mode changes; after
-  // a load #status reads `statusLine()`, a failed one shows in #error ("Could not refresh (...); retrying.",
-  // unless `explain(problem, error)` wrote it and returned true). Links open in Airflow's own window.
-  // Returns the refresh function, for a control that wants the page reloaded at once.
-  function keepFresh(load, everyMs, statusLine, explain) {
+  // a load #status reads `statusLine()`, a failed one shows in #error: "Could not refresh (...); retrying.",
+  // or, when the session ended (a 401: `load` throws an error carrying the HTTP status), a link to log in
+  // again. Links open in Airflow's own window. Returns the refresh function, for a control that wants the
+  // page reloaded at once.
+  function keepFresh(load, everyMs, statusLine) {
     async function refresh() {
       const status = document.getElementById("status");
       const error = document.getElementById("error");
@@ -462,7 +463,11 @@
         status.textContent = statusLine();
       } catch (problem) {
         error.hidden = false;
-        if (!(explain && explain(problem, error))) error.textContent = `Could not refresh (${problem.message}); retrying.`;
+        if (problem.status === 401) {
+          error.replaceChildren("Your session has ended: ", loginLink("log in again"), ".");
+        } else {
+          error.textContent = `Could not refresh (${problem.message}); retrying.`;
+        }
       }
     }
     followTheme(refresh);
@@ -473,6 +478,6 @@
   }
 
   window.QuotaTimeline = {
-    draw, drawn, palette, isDark, followTheme, keepLinksInAirflow, showContent, keepFresh, loginLink,
+    draw, drawn, palette, isDark, followTheme, keepLinksInAirflow, showContent, keepFresh,
   };
 })();

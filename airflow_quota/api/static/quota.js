@@ -622,13 +622,7 @@
 
   // A session that ended says so, with a link to Airflow's login page that comes back here (inside
   // Airflow's frame: to Airflow's page that holds it); other failures are retried.
-  function sessionEnded(problem, error) {
-    if (problem.status !== 401) return false;
-    error.replaceChildren("Your session has ended: ", QuotaTimeline.loginLink("log in again"), ".");
-    return true;
-  }
-
   const isDark = QuotaTimeline.isDark;
   const refresh = QuotaTimeline.keepFresh(load, refreshMs,
-    () => `Updated ${time(new Date().toISOString())} · refreshes every ${refreshMs / 1000} s · ${body.user}`, sessionEnded);
+    () => `Updated ${time(new Date().toISOString())} · refreshes every ${refreshMs / 1000} s · ${body.user}`);
 })();
