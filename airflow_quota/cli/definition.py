@@ -160,7 +160,10 @@ JOBS_COMMANDS = [
     ),
     ActionCommand(
         name="describe",
-        help="Show one job: status, statusReason, position, preempted attempts",
+        help=(
+            "Show one job: status, statusReason, position, preempted attempts (a service job of a job queue "
+            "AWS Batch schedules is read from AWS Batch)"
+        ),
         func=lazy_load_command("airflow_quota.cli.jobs.jobs_describe"),
         args=(ARG_JOB_NAME, ARG_OUTPUT, ARG_WIDE),
     ),
