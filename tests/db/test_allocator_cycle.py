@@ -328,7 +328,7 @@ def test_a_waiting_jobs_new_reason_is_written_and_shown_while_its_last_change_st
     now = job(db, behind)
     assert now.status == "RUNNABLE"
     assert now.status_reason != waited.status_reason
-    assert front not in now.status_reason and "using 1 of its 2 gpu" in now.status_reason
+    assert front not in now.status_reason and "more than quota share team-a has free" in now.status_reason
     with db.session() as session:  # what a cycle reading the queue whole says of it: the same
         replanned = plan_cycle(load_queue_state(session, QUEUE), to_engine_time(turnover))
     assert replanned.state.jobs[behind].status_reason == now.status_reason
