@@ -30,12 +30,14 @@ from airflow_quota.ledger.decisions import record_cycle
 from airflow_quota.ledger.errors import ConfigApplyError, LedgerError
 from airflow_quota.ledger.job_rows import to_engine_time
 from airflow_quota.ledger.lifecycle import (
+    Submission,
     TaskInstanceRef,
     record_finish,
     record_priority_change,
     record_status_change,
     record_stop_completed,
     record_submission,
+    record_submissions,
     record_termination,
 )
 from airflow_quota.ledger.models import AuditKind, AuditRow, ConfigRevisionRow, JobRow, ledger_metadata
@@ -460,6 +462,52 @@ def test_a_submission_to_a_disabled_share_is_failed_and_audited(ledger: Ledger) 
     assert [(row.kind, row.job_id) for row in ledger.audit(AuditKind.SUBMITTED, AuditKind.FAILED)] == [
         ("SUBMITTED", "late"),
         ("FAILED", "late"),
+    ]
+
+
+def test_a_batch_of_submissions_is_inserted_in_bulk_after_the_events_before_it(ledger: Ledger) -> None:
+    """``record_submissions`` inserts its rows in bulk (issue 16), not as ORM objects: each row holds what
+    the job and its task instance say, and the audit log keeps the order of events, an event recorded
+    earlier in the same transaction (still pending in the session) first."""
+    ledger.apply(quota_file(LENDER, BORROWER, share("urgent", 2, "RESERVE", state="DISABLED")))
+    ledger.submit("early", "lender", 1)
+    before, now = ledger.load(), ledger.tick()
+    batch = [
+        Submission(
+            job_id,
+            JobRequest(job_id, share_name, "gpu", 1, 5),
+            TaskInstanceRef("train", "run-2", job_id, map_index=3, try_number=2, ti_id=f"ti-{job_id}"),
+            submitted_at=START if job_id == "old" else None,
+        )
+        for job_id, share_name in (("b1", "borrower"), ("late", "urgent"), ("old", "lender"))
+    ]
+
+    def terminate_then_submit(session: Session) -> QueueState:
+        state = record_termination(session, before, "early", now, "gone")
+        return record_submissions(session, state, batch, now)
+
+    state = ledger.step(terminate_then_submit)
+
+    assert state == ledger.load() and sorted(state.jobs) == ["b1", "old"]
+    row = ledger.job("old")
+    assert (row.dag_id, row.run_id, row.task_id, row.map_index, row.try_number, row.ti_id) == (
+        "train",
+        "run-2",
+        "old",
+        3,
+        2,
+        "ti-old",
+    )
+    assert (row.status, row.submitted_at, row.created_at, row.updated_at) == ("RUNNABLE", START, now, now)
+    assert (row.attempt, row.held_instance_count, row.recent_preempted_attempts) == (0, 0, [])
+    assert ledger.job("late").status == "FAILED"
+    assert [(row.kind, row.job_id) for row in ledger.audit() if row.at == now] == [
+        ("TERMINATED", "early"),
+        ("FAILED", "early"),
+        ("SUBMITTED", "b1"),
+        ("SUBMITTED", "late"),
+        ("FAILED", "late"),
+        ("SUBMITTED", "old"),
     ]
 
 
