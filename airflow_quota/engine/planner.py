@@ -110,7 +110,6 @@ class _Queued:
         by_priority: dict[str, dict[int, list[Job]]] = defaultdict(dict)
         limits: dict[tuple[str, str], StartableLimits] = {}
         runnable = JobStatus.RUNNABLE
-        group_key = _GROUP_KEY
         in_order = True
         last: OrderKey = (float("-inf"), 0)
         last_job: Job | None = None
@@ -126,7 +125,9 @@ class _Queued:
                     # (Before the first job, a key at minus infinity: sorted below, to be safe.)
                     in_order = last_job is not None and submitted == last and job.job_id > last_job.job_id
                 last, last_job = submitted, job
-                key = group_key(job)
+                # (Attribute reads in Python, specialized for slots, cost a fifth of an attrgetter's.)
+                request = job.request
+                key = (request.quota_share_name, request.capacity_unit, request.instance_count)
                 found = lists.get(key)
                 if found is None:
                     share_name, unit = where = key[:2]
@@ -143,7 +144,7 @@ class _Queued:
                 add_waiting(job)
                 add_group_of(index)
                 if startable is not None:
-                    priority = job.request.scheduling_priority
+                    priority = request.scheduling_priority
                     same = startable.get(priority)
                     if same is None:
                         startable[priority] = [job]
@@ -181,7 +182,6 @@ _SUBMITTED = attrgetter("submitted")
 _PRIORITY = attrgetter("request.scheduling_priority")
 _JOB_ID = attrgetter("job_id")
 _STATUS_REASON = attrgetter("status_reason")
-_GROUP_KEY = attrgetter("request.quota_share_name", "request.capacity_unit", "request.instance_count")
 
 
 class _Cycle:
