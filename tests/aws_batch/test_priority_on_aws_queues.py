@@ -26,11 +26,10 @@ from tests.db.conftest import migrated as migrated
 pytestmark = pytest.mark.db
 
 
-@pytest.fixture
-def aws_queue(batch: Any, unique: str, migrated: Database) -> str:
-    """A queue of one instance AWS Batch schedules, in the emulator and applied in the ledger."""
-    name = f"gpu-{unique}"
-    document = quota_file(name, 1, share("research", "RESERVE", 1))
+def applied_aws_queue(batch: Any, migrated: Database, name: str, research: dict[str, Any]) -> str:
+    """A queue ``name`` of one instance AWS Batch schedules with the one quota share ``research``, created in
+    the emulator and applied in an emptied ledger (which holds no job)."""
+    document = quota_file(name, 1, research)
     create_design(batch, document)
     document["jobQueues"][0]["scheduler"] = "AWS_BATCH"
     with migrated.engine.begin() as connection:
@@ -39,6 +38,12 @@ def aws_queue(batch: Any, unique: str, migrated: Database) -> str:
     with migrated.session() as session, session.begin():
         apply_quota_config(session, parse_quota_config(document, "quotas.yaml"), applied_by="t", source="q")
     return name
+
+
+@pytest.fixture
+def aws_queue(batch: Any, unique: str, migrated: Database) -> str:
+    """A queue of one instance AWS Batch schedules, in the emulator and applied in the ledger."""
+    return applied_aws_queue(batch, migrated, f"gpu-{unique}", share("research", "RESERVE", 1))
 
 
 def front_of_share(batch: Any, queue: str) -> str:

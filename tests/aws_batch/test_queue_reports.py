@@ -11,11 +11,9 @@ import pytest
 
 from airflow_quota.aws_batch.queue_reports import queue_snapshot_from_aws, service_jobs_from_aws
 from airflow_quota.cli.snapshot import snapshot_tables
-from airflow_quota.engine.config import parse_quota_config
-from airflow_quota.ledger.configuration import apply_quota_config
-from airflow_quota.ledger.models import ledger_metadata
 from tests.aws_batch.conftest import UNIT, create_design, quota_file, share, submit
 from tests.aws_batch.test_emulator import status, wait_for
+from tests.aws_batch.test_priority_on_aws_queues import applied_aws_queue
 from tests.aws_batch.test_priority_on_aws_queues import aws_queue as aws_queue
 from tests.cli.in_process import run_quota
 from tests.cli.test_cli_widths import WIDTHS, header_is_readable
@@ -106,16 +104,8 @@ def rendered(renderables: list[Any]) -> str:
 def preempting_queue(batch: Any, unique: str, migrated: Database) -> str:
     """A queue of one instance AWS Batch schedules (research, in-share preemption on), in the emulator and
     applied in the ledger (which holds no job)."""
-    name = f"gpu-{unique}"
-    document = quota_file(name, 1, share("research", "RESERVE", 1, inSharePreemption="ENABLED"))
-    create_design(batch, document)
-    document["jobQueues"][0]["scheduler"] = "AWS_BATCH"
-    with migrated.engine.begin() as connection:
-        for table in reversed(ledger_metadata.sorted_tables):
-            connection.execute(table.delete())
-    with migrated.session() as session, session.begin():
-        apply_quota_config(session, parse_quota_config(document, "quotas.yaml"), applied_by="t", source="q")
-    return name
+    research = share("research", "RESERVE", 1, inSharePreemption="ENABLED")
+    return applied_aws_queue(batch, migrated, f"gpu-{unique}", research)
 
 
 @pytest.mark.db
