@@ -193,6 +193,8 @@ class AuditRow(LedgerBase):
     __table_args__ = (
         Index("quota_audit_log_queue_idx", "job_queue_name", "id"),
         Index("quota_audit_log_job_idx", "job_id", "id"),
+        # A job's decisions as the other job (its preemptor's, its victims'): the page's job filter.
+        Index("quota_audit_log_related_job_idx", "related_job_id", "id"),
         # Pages of events since a time, and of one share's events.
         Index("quota_audit_log_at_idx", "at"),
         Index("quota_audit_log_share_idx", "job_queue_name", "quota_share_name", "id"),

@@ -303,26 +303,46 @@ def test_upgrading_to_0004_keeps_each_job_queue_scheduled_by_airflow_until_its_f
     assert "scheduler" not in columns
 
 
-def test_upgrading_to_0005_indexes_jobs_by_queue_and_last_change_and_a_downgrade_drops_it(
-    empty_database: Database,
+#: The migrations that add an index: (the revision before, table, index, its columns).
+INDEX_MIGRATIONS = {
+    # The GPU timeline's query of a window's jobs.
+    "0005 jobs by queue and last change": (
+        "3c7e51b0d9a4",
+        "quota_job",
+        "quota_job_queue_updated_idx",
+        ["job_queue_name", "updated_at"],
+    ),
+    # The page's job filter: a job's decisions as the other job (its preemptor's, its victims').
+    "0008 audit rows by related job": (
+        "c5d2e8a17f40",
+        "quota_audit_log",
+        "quota_audit_log_related_job_idx",
+        ["related_job_id", "id"],
+    ),
+}
+
+
+@pytest.mark.parametrize("migration", INDEX_MIGRATIONS)
+def test_an_index_migration_adds_its_index_and_a_downgrade_drops_it(
+    empty_database: Database, migration: str
 ) -> None:
-    """The GPU timeline's query of a window's jobs has its index after an upgrade, and not after a
-    downgrade to 0004 (the data stays)."""
-    before_index = "3c7e51b0d9a4"
+    """The index is there after an upgrade, and not after a downgrade to the revision before (the data
+    stays)."""
+    before_index, table, index, columns = INDEX_MIGRATIONS[migration]
     upgrade(empty_database, to_revision=before_index)
     apply_with_sql(empty_database, 4)
 
-    def job_indexes() -> dict[str, list[str]]:
+    def indexes() -> dict[str, list[str]]:
         inspector = sa.inspect(empty_database.engine)
-        return {index["name"] or "": index["column_names"] for index in inspector.get_indexes("quota_job")}
+        return {each["name"] or "": each["column_names"] for each in inspector.get_indexes(table)}
 
-    assert "quota_job_queue_updated_idx" not in job_indexes()
+    assert index not in indexes()
     upgrade(empty_database)
-    assert job_indexes()["quota_job_queue_updated_idx"] == ["job_queue_name", "updated_at"]
+    assert indexes()[index] == columns
 
     with empty_database.session() as session:
         QuotaDBManager(session).downgrade(to_revision=before_index)
-    assert "quota_job_queue_updated_idx" not in job_indexes()
+    assert index not in indexes()
     with empty_database.engine.connect() as connection:  # the data stays (read as that schema has it)
         assert connection.execute(sa.text("SELECT job_queue_name FROM quota_job_queue")).scalars().all() == [
             "gpu"
