@@ -97,6 +97,21 @@ def showing(driver: WebDriver, what: str, condition: Callable[[dict[str, Any]], 
     return result
 
 
+def end_the_session(browser: WebDriver) -> str:
+    """Make the page's API answer 401 from now on (the session ended) and return the address of the "log in
+    again" link the page then shows."""
+    browser.execute_script(
+        "window.fetch = async () => new Response('{}', {status: 401, statusText: 'Unauthorized'})"
+    )
+    return str(
+        wait_for(
+            browser,
+            lambda d: d.find_element(By.CSS_SELECTOR, "#error a").get_attribute("href"),
+            "the session-ended message",
+        )
+    )
+
+
 def test_the_page_shows_usage_after_a_grant_and_then_a_preemption(
     api_server: ApiServer, browser: WebDriver
 ) -> None:
@@ -343,14 +358,7 @@ def test_a_task_instance_has_a_quota_view_with_its_own_story(
     # The session ends (the view's API answers 401): as on the GPU Quotas page, a "log in again" link to
     # Airflow's login page with next= the view's address (Airflow's, when the view is in its frame).
     here = str(browser.execute_script("return window.location.href"))
-    browser.execute_script(
-        "window.fetch = async () => new Response('{}', {status: 401, statusText: 'Unauthorized'})"
-    )
-    link = wait_for(
-        browser,
-        lambda d: d.find_element(By.CSS_SELECTOR, "#error a").get_attribute("href"),
-        "the session-ended message",
-    )
+    link = end_the_session(browser)
     assert "Your session has ended" in browser.find_element(By.ID, "error").text
     assert link == f"{api_server.url}/auth/login?" + urlencode({"next": here})
     click(browser, "#error a", "log in again")
@@ -510,14 +518,7 @@ def test_the_page_is_in_airflow_navigation_and_a_viewer_can_read_it(
     # Airflow's address for the page in its frame (it adds the frame's path to its own).
     top = str(browser.execute_script("return window.top.location.href"))
     assert top.startswith(holder)
-    browser.execute_script(
-        "window.fetch = async () => new Response('{}', {status: 401, statusText: 'Unauthorized'})"
-    )
-    link = wait_for(
-        browser,
-        lambda d: d.find_element(By.CSS_SELECTOR, "#error a").get_attribute("href"),
-        "the session-ended message",
-    )
+    link = end_the_session(browser)
     assert link == f"{api_server.url}/auth/login?" + urlencode({"next": top})
     click(browser, "#error a", "log in again")
     browser.switch_to.default_content()
