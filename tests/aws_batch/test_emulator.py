@@ -9,7 +9,6 @@ termination.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,17 +18,7 @@ from botocore.exceptions import ClientError
 from airflow_quota.aws_batch.design import import_design
 from airflow_quota.engine.config import parse_quota_config
 from tests.aws_batch.conftest import UNIT, AnswerLog, create_design, quota_file, share, submit
-
-
-def wait_for(what: str, condition: Callable[[], Any], timeout_s: float = 30.0) -> Any:
-    """Poll ``condition`` (each poll is a call to the emulator, which moves its scheduler) until truthy."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+from tests.waiting import wait_for
 
 
 def status(batch: Any, job_id: str) -> str:
