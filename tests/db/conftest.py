@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import atexit
 import os
-import queue
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from tests.databases import (
+    POSTGRES_SERVER,
     copy_migrated_sqlite,
     create_migrated_postgres,
     migrate_fresh,
@@ -108,51 +108,85 @@ def _only_migrated(module: pytest.Module, session: pytest.Session) -> bool:
     return bool(takers) and all("migrated" in getattr(item, "fixturenames", ()) for item in takers)
 
 
-class _Dropper:
-    """Drops PostgreSQL databases on a thread of its own, one after another: a module's teardown does not
-    wait for the checkpoint each ``DROP DATABASE`` forces. The session waits for the last drop."""
+class _Background:
+    """A thread of its own for the session's slow PostgreSQL statements, run one after another.
+
+    A module's teardown hands its ``DROP DATABASE`` here instead of waiting for the checkpoint each drop
+    forces; and while a module's SQLite half runs, its PostgreSQL half's copy of the migrated template is
+    made here (``prepare``), so that half starts without waiting for it (``claim``). The session waits for
+    the last statement, drops what was prepared and not claimed, and fails if a drop failed."""
 
     def __init__(self) -> None:
-        self.names: queue.Queue[tuple[sa.URL, str] | None] = queue.Queue()
-        self.failures: list[str] = []
-        self.thread = threading.Thread(target=self._run, name="drop test databases", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while (job := self.names.get()) is not None:
-            server, name = job
-            try:
-                postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            except Exception as error:  # reported when the session ends
-                self.failures.append(f"{name}: {error}")
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="test databases")
+        self.drops: list[tuple[str, Future[None]]] = []
+        self.prepared: dict[str, tuple[sa.URL, str, Future[None]]] = {}
 
     def drop(self, server: sa.URL, name: str) -> None:
-        self.names.put((server, name))
+        self.drops.append(
+            (name, self.pool.submit(postgres_admin, server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        )
+
+    def prepare(self, key: str) -> None:
+        server = sa.make_url(POSTGRES_SERVER).set(drivername="postgresql+psycopg2", database="postgres")
+        name = _new_postgres_name()
+        self.prepared[key] = (server, name, self.pool.submit(create_migrated_postgres, server, name))
+
+    def claim(self, key: str, server: sa.URL) -> str | None:
+        """The name of the copy prepared for ``key`` on ``server``, once made; None if none was (the
+        server unreachable, say: the caller then goes the usual way, and skips or fails there)."""
+        entry = self.prepared.pop(key, None)
+        if entry is None:
+            return None
+        prepared_on, name, made = entry
+        if made.exception() is not None:  # nothing was created (CREATE DATABASE is all or nothing)
+            return None
+        if prepared_on != server:
+            self.drop(prepared_on, name)
+            return None
+        return name
 
     def finish(self) -> None:
-        self.names.put(None)
-        self.thread.join()
-        assert not self.failures, f"test databases not dropped: {self.failures}"
+        for server, name, made in self.prepared.values():
+            if made.exception() is None:
+                self.drop(server, name)
+        self.prepared.clear()
+        self.pool.shutdown(wait=True)
+        failures = [
+            f"{name}: {done.exception()}" for name, done in self.drops if done.exception() is not None
+        ]
+        assert not failures, f"test databases not dropped: {failures}"
 
 
-_dropper: _Dropper | None = None
+_background: _Background | None = None
 
 
-def _dropper_of(session: pytest.Session) -> _Dropper:
-    """The session's dropper, started on first use; the session's teardown waits for its last drop. (Not
+def _background_of(session: pytest.Session) -> _Background:
+    """The session's background thread, started on first use; the session's teardown waits for it. (Not
     a fixture: other folders' modules import ``database`` and ``migrated`` without this conftest.)"""
-    global _dropper
-    if _dropper is None:
-        _dropper = _Dropper()
-        session.addfinalizer(_finish_dropping)
-    return _dropper
+    global _background
+    if _background is None:
+        _background = _Background()
+        session.addfinalizer(_finish_background)
+    return _background
 
 
-def _finish_dropping() -> None:
-    global _dropper
-    if _dropper is not None:
-        dropper, _dropper = _dropper, None
-        dropper.finish()
+def _finish_background() -> None:
+    global _background
+    if _background is not None:
+        background, _background = _background, None
+        background.finish()
+
+
+def _new_postgres_name() -> str:
+    return f"quota_test_{uuid.uuid4().hex[:12]}"
+
+
+def _has_postgresql_half(module: pytest.Module, session: pytest.Session) -> bool:
+    return any(
+        getattr(item, "module", None) is module.obj
+        and getattr(getattr(item, "callspec", None), "params", {}).get("database") == "postgresql"
+        for item in session.items
+    )
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -167,10 +201,13 @@ def database(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     the ``airflow`` commands it runs, keep the defaults.
 
     A module whose tests all take ``migrated`` gets a copy of the migrated template at once (see
-    ``_only_migrated``); a PostgreSQL database is dropped after the module on a thread (``_Dropper``)."""
+    ``_only_migrated``), its PostgreSQL copy made on a thread while its SQLite half runs; a PostgreSQL
+    database is dropped on that thread after the module (``_Background``)."""
     home = tmp_path_factory.mktemp(f"airflow-home-{request.param}")
     migrated_at_once = _only_migrated(request.node, request.session)
     if request.param == "sqlite":
+        if migrated_at_once and _has_postgresql_half(request.node, request.session):
+            _background_of(request.session).prepare(request.node.nodeid)
         path = home / "airflow.db"
         url = f"sqlite:///{path}"
         if migrated_at_once:
@@ -182,10 +219,13 @@ def database(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         engine.dispose()
         return
     server = postgres_server_or_skip()
-    name = f"quota_test_{uuid.uuid4().hex[:12]}"
+    background = _background_of(request.session)
+    prepared = background.claim(request.node.nodeid, server) if migrated_at_once else None
+    name = prepared or _new_postgres_name()
     url = server.set(drivername="postgresql+psycopg2", database=name).render_as_string(hide_password=False)
     if migrated_at_once:
-        create_migrated_postgres(server, name)
+        if prepared is None:
+            create_migrated_postgres(server, name)
         _MADE_MIGRATED.add(url)
     else:
         postgres_admin(server, f'CREATE DATABASE "{name}"')
@@ -195,4 +235,4 @@ def database(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     finally:
         engine.dispose()
         _MADE_MIGRATED.discard(url)
-        _dropper_of(request.session).drop(server, name)
+        background.drop(server, name)
