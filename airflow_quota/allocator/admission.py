@@ -24,7 +24,7 @@ from airflow_quota.allocator.queue_part import QueuePart, Waiting
 from airflow_quota.allocator.report import first_line
 from airflow_quota.allocator.tasks import WaitingTask, resume
 from airflow_quota.engine.config import JobRequestError, validate_job_request
-from airflow_quota.engine.model import Job, JobRequest, QueueState
+from airflow_quota.engine.model import Job, JobRequest, JobStatus, QueueState
 from airflow_quota.ledger.lifecycle import (
     Submission,
     TaskInstanceRef,
@@ -44,14 +44,25 @@ def admit(
     part: QueuePart, state: QueueState, waiting: list[Waiting]
 ) -> tuple[QueueState, dict[str, Waiting]]:
     """Take each waiting task as what it is (a new request, a grant to resume, a stop report, a request
-    to reject); the new state, and the requests the plan may grant, by job id."""
-    grantable: dict[str, Waiting] = {}
+    to reject); the new state, and the requests the plan may grant, by job id.
+
+    At 10,000 waiting nearly every task is a RUNNABLE job the ledger knows, which the plan may grant as
+    it is: only the others (a job holding capacity or final) are looked at one by one, in their order,
+    and the rest are taken in bulk (a recorded stop changes only its own job, so what the others are is
+    known from the start)."""
     state, admitted = _submit_new(part, state, waiting)
-    for each in admitted:
+    jobs = state.jobs
+    runnable = JobStatus.RUNNABLE
+    others = [
+        each for each in admitted if (job := jobs.get(each.job_id)) is None or job.status is not runnable
+    ]
+    not_grantable: set[str] = set()
+    for each in others:
         job = state.jobs.get(each.job_id)
         if job is not None and job.status.holds_capacity:
             if not job.is_stopping:  # granted while it settled (or its resume was lost): resume it
                 resume_grant(part, each, part.row(each.job_id))
+                not_grantable.add(each.job_id)
                 continue
             # Its deferral is the stop report of the lease it names; a task that never received
             # its grant names none (preempted while it settled): the grant is only withdrawn.
@@ -61,11 +72,11 @@ def admit(
             job = state.jobs.get(each.job_id)
         if job is None:  # final: refused at submission, out of preemption retries, terminated
             reject(part, each, part.row(each.job_id).status_reason)
-            continue
-        # RUNNABLE: an ordinary request, at its original place. That includes a victim whose stop
+            not_grantable.add(each.job_id)
+        # Else RUNNABLE: an ordinary request, at its original place. That includes a victim whose stop
         # the allocator completed before its task reported it (``open_jobs._victim_found_stopped``): the
         # ``released_lease_id`` it names was released already and counts no second preemption.
-        grantable[each.job_id] = each
+    grantable = {each.job_id: each for each in admitted if each.job_id not in not_grantable}
     return state, grantable
 
 
@@ -78,41 +89,40 @@ def _submit_new(
     (``_record_new``, ``_record_alone``); a retry's request may take over what its previous try still
     holds (``_submit_retry``).
     """
-    unknown_ids = [each.job_id for each in waiting if each.job_id not in part.open_ids]
-    finished = (
-        set(part.session.scalars(select(JobRow.job_id).where(JobRow.job_id.in_(unknown_ids))))
-        if unknown_ids
-        else set()
+    open_ids = part.open_ids
+    new = [each for each in waiting if each.job_id not in open_ids]
+    if not new:
+        return state, waiting
+    finished = set(
+        part.session.scalars(select(JobRow.job_id).where(JobRow.job_id.in_([e.job_id for e in new])))
     )
-    holding = _holding_by_task(part, state)
+    new = [each for each in new if each.job_id not in finished]
+    # Only a later try can take over what an earlier try of its task holds.
+    holding = _holding_by_task(part, state) if any(each.task.try_number > 1 for each in new) else {}
     batch: list[tuple[Waiting, Submission]] = []
-    admitted: list[Waiting] = []
     submitted: list[str] = []
-    refused: set[str] = set()
-    for each in waiting:
-        if each.job_id in part.open_ids or each.job_id in finished:
-            admitted.append(each)
-            continue
+    left_out: set[str] = set()
+    for each in new:
         request = _job_request(part, each)
         if request is None:
+            left_out.add(each.job_id)
             continue
-        admitted.append(each)
         submitted.append(each.job_id)
         task = each.task
         previous = holding.get((task.dag_id, task.run_id, task.task_id, task.map_index))
         if previous is not None and part.row(previous.job_id).try_number < task.try_number:
             retried = _record_alone(part, each, partial(_submit_retry, part, state, each, request, previous))
             if retried is None:
-                refused.add(each.job_id)
+                left_out.add(each.job_id)
             else:
                 state = retried
         else:
             submitted_at = submitted_at_of(each)
             batch.append((each, Submission(each.job_id, request, _task_ref(task), submitted_at)))
     state, refused_new = _record_new(part, state, batch)
-    refused |= refused_new
-    part.report.submitted += [job_id for job_id in submitted if job_id not in refused]
-    return state, [each for each in admitted if each.job_id not in refused]
+    left_out |= refused_new
+    part.report.submitted += [job_id for job_id in submitted if job_id not in left_out]
+    return state, [each for each in waiting if each.job_id not in left_out] if left_out else waiting
 
 
 def _record_new(

@@ -288,12 +288,13 @@ def _claim_acted_on(part: QueuePart, state: QueueState, waiting: list[Waiting]) 
 
     A job that only waits (RUNNABLE in the ledger) is claimed once the plan names it (``_plan``).
     """
-    acted_on = []
-    for each in waiting:
-        job = state.jobs.get(each.job_id)
-        if job is None or job.status is not JobStatus.RUNNABLE:
-            acted_on.append(each)
+    jobs, runnable = state.jobs, JobStatus.RUNNABLE
+    acted_on = [
+        each for each in waiting if (job := jobs.get(each.job_id)) is None or job.status is not runnable
+    ]
     part.claim(acted_on)
+    if not any(claimed is False for claimed in part.claims.values()):
+        return waiting  # every one claimed (or not to be claimed now)
     return [each for each in waiting if part.claims.get(each.job_id, True)]
 
 
