@@ -19,7 +19,7 @@ from airflow_quota.aws_batch.apply_plan import ApplyPlan, ResourceChange, plan_a
 from airflow_quota.aws_batch.apply_to_aws import ApplyToAwsError, batch_client, read_state, send_plan
 from airflow_quota.aws_batch.export import export_design, export_issues
 from airflow_quota.aws_batch.portability import portability_warnings
-from airflow_quota.cli.aws_queues import _logs_to_stderr as logs_to_stderr
+from airflow_quota.cli.aws_queues import logs_to_stderr
 from airflow_quota.cli.common import console, plural
 from airflow_quota.cli.validate import print_errors
 from airflow_quota.config_file import load_quota_design

@@ -24,12 +24,11 @@ from sqlalchemy.orm import Session
 
 from airflow_quota.aws_batch.queue_reports import SERVICE_JOB_STATUSES, aws_scheduled_queues
 from airflow_quota.cli.aws_queues import (
-    aws_job_description,
-    aws_jobs_tables,
     aws_queue_jobs,
     change_service_job_priority,
     describe_service_job,
 )
+from airflow_quota.cli.aws_tables import aws_job_description, aws_jobs_tables
 from airflow_quota.cli.common import (
     JOB_LABEL_NOTE,
     add_column,

@@ -15,7 +15,8 @@ from rich.console import RenderableType
 from rich.markup import escape
 
 from airflow_quota.aws_batch.queue_reports import aws_scheduled_queues
-from airflow_quota.cli.aws_queues import aws_queue_snapshot, aws_snapshot_tables, is_aws_document
+from airflow_quota.cli.aws_queues import aws_queue_snapshot, is_aws_document
+from airflow_quota.cli.aws_tables import aws_snapshot_tables
 from airflow_quota.cli.common import (
     JOB_LABEL_NOTE,
     add_column,

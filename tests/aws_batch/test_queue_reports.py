@@ -193,5 +193,5 @@ def test_jobs_describe_of_no_job_names_both_places_and_says_when_aws_batch_canno
 
 def json_document(stdout: str) -> Any:
     """The command's JSON document: in this process, the provider's connection log line comes before it on
-    stdout (the ``airflow`` process sends it to stderr: ``cli.aws_queues._logs_to_stderr``)."""
+    stdout (the ``airflow`` process sends it to stderr: ``cli.aws_queues.logs_to_stderr``)."""
     return json.loads(stdout[stdout.index("\n{") + 1 :] if not stdout.startswith("{") else stdout)

@@ -21,7 +21,7 @@ import pytest
 from rich.console import Console, RenderableType
 
 from airflow_quota.aws_batch.queue_reports import service_job_report
-from airflow_quota.cli.aws_queues import aws_job_description, aws_jobs_tables, aws_snapshot_tables
+from airflow_quota.cli.aws_tables import aws_job_description, aws_jobs_tables, aws_snapshot_tables
 from airflow_quota.cli.events import events_table
 from airflow_quota.cli.jobs import job_description, job_report, jobs_tables
 from airflow_quota.cli.shares import configuration_table, share_reports, usage_table, usage_tables
