@@ -181,6 +181,9 @@ _SUBMISSION = attrgetter("submitted", "job_id")
 _SUBMITTED = attrgetter("submitted")
 _PRIORITY = attrgetter("request.scheduling_priority")
 _JOB_ID = attrgetter("job_id")
+#: From this many jobs left in a share's turn of step 2 on, a failed search looks whether it rules out all
+#: of them (below, looking costs more than it saves).
+_MANY_LEFT = 32
 _STATUS_REASON = attrgetter("status_reason")
 
 
@@ -264,6 +267,18 @@ class _Cycle:
                         if not any(count <= room[unit] for unit, count in smallest.items()):
                             left.extend(jobs[index + 1 :])
                             break
+                    elif len(jobs) - index > _MANY_LEFT and _all_ruled_out(
+                        room, smallest, share_failed, request.scheduling_priority
+                    ):
+                        # A failed search rules out every later job that fits the room (none needs less
+                        # than the smallest, none has a higher priority): those wait, the others go on to
+                        # step 3, with no decision, search or Python call each.
+                        left += [
+                            later
+                            for later in jobs[index + 1 :]
+                            if later.request.instance_count > room[later.request.capacity_unit]
+                        ]
+                        break
                 else:
                     left.append(job)
             deferred[share_name] = left
@@ -600,6 +615,21 @@ class _Cycle:
         )
 
 
+def _all_ruled_out(
+    room: dict[str, int],
+    smallest: dict[str, int],
+    failed_by_unit: dict[str, list[tuple[int, int]]],
+    priority: int,
+) -> bool:
+    """Whether no later job of a share in step 2 can be admitted: none needs less than ``smallest`` on its
+    unit or has a higher ``priority``, so on each unit it does not fit the ``room`` or a failed search
+    rules it out."""
+    return all(
+        count > room[unit] or _covered(failed_by_unit.get(unit, ()), count, priority)
+        for unit, count in smallest.items()
+    )
+
+
 def _failed_of(
     failures: dict[str, dict[str, list[tuple[int, int]]]], share_name: str
 ) -> dict[str, list[tuple[int, int]]]:
@@ -607,7 +637,7 @@ def _failed_of(
     return {unit: failed for unit, by_share in failures.items() if (failed := by_share.get(share_name))}
 
 
-def _covered(failed: list[tuple[int, int]], count: int, priority: int) -> bool:
+def _covered(failed: Iterable[tuple[int, int]], count: int, priority: int) -> bool:
     """Whether a failed attempt (count, priority) of the share on the unit rules out a job needing
     ``count`` at ``priority``: it needed no more and had no lower priority."""
     for failed_count, failed_priority in failed:
