@@ -36,14 +36,11 @@ from moto.core.exceptions import ServiceException
 from moto.sagemaker.models import sagemaker_backends
 
 from tests.aws_batch.batch_resources import BatchClientError, BatchResources
+from tests.aws_batch.regions import REJECTING_REGION
 from tests.aws_batch.service_jobs import ServiceJobs
 from tests.sagemaker import moto_sagemaker
 
 _LOCK = threading.RLock()
-#: The region whose emulator answers a repeated SubmitServiceJob (identical request, same ``clientToken``)
-#: with AWS's documented rejection (a ``ClientException``); every other region's answers the first job.
-#: One server serves both, so a test picks the behaviour by the region it calls.
-REJECTING_REGION = "eu-west-3"
 #: Each account and region's resources and jobs.
 _EMULATORS: dict[tuple[str, str], ServiceJobs] = {}
 

@@ -29,7 +29,7 @@ from airflow_quota.operators.batch_backend import (
 from airflow_quota.operators.sagemaker_backend import SageMakerBackend
 from airflow_quota.triggers.batch_service_job import KILLED_REASON, BatchServiceJobTrigger
 from tests.aws_batch.conftest import UNIT, AnswerLog, checked, create_design, quota_file, share, submit
-from tests.aws_batch.moto_batch import REJECTING_REGION
+from tests.aws_batch.regions import REJECTING_REGION
 from tests.aws_batch.test_emulator import status, wait_for
 from tests.sagemaker.conftest import training_request
 from tests.sagemaker.moto_process import REGION
