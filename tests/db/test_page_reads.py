@@ -22,25 +22,15 @@ from airflow_quota.api.app import create_quota_app
 from airflow_quota.engine.model import JobRequest
 from airflow_quota.ledger import timeline as ledger_timeline
 from airflow_quota.ledger.lifecycle import TaskInstanceRef, record_stop_completed, record_submission
-from airflow_quota.ledger.models import ledger_metadata
 from airflow_quota.ledger.timeline import queue_timeline
-from tests.db.conftest import Database
 from tests.db.test_store import BORROWER, LENDER, QUEUE, Ledger, quota_file, run
+from tests.db.test_timeline import ledger as ledger
 
 with warnings.catch_warnings():  # starlette's test client warns that it prefers httpx2
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
 pytestmark = pytest.mark.db
-
-
-@pytest.fixture
-def ledger(database: Database) -> Iterator[Ledger]:
-    ledger_metadata.create_all(database.engine)
-    with database.engine.begin() as connection:
-        for table in reversed(ledger_metadata.sorted_tables):
-            connection.execute(table.delete())
-    yield Ledger(database)
 
 
 @pytest.fixture
