@@ -48,7 +48,7 @@ from airflow_quota.cli.common import (
 )
 from airflow_quota.engine.config import JobRequestError, scheduling_priority_from_text
 from airflow_quota.engine.model import JobStatus
-from airflow_quota.ledger.aws_job_fields import aws_job_fields, job_preemptions
+from airflow_quota.ledger.aws_job_fields import aws_job_fields_of
 from airflow_quota.ledger.job_rows import FINAL_STATUSES
 from airflow_quota.ledger.lifecycle import (
     TERMINATION_REASON_LENGTH,
@@ -60,9 +60,6 @@ from airflow_quota.ledger.queue_state import load_queue_state
 from airflow_quota.ledger.views import (
     DEFAULT_JOBS,
     MAX_PAGE,
-    AttemptTimes,
-    PreemptionNote,
-    attempt_times,
     job_page,
     runnable_positions,
 )
@@ -89,18 +86,8 @@ def jobs_list(args: argparse.Namespace) -> None:
             limit=limit,
         )
         positions = runnable_positions(session, {row.job_queue_name for row in page.rows})
-        times = attempt_times(session, page.rows)
-        preemptions = job_preemptions(session, page.rows)
-        reports = [
-            job_report(
-                row,
-                positions,
-                detailed=False,
-                times=times[row.job_id],
-                preemption=preemptions.get(row.job_id),
-            )
-            for row in page.rows
-        ]
+        aws_fields = aws_job_fields_of(session, page.rows, iso_times=True)
+        reports = [job_report(row, positions, aws_fields[row.job_id], detailed=False) for row in page.rows]
         aws_queues = aws_scheduled_queues(session, args.queue)
     aws_status = status if status in SERVICE_JOB_STATUSES else None
     service_jobs = {  # queues AWS Batch schedules: their jobs are AWS Batch's, read from it
@@ -186,9 +173,8 @@ def jobs_describe(args: argparse.Namespace) -> None:
         report = job_report(
             row,
             runnable_positions(session, [row.job_queue_name]),
+            aws_job_fields_of(session, [row], iso_times=True)[row.job_id],
             detailed=True,
-            times=attempt_times(session, [row])[row.job_id],
-            preemption=job_preemptions(session, [row]).get(row.job_id),
         )
     if wants_json(args):
         print_json(report)
@@ -326,18 +312,12 @@ def unfinished_job(session: Session, name: str, action: str) -> JobRow:
 
 
 def job_report(
-    row: JobRow,
-    positions: dict[str, int],
-    *,
-    detailed: bool,
-    times: AttemptTimes | None = None,
-    preemption: PreemptionNote | None = None,
+    row: JobRow, positions: dict[str, int], aws_fields: dict[str, Any], *, detailed: bool
 ) -> dict[str, Any]:
-    """A job as ``--output json`` prints it: AWS Batch's fields where it has them, as the REST API's ``Job``
-    names them (``scheduledAt``, ``startedAt``, ``stoppedAt``, ``capacityUsage``, ``preemptionSummary``:
-    ``ledger.aws_job_fields``), with ``times`` (``attempt_times``: kept after the job has finished) and
-    ``preemption`` (its latest preemption decision). ``detailed`` (describe) adds its attempt, the capacity
-    it holds (with how much is borrowed) and its task instance."""
+    """A job as ``--output json`` prints it, with ``aws_fields``: AWS Batch's fields, as the REST API's
+    ``Job`` names them (``scheduledAt``, ``startedAt``, ``stoppedAt``, ``capacityUsage``,
+    ``preemptionSummary``; ``ledger.aws_job_fields``, with ISO times). ``detailed`` (describe) adds its
+    attempt, the capacity it holds (with how much is borrowed) and its task instance."""
     report: dict[str, Any] = {
         "jobId": row.job_id,
         "jobName": row.job_name,
@@ -350,7 +330,7 @@ def job_report(
         "instanceCount": row.instance_count,
         "position": positions.get(row.job_id),
         "submittedAt": iso(row.submitted_at),
-        **aws_job_fields(row, times or AttemptTimes(row.started_at, None), preemption, iso_times=True),
+        **aws_fields,
     }
     if detailed:
         report |= {

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console, RenderableType
@@ -32,6 +33,7 @@ from airflow_quota.config_file import load_quota_design
 from airflow_quota.engine.lifecycle import submit_jobs
 from airflow_quota.engine.model import JobRequest, QueueState
 from airflow_quota.engine.planner import plan_cycle
+from airflow_quota.ledger.aws_job_fields import aws_job_fields
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.ledger.views import AttemptTimes
 
@@ -127,18 +129,33 @@ def snapshot_renderables(wide: bool, width: int) -> list[RenderableType]:
     return snapshot_tables(queue_snapshot(example_state()), width=width, wide=wide)
 
 
+def finished_job_report(row: JobRow) -> dict[str, Any]:
+    """``jobs describe``'s JSON of a job whose last attempt started at STARTED and stopped at STOPPED."""
+    return job_report(
+        row, {}, aws_job_fields(row, AttemptTimes(STARTED, STOPPED), None, iso_times=True), detailed=True
+    )
+
+
 def jobs_list_tables(wide: bool, width: int) -> list[RenderableType]:
     rows = [
         job_row(BORROWER_ID, "SUCCEEDED", "Its task succeeded"),
         job_row(WAITER_ID, "RUNNABLE", LONG_REASON),
     ]
-    reports = [job_report(row, {WAITER_ID: 1}, detailed=False) for row in rows]
+    reports = [
+        job_report(
+            row,
+            {WAITER_ID: 1},
+            aws_job_fields(row, AttemptTimes(row.started_at, None), None, iso_times=True),
+            detailed=False,
+        )
+        for row in rows
+    ]
     return jobs_tables(reports, 2, width=width, wide=wide)
 
 
 def jobs_describe_tables(wide: bool, width: int) -> list[RenderableType]:
     row = job_row(BORROWER_ID, "SUCCEEDED", "Its task succeeded")
-    report = job_report(row, {}, detailed=True, times=AttemptTimes(STARTED, STOPPED))
+    report = finished_job_report(row)
     return job_description(report, wide=wide)
 
 
@@ -445,7 +462,7 @@ def test_a_finished_job_keeps_its_start_and_end_times() -> None:
     lines = render(jobs_describe_tables(False, 80), 80)
     assert any("Started at" in line and STARTED.isoformat() in line for line in lines)
     assert any("Stopped at" in line and STOPPED.isoformat() in line for line in lines)
-    report = job_report(row, {}, detailed=True, times=AttemptTimes(STARTED, STOPPED))
+    report = finished_job_report(row)
     assert (report["startedAt"], report["stoppedAt"]) == (STARTED.isoformat(), STOPPED.isoformat())
 
 

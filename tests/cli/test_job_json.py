@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from airflow_quota.api import schemas
 from airflow_quota.cli.jobs import job_report
+from airflow_quota.ledger.aws_job_fields import aws_job_fields
 from airflow_quota.ledger.views import AttemptTimes, PreemptionNote
-from tests.cli.test_cli_widths import BORROWER_ID, STARTED, STOPPED, job_row
+from tests.cli.test_cli_widths import BORROWER_ID, STARTED, STOPPED, finished_job_report, job_row
 
 
 def test_a_finished_job_keeps_when_its_last_attempt_was_scheduled_started_and_stopped() -> None:
     row = job_row(BORROWER_ID, "SUCCEEDED", "Its task succeeded")
 
-    report = job_report(row, {}, detailed=True, times=AttemptTimes(STARTED, STOPPED))
+    report = finished_job_report(row)
 
     # startedAt is scheduledAt: the ledger keeps when an attempt was granted, not when it began RUNNING.
     assert (report["scheduledAt"], report["startedAt"], report["stoppedAt"]) == (
@@ -35,7 +36,8 @@ def test_job_json_names_aws_batch_fields_as_the_rest_api_does() -> None:
     ]
     preemption = PreemptionNote(first["preemptedBy"], STOPPED, "RECLAIM", "preempted")
 
-    report = job_report(row, {}, detailed=False, times=AttemptTimes(STARTED, None), preemption=preemption)
+    fields = aws_job_fields(row, AttemptTimes(STARTED, None), preemption, iso_times=True)
+    report = job_report(row, {}, fields, detailed=False)
 
     assert report["capacityUsage"] == [{"capacityUnit": "ml.p4d.24xlarge", "quantity": 6}]
     summary = report["preemptionSummary"]
