@@ -35,8 +35,9 @@ def number(value: float | None) -> float | int | None:
 
 
 def scenario_json(result: SimulationResult) -> dict[str, Any]:
-    """The scenario document; ``preemptionCostsZero`` and ``warnings`` say what the text output's
-    free-preemption line says (``scenario_preemption_is_free``)."""
+    """The scenario document. ``preemptionCostsZero``: its stops take no time (a scenario loses no work);
+    ``warnings``: the text output's free-preemption line, printed when it also preempted a job
+    (``scenario_preemption_is_free``)."""
     return {
         "preemptionCostsZero": result.settings.stop_seconds == 0,
         "warnings": [free_preemption_line(trace=False)] if scenario_preemption_is_free(result) else [],
