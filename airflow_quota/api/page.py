@@ -18,6 +18,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from airflow_quota.api.access import pool_access
+from airflow_quota.ledger.models import AuditKind
 
 STATIC_DIR = Path(__file__).parent / "static"
 #: Seconds between two refreshes of the page's data.
@@ -74,6 +75,8 @@ async def _page(request: Request, title: str, focus: dict[str, str], script: str
         "data-user": user.get_name(),
         # The auth manager's login page: a page whose session ended links there, with next= back to it.
         "data-login": get_auth_manager().get_url_login(),
+        # The audit log's decision kinds: the Recent decisions' kind filter offers each.
+        "data-decision-kinds": " ".join(kind.value for kind in AuditKind),
         **focus,
     }
     body_attributes = " ".join(f'{name}="{html.escape(value)}"' for name, value in attributes.items())

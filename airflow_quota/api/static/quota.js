@@ -347,9 +347,8 @@
     return el("td", { class: "job", title: jobId }, jobLabel(jobId), el("div", { class: "muted" }, `run ${job.runId}`));
   }
 
-  // The decision kinds (the audit log's), the Decision filter's choices.
-  const DECISION_KINDS = ["SUBMITTED", "GRANTED", "PREEMPTED", "REQUEUED", "SUCCEEDED", "FAILED", "TERMINATED",
-    "HANDED_OVER", "PRIORITY_CHANGED", "CONFIG_CHANGED"];
+  // The decision kinds (the audit log's, as the page's body names them), the Decision filter's choices.
+  const DECISION_KINDS = body.decisionKinds.split(" ");
 
   function filtering() {
     return Object.values(decisionFilters).some(Boolean);
@@ -620,8 +619,6 @@
     QuotaTimeline.showContent(content, timelineHosts.values());
   }
 
-  // A session that ended says so, with a link to Airflow's login page that comes back here (inside
-  // Airflow's frame: to Airflow's page that holds it); other failures are retried.
   const isDark = QuotaTimeline.isDark;
   const refresh = QuotaTimeline.keepFresh(load, refreshMs,
     () => `Updated ${time(new Date().toISOString())} · refreshes every ${refreshMs / 1000} s · ${body.user}`);
