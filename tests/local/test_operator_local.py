@@ -26,6 +26,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskD
 from airflow_quota.backends.local import LocalTrainingJob, build_environment
 from airflow_quota.backends.local_watchdog import living_group_members
 from airflow_quota.backends.sagemaker import TaskIdentity
+from airflow_quota.operators import local_backend
 from airflow_quota.operators.local_job import task_directory
 from airflow_quota.operators.training import QuotaTrainingOperator
 from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY
@@ -42,6 +43,15 @@ def request(steps: int = 8, step_seconds: float = 0.05, **hyperparameters: str) 
         "ResourceConfig": {"InstanceType": "local-gpu", "InstanceCount": 1},
         "HyperParameters": {"steps": str(steps), "step_seconds": str(step_seconds), **hyperparameters},
     }
+
+
+@pytest.fixture(autouse=True)
+def _quick_signal_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker looks for the allocator's preemption signal (and its runtime limit) every 50 ms instead of
+    every second, and for an earlier try's processes every 20 ms: the tests wait for what they check, not
+    for a poll that production spaces out to spare the Execution API."""
+    monkeypatch.setattr(local_backend, "SIGNAL_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(local_backend, "EARLIER_PROCESS_POLL_SECONDS", 0.02)
 
 
 @pytest.fixture
@@ -387,7 +397,9 @@ def test_a_preempted_job_checkpoints_requeues_in_place_and_resumes_on_a_new_gran
     stopped_at = checkpoint_step(tmp_path / "runs")
     assert 5 <= stopped_at < steps
 
-    # Granted again, on another device: attempt 2 resumes at the checkpoint step and ends as if never stopped.
+    # Granted again, on another device: attempt 2 resumes at the checkpoint step and ends as if never stopped
+    # (its steps take no time: a step's length changes no value, and nothing here waits on attempt 2).
+    run.operator.training_job_config = request(steps=steps, step_seconds=0)
     result = run.resume(requeued, local_grant(run, attempt=2, devices=[0]))
 
     second_start = starts(local_log)[1]
@@ -446,6 +458,7 @@ def test_a_retry_granted_as_a_reattach_launches_a_new_attempt_from_the_checkpoin
 
     retry = run.retry()
     retry.operator._training_backend = None  # a new worker process
+    retry.operator.training_job_config = request(steps=40, step_seconds=0)  # the rest, at once
     result = retry.resume(retry.execute(), local_grant(retry, devices=[2]) | {"reattach": True})
 
     first, second = starts(local_log)
@@ -457,9 +470,12 @@ def test_a_retry_granted_as_a_reattach_launches_a_new_attempt_from_the_checkpoin
     ] == uninterrupted_value(40)
 
 
-def test_a_retry_waits_until_the_training_of_the_dead_try_is_gone(tmp_path: Path, local_log: Path) -> None:
+def test_a_retry_waits_until_the_training_of_the_dead_try_is_gone(
+    tmp_path: Path, local_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     steps = 80
-    run = task_run(tmp_path, training_job_config=request(steps=steps, step_seconds=0.05))
+    # The retry's own attempt trains at once; the orphan (below) takes 0.05 s a step.
+    run = task_run(tmp_path, training_job_config=request(steps=steps, step_seconds=0))
     run.execute()
     retry = run.retry()
     waiting = retry.execute()
@@ -478,15 +494,28 @@ def test_a_retry_waits_until_the_training_of_the_dead_try_is_gone(tmp_path: Path
         hyperparameters=request(steps=steps, step_seconds=0.05)["HyperParameters"],
     )
     orphan = subprocess.Popen(ENTRY_POINT, env=build_environment(earlier), start_new_session=True)
-    wait_for(lambda: checkpoint_step(tmp_path / "runs") >= 3)
+    wait_for(lambda: checkpoint_step(tmp_path / "runs") >= 4)
     run.store.set(
         TRAINING_JOB_KEY,
         {"backend": "local", "name": name, "attempt": 1, "lease_id": grant["lease_id"], "state": "launched"},
     )
-    threading.Timer(1.5, orphan.send_signal, (signal.SIGTERM,)).start()  # what the watchdog does
+    # What the watchdog does, once the retry has found the orphan still there and looked again: it waits.
+    looked = local_backend.processes_of_job
+    seen: list[list[int]] = []
+
+    def watchdog_stops_the_orphan_once_waited_for(job_name: str) -> list[int]:
+        found = looked(job_name)
+        if job_name == name and found:
+            seen.append(found)
+            if len(seen) == 2:
+                orphan.send_signal(signal.SIGTERM)
+        return found
+
+    monkeypatch.setattr(local_backend, "processes_of_job", watchdog_stops_the_orphan_once_waited_for)
 
     result = retry.resume(waiting, local_grant(retry, devices=[1]) | {"reattach": True})
 
+    assert len(seen) >= 2 and seen[0] == [orphan.pid]  # the retry found the orphan and waited for it
     assert orphan.wait(5) == 143
     entries = [json.loads(line) for line in local_log.read_text().splitlines()]
     orphan_exit = next(entry for entry in entries if entry["event"] == "exit" and entry["job"] == name)
