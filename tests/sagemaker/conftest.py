@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.sagemaker.moto_process import (
+    FINISH_TAG,
     OFFLINE_AWS_ENVIRONMENT,
     REGION,
     SAGEMAKER_ONLY,
@@ -100,6 +101,14 @@ def training_request(
         "HyperParameters": hyper_parameters,
         **extra,
     }
+
+
+def finish_training(client: Any, name: str) -> None:
+    """End what the emulated training job ``name`` does now: its training, as its duration would have
+    (``Completed``, or its ``emulator.outcome``), or its ``Stopping``; for a test that has seen what it
+    checks while the job ran. ``client`` is a boto3 SageMaker client of the emulator."""
+    arn = client.describe_training_job(TrainingJobName=name)["TrainingJobArn"]
+    client.add_tags(ResourceArn=arn, Tags=[{"Key": FINISH_TAG, "Value": "now"}])
 
 
 @pytest.fixture

@@ -35,6 +35,11 @@ OFFLINE_AWS_ENVIRONMENT = {
 }
 
 
+#: The tag whose AddTags ends an emulated training job's training now (``moto_sagemaker``; tests call
+#: ``tests.sagemaker.conftest.finish_training``).
+FINISH_TAG = "emulator:finish"
+
+
 @contextlib.contextmanager
 def cheaper_aws_clients() -> Iterator[None]:
     """While inside, a new AWS client in this process costs little more than a request.

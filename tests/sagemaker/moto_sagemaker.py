@@ -16,7 +16,11 @@ server, so that:
 * ``StopTrainingJob`` moves an ``InProgress`` job to ``Stopping`` and then ``Stopped``; on a job in any
   other status it answers AWS's ``ValidationException``; an unknown job is ``ValidationException`` too;
 * a second ``CreateTrainingJob`` with a name already used is refused with ``ResourceInUse``, and a name
-  SageMaker would refuse (pattern, 63 characters) is a ``ValidationException``.
+  SageMaker would refuse (pattern, 63 characters) is a ``ValidationException``;
+* ``AddTags`` with the tag ``emulator:finish`` (``FINISH_TAG``) ends what the job is doing at that moment:
+  its training, as its duration would have (``Completed`` or its ``emulator.outcome``), or its
+  ``Stopping`` (``Stopped``); the tag itself is not kept. A test that has seen what it checks of a job
+  ends it so, instead of waiting out a duration chosen long enough for a loaded machine.
 
 Everything else is moto's. Run ``python -m tests.sagemaker.moto_sagemaker`` (``--port 0`` picks a free
 port); it prints ``PORT <n>`` once it serves, and runs until it is terminated.
@@ -35,6 +39,8 @@ from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 from moto.sagemaker import models as sagemaker_models
 from moto.sagemaker import responses as sagemaker_responses
 from moto.sagemaker.exceptions import ResourceInUseException, ValidationError
+
+from tests.sagemaker.moto_process import FINISH_TAG
 
 _NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 _LOCK = threading.Lock()
@@ -61,6 +67,14 @@ class _Timeline:
         self.stop_requested: float | None = None
         self.stop_cause = "Stopped"
 
+    def finish(self) -> None:
+        """End the training, or the stopping, now."""
+        status, now = self.status()[0], time.monotonic()
+        if status == "InProgress":
+            self.duration = min(self.duration, now - self.created)
+        elif status == "Stopping" and self.stop_requested is not None:
+            self.stop_delay = min(self.stop_delay, now - self.stop_requested)
+
     def status(self) -> tuple[str, str]:
         """(TrainingJobStatus, SecondaryStatus) now."""
         now = time.monotonic()
@@ -83,6 +97,7 @@ class _Timeline:
 #: Each emulated job's timeline, by ARN (kept out of the job object: moto answers with its attributes).
 _TIMELINES: dict[str, _Timeline] = {}
 _original_create = sagemaker_models.SageMakerModelBackend.create_training_job
+_original_add_tags = sagemaker_models.SageMakerModelBackend.add_tags
 _original_response_object = sagemaker_models.FakeTrainingJob.response_object
 
 
@@ -107,6 +122,18 @@ def _create_training_job(self: Any, training_job_name: str, **kwargs: Any) -> An
         # The job exists, the caller still waits for the answer: a window to kill the caller in.
         time.sleep(float(hyper_parameters.get("emulator.create_delay_s", "0")))
     return job
+
+
+def _add_tags(self: Any, arn: str, tags: list[dict[str, str]]) -> list[dict[str, str]]:
+    if any(tag.get("Key") == FINISH_TAG for tag in tags):
+        with _LOCK:
+            timeline = _TIMELINES.get(arn)
+            if timeline is None:
+                raise ValidationError(message=f"{FINISH_TAG}: {arn} is not an emulated training job")
+            timeline.finish()
+        tags = [tag for tag in tags if tag.get("Key") != FINISH_TAG]
+    result: list[dict[str, str]] = _original_add_tags(self, arn, tags)
+    return result
 
 
 def _response_object(self: Any) -> dict[str, Any]:
@@ -145,6 +172,7 @@ def install() -> None:
     backend = sagemaker_models.SageMakerModelBackend
     backend.create_training_job = _create_training_job  # type: ignore[method-assign]
     backend.stop_training_job = _stop_training_job  # type: ignore[attr-defined]
+    backend.add_tags = _add_tags  # type: ignore[method-assign]
     sagemaker_models.FakeTrainingJob.response_object = property(_response_object)  # type: ignore[method-assign,assignment]
     sagemaker_responses.SageMakerResponse.stop_training_job = _stop_training_job_response  # type: ignore[attr-defined]
 

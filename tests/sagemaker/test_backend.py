@@ -24,7 +24,7 @@ from airflow_quota.backends.sagemaker import (
     request_training_job_stop,
     training_job_name,
 )
-from tests.sagemaker.conftest import MotoServer, training_request
+from tests.sagemaker.conftest import MotoServer, finish_training, training_request
 from tests.waiting import wait_for
 
 IDENTITY = TaskIdentity("team_a_pipeline", "manual__2026-11-30T05:00:00+00:00", "train", -1, 1)
@@ -164,10 +164,11 @@ def test_launch_is_idempotent_on_the_name(moto_server: MotoServer, unique: str) 
 
 def test_describe_follows_the_job_to_its_end(moto_server: MotoServer, unique: str) -> None:
     jobs = SageMakerTrainingJobs("aws_default")
-    request = launch_request(unique, duration_s=2)
+    request = launch_request(unique, duration_s=60)
     jobs.launch(request)
     name = str(request["TrainingJobName"])
     assert jobs.describe(name)["TrainingJobStatus"] == "InProgress"  # type: ignore[index]
+    finish_training(moto_server.client(), name)  # its training ends (after 60 s, or now)
     wait_for("the job to complete", lambda: jobs.describe(name)["TrainingJobStatus"] == "Completed")  # type: ignore[index]
     assert jobs.describe(f"missing-{unique}") is None
 
@@ -201,13 +202,14 @@ def test_stop_and_wait_gives_up_after_its_timeout(moto_server: MotoServer, uniqu
 
 def test_the_allocator_asks_a_job_to_stop_without_waiting(moto_server: MotoServer, unique: str) -> None:
     jobs = SageMakerTrainingJobs("aws_default")
-    request = launch_request(unique, duration_s=60, stop_delay_s=2)
+    request = launch_request(unique, duration_s=60, stop_delay_s=60)
     jobs.launch(request)
     name = str(request["TrainingJobName"])
 
     # "Stopping", not "Stopped": it asked and returned without waiting for the stop (ask again later). (A
     # bound on its wall time failed once on a loaded machine and said nothing more.)
     assert request_training_job_stop("aws_default", None, name) == "Stopping"
+    finish_training(moto_server.client(), name)  # the stop ends (after 60 s, or now)
     wait_for("the job to stop", lambda: request_training_job_stop("aws_default", None, name) == "Stopped")
     assert request_training_job_stop("aws_default", None, f"missing-{unique}") is None
 

@@ -8,7 +8,6 @@ triggerer (the allocator's) covers those.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -23,9 +22,10 @@ from airflow_quota.operators.training import QuotaTrainingOperator
 from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger, request_document
 from airflow_quota.triggers.sagemaker import SageMakerTrainingJobTrigger
-from tests.sagemaker.conftest import MotoServer, training_request
+from tests.sagemaker.conftest import MotoServer, finish_training, training_request
 from tests.sagemaker.moto_process import REGION
 from tests.sagemaker.task_runtime import TaskInstanceStandIn, TaskRun, monitor_event
+from tests.waiting import wait_for
 
 
 def operator(**kwargs: Any) -> QuotaTrainingOperator:
@@ -386,7 +386,7 @@ def test_a_job_that_ends_within_the_follow_time_ends_the_task_in_its_launching_r
 def test_a_job_still_running_after_the_follow_time_is_handed_to_its_monitoring_trigger(
     moto_server: MotoServer, unique: str
 ) -> None:
-    run = task_run(unique, follow_seconds=0.5, training_job_config=training_request(duration_s=60))
+    run = task_run(unique, follow_seconds=0.2, training_job_config=training_request(duration_s=60))
 
     monitoring = run.resume_deferred(run.execute(), run.grant(attempt=1))
 
@@ -400,11 +400,17 @@ def test_a_preemption_while_the_launching_run_follows_its_job_stops_and_requeues
     run = task_run(unique, follow_seconds=30, training_job_config=training_request(duration_s=60))
     waiting = run.execute()
     grant = run.grant(attempt=1)
-    # The allocator writes its signal a second into the worker run that launched the job.
-    signal = threading.Timer(1.0, run.store.set, (PREEMPT_KEY, preempt(run, grant["lease_id"])))
+
+    def allocator_signals_once_launched() -> None:
+        """The allocator writes its signal while the worker run that launched the job follows it."""
+        wait_for("the launch", lambda: (run.store.get(TRAINING_JOB_KEY) or {}).get("state") == "launched")
+        run.store.set(PREEMPT_KEY, preempt(run, grant["lease_id"]))
+
+    signal = threading.Thread(target=allocator_signals_once_launched, daemon=True)
     signal.start()
 
     requeued = run.resume_deferred(waiting, grant)
+    signal.join(30)
 
     assert isinstance(requeued.trigger, QuotaAdmissionTrigger)
     assert (requeued.trigger.attempt, requeued.trigger.released_lease_id) == (1, grant["lease_id"])
@@ -444,7 +450,7 @@ def test_a_preemption_of_another_lease_is_ignored(moto_server: MotoServer, uniqu
 
 
 def test_a_retry_reattaches_to_the_training_job_still_running(moto_server: MotoServer, unique: str) -> None:
-    run = task_run(unique, training_job_config=training_request(duration_s=1.5))
+    run = task_run(unique, training_job_config=training_request(duration_s=60))
     monitoring = run.resume_deferred(run.execute(), run.grant(attempt=1))
     launched = monitoring.trigger.training_job_name  # type: ignore[attr-defined]
 
@@ -455,19 +461,20 @@ def test_a_retry_reattaches_to_the_training_job_still_running(moto_server: MotoS
     assert monitoring.trigger.training_job_name == launched  # type: ignore[attr-defined]
     assert job_names(moto_server, _identity(run)) == [launched]
     assert retry.record()["lease_id"] == retry.grant(attempt=1)["lease_id"]
+    assert status_of(moto_server, launched) == "InProgress"  # reattached while it still trained
+    finish_training(moto_server.client(), launched)
     result = retry.resume(monitoring, monitor_event(monitoring))
     assert result["training_job_name"] == launched
 
 
 def test_a_retry_after_a_failed_job_launches_a_new_one(moto_server: MotoServer, unique: str) -> None:
-    # Long enough to be seen InProgress by its launch on a loaded machine (0.1 s was not, once).
-    run = task_run(unique, training_job_config=training_request(duration_s=0.5, outcome="Failed"))
+    # Seen InProgress by its launch (a fixed 0.1 s was not, once, on a loaded machine), then it fails.
+    run = task_run(unique, training_job_config=training_request(duration_s=60, outcome="Failed"))
     monitoring = run.resume_deferred(run.execute(), run.grant(attempt=1))
     first = monitoring.trigger.training_job_name  # type: ignore[attr-defined]
-    deadline = time.monotonic() + 30
-    while status_of(moto_server, first) != "Failed":  # the worker died before it saw the job fail:
-        assert time.monotonic() < deadline  # the record still says launched
-        time.sleep(0.1)
+    finish_training(moto_server.client(), first)
+    # The worker died before it saw the job fail: the record still says launched.
+    wait_for("the first job to fail", lambda: status_of(moto_server, first) == "Failed")
 
     retry = run.retry()
     retry.operator.training_job_config = training_request(duration_s=0.2)
