@@ -30,8 +30,8 @@ from airflow_quota.operators.sagemaker_backend import SageMakerBackend
 from airflow_quota.triggers.batch_service_job import KILLED_REASON, BatchServiceJobTrigger
 from tests.aws_batch.conftest import UNIT, AnswerLog, checked, create_design, quota_file, share, submit
 from tests.aws_batch.regions import REJECTING_REGION
-from tests.aws_batch.test_emulator import status, wait_for
-from tests.sagemaker.conftest import training_request
+from tests.aws_batch.test_emulator import attempt_arn, status, training_job_name, wait_for
+from tests.sagemaker.conftest import finish_training, training_request
 from tests.sagemaker.moto_process import REGION
 from tests.sagemaker.task_runtime import TaskInstanceStandIn, TaskStateStoreStandIn
 
@@ -166,11 +166,11 @@ def test_the_trigger_follows_a_preemption_to_the_end(
     batch: Any, queue: str, unique: str, answers: AnswerLog, capsys: pytest.CaptureFixture[str]
 ) -> None:
     jobs = service_jobs(answers)
-    borrower, _ = jobs.submit(request_for(unique, ServiceJobSpec(queue, "nlp"), count=4, duration_s="60,1"))
+    borrower, _ = jobs.submit(request_for(unique, ServiceJobSpec(queue, "nlp"), count=4, duration_s="60,0.2"))
     job_id = borrower["jobId"]
     wait_for("the borrower to run", lambda: status(batch, job_id) == "RUNNING")
     first_attempt = jobs.describe(job_id)["latestAttempt"]["serviceResourceId"]["value"]
-    submit(batch, queue, "research-train", "research", 2, duration_s="1")
+    submit(batch, queue, "research-train", "research", 2, duration_s="0.2")
 
     trigger = BatchServiceJobTrigger(job_id=job_id, poll_interval=0.2)
     trigger._jobs = lambda: jobs  # type: ignore[method-assign]  # its calls' answers are checked too
@@ -300,13 +300,13 @@ def run_trigger(trigger: BatchServiceJobTrigger, jobs: ServiceJobs) -> dict[str,
 
 
 def test_a_task_launches_one_service_job_its_retries_reattach_and_it_ends_with_the_jobs_result(
-    batch: Any, queue: str, unique: str, answers: AnswerLog
+    batch: Any, sagemaker: Any, queue: str, unique: str, answers: AnswerLog
 ) -> None:
     backend = strategy(answers)
     spec = ServiceJobSpec(queue, "research", scheduling_priority=0)
     store = TaskStateStoreStandIn()
     first_try: Any = {"ti": TaskInstanceStandIn("train_dag", f"manual__{unique}"), "task_state_store": store}
-    training = training_request(instance_type=UNIT, instance_count=1, duration_s=1.5)
+    training = training_request(instance_type=UNIT, instance_count=1, duration_s=60)
     prepared = backend.prepare(training, first_try)
 
     job = backend.launch(first_try, prepared, spec)
@@ -318,6 +318,9 @@ def test_a_task_launches_one_service_job_its_retries_reattach_and_it_ends_with_t
     crashed_before_keeping_it: Any = {**retry, "task_state_store": TaskStateStoreStandIn()}
     assert backend.launch(crashed_before_keeping_it, prepared, spec)["jobId"] == job["jobId"]
 
+    # Every try has reattached to the job still training: its training ends.
+    wait_for("the job's attempt", lambda: "latestAttempt" in batch.describe_service_job(jobId=job["jobId"]))
+    finish_training(sagemaker, training_job_name(attempt_arn(batch, job["jobId"])))
     result = backend.finish(run_trigger(backend.monitor(job["jobId"]), backend.jobs))
     assert result["service_job_id"] == job["jobId"] and result["attempts"] == 1
     assert result["training_job_arn"].endswith("-a1") and result["preemptions"] == []

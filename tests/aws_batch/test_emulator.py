@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 from airflow_quota.aws_batch.design import import_design
 from airflow_quota.engine.config import parse_quota_config
 from tests.aws_batch.conftest import UNIT, AnswerLog, create_design, quota_file, share, submit
+from tests.sagemaker.conftest import finish_training
 from tests.waiting import wait_for
 
 
@@ -27,6 +28,11 @@ def status(batch: Any, job_id: str) -> str:
 
 def training_job_name(arn: str) -> str:
     return arn.rsplit("/", 1)[1]
+
+
+def attempt_arn(batch: Any, job_id: str) -> str:
+    """The training job ARN of the service job's latest attempt."""
+    return str(batch.describe_service_job(jobId=job_id)["latestAttempt"]["serviceResourceId"]["value"])
 
 
 @pytest.fixture
@@ -44,7 +50,7 @@ def test_borrower_is_reclaimed_when_the_lenders_job_arrives(
     batch: Any, sagemaker: Any, lending_queue: str, answers: AnswerLog
 ) -> None:
     # nlp's job needs all 4 instances: 2 of its own and 2 borrowed from research, which is idle.
-    borrower = submit(batch, lending_queue, "nlp-trial", "nlp", 4, duration_s="60,1")
+    borrower = submit(batch, lending_queue, "nlp-trial", "nlp", 4, duration_s="60,0.2")
     wait_for("the borrower to run", lambda: status(batch, borrower) == "RUNNING")
     first_attempt = batch.describe_service_job(jobId=borrower)["latestAttempt"]["serviceResourceId"]["value"]
     assert (
@@ -53,7 +59,7 @@ def test_borrower_is_reclaimed_when_the_lenders_job_arrives(
     )
 
     # research's job comes back for its own 2: the borrower's training job is stopped.
-    lender = submit(batch, lending_queue, "research-train", "research", 2, duration_s="2")
+    lender = submit(batch, lending_queue, "research-train", "research", 2, duration_s="60")
     described = wait_for(
         "the borrower's preemption to be reported",
         lambda: (d := batch.describe_service_job(jobId=borrower)).get("preemptionSummary") and d,
@@ -80,6 +86,7 @@ def test_borrower_is_reclaimed_when_the_lenders_job_arrives(
     ]
 
     # Once research's job is done, the borrower runs again, on a new training job, and succeeds.
+    finish_training(sagemaker, training_job_name(attempt_arn(batch, lender)))
     wait_for("the lender to succeed", lambda: status(batch, lender) == "SUCCEEDED")
     wait_for("the borrower to succeed", lambda: status(batch, borrower) == "SUCCEEDED")
     final = batch.describe_service_job(jobId=borrower)
@@ -109,12 +116,12 @@ def test_a_job_out_of_preemption_retries_fails(batch: Any, lending_queue: str) -
     assert failed["preemptionSummary"]["preemptedAttemptCount"] == 1
 
 
-def test_a_raised_priority_starts_first(batch: Any, unique: str) -> None:
+def test_a_raised_priority_starts_first(batch: Any, sagemaker: Any, unique: str) -> None:
     queue = f"gpu-{unique}"
     create_design(batch, quota_file(queue, 1, share("team", "RESERVE", 1)))
-    running = submit(batch, queue, "first", "team", 1, duration_s="2")
+    running = submit(batch, queue, "first", "team", 1, duration_s="60")
     early = submit(batch, queue, "early", "team", 1, duration_s="1")
-    late = submit(batch, queue, "late", "team", 1, duration_s="1", schedulingPriority=0)
+    late = submit(batch, queue, "late", "team", 1, duration_s="60", schedulingPriority=0)
     front = batch.get_job_queue_snapshot(jobQueue=queue)["frontOfQueue"]["jobs"]
     assert [job["jobArn"].rsplit("/", 1)[1] for job in front] == [early, late]
 
@@ -122,9 +129,11 @@ def test_a_raised_priority_starts_first(batch: Any, unique: str) -> None:
     assert batch.describe_service_job(jobId=late)["schedulingPriority"] == 10
     front = batch.get_job_queue_snapshot(jobQueue=queue)["frontOfQueue"]["jobs"]
     assert [job["jobArn"].rsplit("/", 1)[1] for job in front] == [late, early]
+    finish_training(sagemaker, training_job_name(attempt_arn(batch, running)))
     wait_for("the first job to end", lambda: status(batch, running) == "SUCCEEDED")
     wait_for("the raised job to start", lambda: status(batch, late) != "RUNNABLE")
     assert status(batch, early) == "RUNNABLE"
+    batch.terminate_service_jobs(jobs=[late, early], reason="done")
 
 
 def test_the_same_client_token_submits_once(batch: Any, lending_queue: str) -> None:
@@ -262,10 +271,10 @@ def test_in_share_preemption_stops_the_lower_priority_job_and_its_retry_resumes_
 ) -> None:
     queue = f"gpu-{unique}"
     create_design(batch, quota_file(queue, 2, share("team", "RESERVE", 2, inSharePreemption="ENABLED")))
-    low = submit(batch, queue, "sweep", "team", 2, duration_s="60,1", schedulingPriority=1)
+    low = submit(batch, queue, "sweep", "team", 2, duration_s="60,0.2", schedulingPriority=1)
     wait_for("the low-priority job to run", lambda: status(batch, low) == "RUNNING")
 
-    high = submit(batch, queue, "urgent", "team", 2, duration_s="1", schedulingPriority=100)
+    high = submit(batch, queue, "urgent", "team", 2, duration_s="0.2", schedulingPriority=100)
     preempted = wait_for(
         "the low-priority job's preemption",
         lambda: (d := batch.describe_service_job(jobId=low)).get("preemptionSummary") and d,

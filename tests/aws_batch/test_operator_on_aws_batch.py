@@ -75,7 +75,7 @@ def event_of(deferred: TaskDeferred) -> dict[str, Any]:
 def test_the_task_runs_as_a_service_job_preempted_and_resumed_by_aws_batch_in_one_try(
     batch: Any, queue: str, unique: str
 ) -> None:
-    run = task_run(queue, unique, share_name="nlp", count=4, duration_s="60,1")
+    run = task_run(queue, unique, share_name="nlp", count=4, duration_s="60,0.2")
     waiting = run.execute()
     assert isinstance(waiting.trigger, QuotaAdmissionTrigger)  # the same start as on our allocator's queues
 
@@ -87,7 +87,7 @@ def test_the_task_runs_as_a_service_job_preempted_and_resumed_by_aws_batch_in_on
     assert json.loads(described["serviceRequestPayload"])["CheckpointConfig"]["S3Uri"].endswith("/")
 
     wait_for("the job to run", lambda: status(batch, job_id) == "RUNNING")
-    submit(batch, queue, "research-train", "research", 2, duration_s="1")  # research takes its GPUs back
+    submit(batch, queue, "research-train", "research", 2, duration_s="0.2")  # research takes its GPUs back
     event = event_of(following)
 
     result = run.resume(following, event)
