@@ -70,7 +70,7 @@ from airflow_quota.allocator.admission import admit, reject, submitted_at_of
 from airflow_quota.allocator.aws_batch_queues import hand_over_to_aws_batch
 from airflow_quota.allocator.decisions import grant, preempt
 from airflow_quota.allocator.kept_state import GroupedWaiting, keep_for_next_cycle, load_for_cycle
-from airflow_quota.allocator.open_jobs import reconcile_open_job
+from airflow_quota.allocator.open_jobs import reconcile_open_jobs
 from airflow_quota.allocator.queue_part import QueuePart, Waiting
 from airflow_quota.allocator.report import CycleReport, first_line
 from airflow_quota.allocator.settings import CycleSettings
@@ -211,8 +211,7 @@ def _allocate_queue(part: QueuePart, queue_name: str, waiting: list[Waiting]) ->
     part.preload(not_waiting)
     _view_not_waiting(part, not_waiting)
     started_from = state
-    for job_id in not_waiting:
-        state = reconcile_open_job(part, state, job_id)
+    state = reconcile_open_jobs(part, state, not_waiting)
     if unchanged and state is started_from:
         # Nothing changed since the last cycle, whose plan over this very state decided nothing and left
         # every statusReason as the engine words it: planned again, it decides nothing and rewords

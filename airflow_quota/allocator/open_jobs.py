@@ -36,6 +36,36 @@ from airflow_quota.triggers.admission import ADMISSION_CLASSPATH
 log = logging.getLogger(__name__)
 
 
+def reconcile_open_jobs(part: QueuePart, state: QueueState, job_ids: list[str]) -> QueueState:
+    """Reconcile each open job of ``job_ids``, in order, with its task instance; the new state (``state``
+    itself when no job changed).
+
+    Each job is reconciled over a state that holds it alone: every event of a job not waiting (a status
+    change, a completed stop, a finish, a termination) reads and changes that job only, so the queue's
+    10,000 waiting jobs are copied once for all of them, at the end, instead of two or three times per
+    event (the engine's copy, the ledger's search for what changed and its removal of final jobs). The
+    jobs are in the same places and the rows and audit rows written in the same order as one event
+    after another over the whole queue."""
+    queue, jobs = state.queue, state.jobs
+    changes: dict[str, Job | None] = {}  # the new job, or None when it is final (left out)
+    for job_id in job_ids:
+        alone = QueueState(queue, {job_id: jobs[job_id]})
+        after = reconcile_open_job(part, alone, job_id)
+        if after is not alone:
+            if after.queue is not queue or not after.jobs.keys() <= {job_id}:
+                raise AssertionError(f"reconciling job {job_id} changed other jobs of its queue")
+            changes[job_id] = after.jobs.get(job_id)
+    if not changes:
+        return state
+    new_jobs = dict(jobs)
+    for job_id, job in changes.items():
+        if job is None:
+            del new_jobs[job_id]
+        else:
+            new_jobs[job_id] = job
+    return QueueState(queue, new_jobs)
+
+
 def reconcile_open_job(part: QueuePart, state: QueueState, job_id: str) -> QueueState:
     """Reconcile one open job, not waiting for admission, with its task instance; the new state."""
     job, row = state.jobs[job_id], part.row(job_id)
