@@ -20,11 +20,11 @@ from sqlalchemy import select
 from airflow_quota.allocator.decisions import resume_grant
 from airflow_quota.allocator.job_ids import lease_id_of
 from airflow_quota.allocator.orphans import orphan_stopped
-from airflow_quota.allocator.queue_part import QueuePart, Waiting
+from airflow_quota.allocator.queue_part import JOB_ID, QueuePart, Waiting, only
 from airflow_quota.allocator.report import first_line
 from airflow_quota.allocator.tasks import WaitingTask, resume
 from airflow_quota.engine.config import JobRequestError, validate_job_request
-from airflow_quota.engine.model import Job, JobRequest, JobStatus, QueueState
+from airflow_quota.engine.model import Job, JobRequest, QueueState
 from airflow_quota.ledger.lifecycle import (
     Submission,
     TaskInstanceRef,
@@ -51,11 +51,8 @@ def admit(
     and the rest are taken in bulk (a recorded stop changes only its own job, so what the others are is
     known from the start)."""
     state, admitted = _submit_new(part, state, waiting)
-    jobs = state.jobs
-    runnable = JobStatus.RUNNABLE
-    others = [
-        each for each in admitted if (job := jobs.get(each.job_id)) is None or job.status is not runnable
-    ]
+    admitted_ids = list(map(JOB_ID, admitted))
+    others = only(admitted, set(admitted_ids) - part.runnable_ids(state))
     not_grantable: set[str] = set()
     for each in others:
         job = state.jobs.get(each.job_id)
@@ -76,7 +73,9 @@ def admit(
         # Else RUNNABLE: an ordinary request, at its original place. That includes a victim whose stop
         # the allocator completed before its task reported it (``open_jobs._victim_found_stopped``): the
         # ``released_lease_id`` it names was released already and counts no second preemption.
-    grantable = {each.job_id: each for each in admitted if each.job_id not in not_grantable}
+    grantable = dict(zip(admitted_ids, admitted, strict=True))  # in C, in their order
+    for job_id in not_grantable:
+        del grantable[job_id]
     return state, grantable
 
 
@@ -89,8 +88,7 @@ def _submit_new(
     (``_record_new``, ``_record_alone``); a retry's request may take over what its previous try still
     holds (``_submit_retry``).
     """
-    open_ids = part.open_ids
-    new = [each for each in waiting if each.job_id not in open_ids]
+    new = only(waiting, set(map(JOB_ID, waiting)) - part.open_ids)
     if not new:
         return state, waiting
     finished = set(

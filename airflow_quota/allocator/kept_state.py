@@ -23,7 +23,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from operator import attrgetter
+from itertools import islice
+from operator import attrgetter, le
 from typing import NamedTuple
 
 from sqlalchemy import select
@@ -144,6 +145,7 @@ def load_for_cycle(part: QueuePart, queue_name: str) -> QueueState:
         jobs = sorted([*kept.runnable.values(), *read.values()], key=_ORDER)
         state = QueueState(kept.queue, {job.job_id: job for job in jobs})
     part.open_ids = set(state.jobs)
+    part.runnable = part.open_ids - read.keys()  # ``read``: every open job that is not RUNNABLE
     return state
 
 
@@ -163,9 +165,20 @@ def keep_for_next_cycle(
     if part.kept is not None and state is part.kept.state:  # the state it started from, unchanged
         kept_queues.pending[queue_name] = KeptQueue(mark, state, part.kept.others, quiet)
         return
-    jobs = sorted(state.jobs.values(), key=_ORDER)  # nearly always in this order already: one pass
-    others = {job.job_id: job for job in jobs if job.status is not JobStatus.RUNNABLE}
-    ordered = QueueState(state.queue, {job.job_id: job for job in jobs})
+    jobs = state.jobs
+    order = list(map(_ORDER, jobs.values()))
+    if all(map(le, order, islice(order, 1, None))):  # nearly always in this order already (checked in C)
+        ordered = state
+    else:
+        ordered = QueueState(state.queue, {job.job_id: job for job in sorted(jobs.values(), key=_ORDER)})
+    # The jobs that are not RUNNABLE: the part's own RUNNABLE jobs (``QueuePart.runnable``) are so still
+    # unless its plan changed them, and every job the plan changed has its row in ``part.rows``.
+    maybe = (jobs.keys() - part.runnable) | (part.runnable & part.rows.keys())
+    others: dict[str, Job] = {}
+    for job_id in maybe:
+        job = jobs.get(job_id)
+        if job is not None and job.status is not JobStatus.RUNNABLE:
+            others[job_id] = job
     kept_queues.pending[queue_name] = KeptQueue(mark, ordered, others, quiet)
 
 
@@ -176,6 +189,8 @@ _ORDER = attrgetter("submitted")
 def _load_whole(part: QueuePart, queue_name: str) -> QueueState:
     state, part.rows = load_queue(part.session, queue_name)
     part.open_ids = set(state.jobs)
+    runnable = JobStatus.RUNNABLE
+    part.runnable = {job_id for job_id, job in state.jobs.items() if job.status is runnable}
     return state
 
 

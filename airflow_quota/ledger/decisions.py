@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from airflow_quota.engine.model import CyclePlan, Grant, Job, Preemption, QueueState
 from airflow_quota.ledger.audit import add_audit_row
-from airflow_quota.ledger.job_rows import write_jobs, write_reasons
+from airflow_quota.ledger.job_rows import changed_jobs, write_jobs, write_reasons
 from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
 
 
@@ -48,12 +48,7 @@ def _changed(before: QueueState, plan: CyclePlan) -> tuple[dict[str, Job], dict[
     """What the cycle changed: the jobs its decisions changed, as they are now (by job id), and the new
     statusReasons of the waiting jobs no decision changed (a cycle at 10,000 waiting rewrites thousands
     when capacity frees up; their jobs are not copied), by job id. ``plan.changed_jobs`` in two parts."""
-    jobs_before = before.jobs
-    changed = {
-        job_id: job
-        for job_id, job in plan.decided.jobs.items()
-        if (old := jobs_before.get(job_id)) is not job and old != job
-    }
+    changed = changed_jobs(before, plan.decided)  # the jobs not the same object picked out in C
     reasons: dict[str, str] = {}
     for job_id, reason in plan.status_reasons.items():
         job = changed.get(job_id)
