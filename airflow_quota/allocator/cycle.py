@@ -60,8 +60,11 @@ the commit; ``job_ids`` names jobs and leases.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime
+from itertools import compress, repeat
+from operator import attrgetter, is_, itemgetter
+from typing import cast
 
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
@@ -134,7 +137,9 @@ def _waiting_by_queue(
     """The waiting tasks by job queue. A host (``kept_queues``) groups the same read of them once: while
     ``waiting_on`` returns the same list and every task in it has settled, the same lists are returned.
     For another read it takes again the ``Waiting`` of each task it grouped before (the same object,
-    still settled), so a cycle pays for the new deferrals only."""
+    still settled), so a cycle pays for the new deferrals only: the tasks grouped before are found in C,
+    and only the new ones and those that were still settling are looked at one by one (each task when
+    the clock went back since)."""
     settled_by = now - settings.settle_time
     kept_queues = settings.kept_queues
     grouped = None if kept_queues is None else kept_queues.waiting
@@ -145,29 +150,61 @@ def _waiting_by_queue(
         and (grouped.settled_from is None or grouped.settled_from <= settled_by)
     ):
         return grouped.by_queue
-    before = {} if grouped is None else grouped.of_task
-    of_task: dict[int, tuple[str, Waiting]] = {}
-    by_queue: dict[str, list[Waiting]] = defaultdict(list)
-    latest: datetime | None = None  # the latest deferral from a worker run
-    all_settled = True
+    keys = list(map(id, tasks))  # ``grouped``'s tasks are alive (``grouped.tasks``): no other has their id
+    if grouped is None or settled_by < grouped.settled_by:  # the clock went back: each task looked at
+        entries = _group_each(tasks, {} if grouped is None else grouped.of_task, settled_by)
+        todo: Sequence[int] = range(len(tasks))
+    else:  # a task settled before is settled still
+        found = list(map(grouped.of_task.get, keys))
+        redo = list(compress(range(len(tasks)), map(is_, found, repeat(None))))  # the new ones
+        if grouped.settling:
+            redo.extend(compress(range(len(tasks)), map(grouped.settling.__contains__, keys)))
+        for at in redo:
+            found[at] = _grouped(tasks[at], settled_by)
+        entries = cast("list[tuple[str, Waiting]]", found)  # each one found, or grouped now
+        todo = redo
+    settling = {keys[at] for at in todo if not entries[at][1].settled}
+    waiting = list(map(_WAITING, entries))
+    from_worker = compress(tasks, map(_FROM_WORKER, tasks))
+    latest = max(map(_DEFERRED_AT, from_worker), default=None)  # the latest deferral from a worker run
+    names = list(map(_QUEUE, entries))
+    queues = dict.fromkeys(names)
+    if len(queues) == 1:
+        by_queue = dict.fromkeys(queues, waiting)
+    else:
+        by_queue = {queue: list(compress(waiting, map(queue.__eq__, names))) for queue in queues}
+    if kept_queues is not None:
+        of_task = dict(zip(keys, entries, strict=True))
+        kept_queues.waiting = GroupedWaiting(
+            tasks, latest, by_queue, of_task, not settling, settled_by, settling
+        )
+    return by_queue
+
+
+def _group_each(
+    tasks: list[WaitingTask], before: dict[int, tuple[str, Waiting]], settled_by: datetime
+) -> list[tuple[str, Waiting]]:
+    """Each task's job queue and ``Waiting``, the one grouped ``before`` taken again while it is settled."""
+    entries: list[tuple[str, Waiting]] = []
     for task in tasks:
-        key = id(task)  # ``before``'s tasks are alive (``grouped.tasks``): no other object has their id
-        found = before.get(key)
+        found = before.get(id(task))
         if found is None or found[1].task is not task or not found[1].settled:
-            # Only a task deferred from a worker run (pid set) can get the stale executor event.
-            settled = not task.from_worker or task.deferred_at <= settled_by
-            found = (str(task.kwargs.get("job_queue")), Waiting(task.job_id, task, settled))
+            found = _grouped(task, settled_by)
         elif task.from_worker and task.deferred_at > settled_by:  # settled before: the clock went back
             found = (found[0], Waiting(task.job_id, task, False))
-        queue, each = found
-        if task.from_worker:
-            latest = task.deferred_at if latest is None else max(latest, task.deferred_at)
-            all_settled = all_settled and each.settled
-        by_queue[queue].append(each)
-        of_task[key] = found
-    if kept_queues is not None:
-        kept_queues.waiting = GroupedWaiting(tasks, latest, dict(by_queue), of_task, all_settled)
-    return by_queue
+        entries.append(found)
+    return entries
+
+
+def _grouped(task: WaitingTask, settled_by: datetime) -> tuple[str, Waiting]:
+    """A task's job queue and ``Waiting``: settled unless it deferred from a worker run (pid set; only such
+    a task can get the stale executor event) after ``settled_by``."""
+    settled = not task.from_worker or task.deferred_at <= settled_by
+    return str(task.kwargs.get("job_queue")), Waiting(task.job_id, task, settled)
+
+
+_QUEUE, _WAITING = itemgetter(0), itemgetter(1)
+_FROM_WORKER, _DEFERRED_AT = attrgetter("from_worker"), attrgetter("deferred_at")
 
 
 def _take_cycle_lock(session: Session) -> bool:

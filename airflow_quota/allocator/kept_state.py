@@ -84,6 +84,10 @@ class GroupedWaiting(NamedTuple):
     of_task: dict[int, tuple[str, Waiting]]
     #: Whether every task had settled when grouped.
     all_settled: bool
+    #: When it was grouped, the latest deferral that had settled (a task settled then is settled at any
+    #: later time), and the tasks still settling then, by ``id()``.
+    settled_by: datetime
+    settling: set[int]
 
 
 class KeptQueues:

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import json
 import uuid
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from itertools import compress, repeat
+from operator import is_
 from typing import Any, NamedTuple
 
 from airflow.jobs.job import Job, JobState
@@ -93,9 +96,13 @@ class _WaitingTasks:
     instead of the names and kwargs of each, and builds a ``WaitingTask`` only for a new deferral. Only
     the deferrals of the latest read are kept, so an entry never outlives its deferral.
 
-    The five columns come as the driver's own tuples (``_deferral_rows``: no SQLAlchemy row per task); when
-    they are the same as the latest read's, in the same order, the latest read's list itself is returned:
-    nothing deferred, resumed or cleared since, and a caller may tell so by its identity (``is``)."""
+    The five columns come as the driver's own tuples (``_deferral_rows``: no SQLAlchemy row per task, and
+    in no order, which spares the database a sort of them all); each is looked up among the latest read's
+    in C. When they are the same deferrals, the latest read's list itself is returned: nothing deferred,
+    resumed or cleared since, and a caller may tell so by its identity (``is``). Else the latest read's
+    tasks still deferred keep their order, and the new ones are put in their places: oldest deferral
+    first, by the trigger's creation time then the task instance's id, the order an ``ORDER BY`` of those
+    two columns gives."""
 
     def __init__(self) -> None:
         self._by_classpath: dict[str, _Read] = {}
@@ -103,37 +110,71 @@ class _WaitingTasks:
     def read(self, session: Session, classpath: str) -> list[WaitingTask]:
         rows = _deferral_rows(session, classpath)
         latest = self._by_classpath.get(classpath)
-        if latest is not None and latest.rows == rows:
-            return latest.tasks
         known = {} if latest is None else latest.by_deferral
-        current: dict[Any, WaitingTask] = {each: task for each in rows if (task := known.get(each))}
-        new = [uuid.UUID(each[0]) for each in rows if each not in current]
+        found = list(map(known.get, rows))
+        missing = list(compress(rows, map(is_, found, repeat(None))))
+        if latest is not None and latest.complete and not missing and len(rows) == len(known):
+            return latest.tasks  # the same deferrals (a task instance is deferred once: no row twice)
+        fetched: dict[Any, WaitingTask] = {}
+        new = [uuid.UUID(each[0]) for each in missing]
         ti = TaskInstance
         deferred = (ti.state == TaskInstanceState.DEFERRED, Trigger.classpath == classpath)
         if len(new) > _CHUNK and 2 * len(new) > len(rows):  # mostly new (a burst): one read of all
-            read = _full_rows(session, None, deferred)
-            current.update((each, read[each]) for each in rows if each not in current and each in read)
+            fetched = _full_rows(session, None, deferred)
         else:
             for start in range(0, len(new), _CHUNK):
-                current.update(_full_rows(session, new[start : start + _CHUNK], deferred))
+                fetched.update(_full_rows(session, new[start : start + _CHUNK], deferred))
         # A deferral that moved on between the two reads is left out: the next cycle reads it again.
-        tasks = [current[each] for each in rows if each in current]
+        added = sorted(
+            (_order_key(task, each), each, task)
+            for each in missing
+            if (task := fetched.get(each)) is not None
+        )
+        if latest is None:
+            keys: list[tuple[datetime, str]] = []
+            ordered: list[tuple[Any, ...]] = []
+            tasks: list[WaitingTask] = []
+        else:  # the latest read's tasks still deferred, in their order
+            still = set(compress(rows, found)).__contains__
+            kept = list(map(still, latest.rows))
+            keys = list(compress(latest.keys, kept))
+            ordered = list(compress(latest.rows, kept))
+            tasks = list(compress(latest.tasks, kept))
+        if len(added) > _CHUNK:  # many: sorted together (in C; the keys are unique)
+            merged = sorted([*zip(keys, ordered, tasks, strict=True), *added])
+            keys, ordered, tasks = (list(column) for column in zip(*merged, strict=True))
+        else:
+            for key, each, task in added:
+                at = bisect_right(keys, key)
+                keys.insert(at, key)
+                ordered.insert(at, each)
+                tasks.insert(at, task)
         complete = len(tasks) == len(rows)  # else the next read must not take this one for the same
-        self._by_classpath[classpath] = _Read(rows if complete else None, tasks, current)
+        by_deferral = dict(zip(ordered, tasks, strict=True))
+        self._by_classpath[classpath] = _Read(complete, ordered, keys, tasks, by_deferral)
         return tasks
 
 
-class _Read(NamedTuple):
-    """One read of the deferrals on a classpath: its rows as read, the tasks it returned, by deferral."""
+def _order_key(task: WaitingTask, deferral: tuple[Any, ...]) -> tuple[datetime, str]:
+    """Where a deferral goes in the waiting tasks: the trigger's creation time, then the task instance's
+    id as the database writes it in text (the order of its ``uuid`` or its text column alike)."""
+    return (task.deferred_at, deferral[0])
 
-    rows: list[tuple[Any, ...]] | None
+
+class _Read(NamedTuple):
+    """One read of the deferrals on a classpath: whether every deferral read was found, its deferrals
+    in order, their order keys (``_order_key``) and tasks, and the tasks by deferral."""
+
+    complete: bool
+    rows: list[tuple[Any, ...]]
+    keys: list[tuple[datetime, str]]
     tasks: list[WaitingTask]
     by_deferral: dict[Any, WaitingTask]
 
 
 def _deferral_rows(session: Session, classpath: str) -> list[tuple[Any, ...]]:
-    """The fields of a ``_Deferral`` of each task instance deferred on ``classpath``, oldest deferral first,
-    as the DB-API cursor returns them (plain tuples: a ``_Deferral`` equals one, and hashes alike)."""
+    """The fields of a ``_Deferral`` of each task instance deferred on ``classpath``, in no order, as the
+    DB-API cursor returns them (plain tuples: a ``_Deferral`` equals one, and hashes alike)."""
     connection = session.connection()
     dialect = connection.dialect
     sql = _DEFERRALS_SQL.get((dialect.name, classpath))
@@ -151,7 +192,6 @@ def _deferral_rows(session: Session, classpath: str) -> list[tuple[Any, ...]]:
             )
             .join(Trigger, ti.trigger_id == Trigger.id)
             .where(ti.state == TaskInstanceState.DEFERRED.value, Trigger.classpath == classpath)
-            .order_by(Trigger.created_date, ti.id)
         )
         # Constants only (the state and the classpath), rendered by the dialect: no parameters to bind.
         sql = str(query.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
