@@ -242,12 +242,14 @@ def test_output_arrives_line_by_line_while_the_entry_point_still_runs(tmp_path: 
 # --- preemption and resume ------------------------------------------------------------------------
 
 
-def counter_job(tmp_path: Path, name: str, steps: int = 12, **hyperparameters: str) -> LocalTrainingJob:
+def counter_job(
+    tmp_path: Path, name: str, steps: int = 12, step_seconds: str = "0.05", **hyperparameters: str
+) -> LocalTrainingJob:
     return make_job(
         tmp_path,
         [sys.executable, str(TRAIN_COUNTER)],
         name=name,
-        hyperparameters={"steps": str(steps), "step_seconds": "0.05", **hyperparameters},
+        hyperparameters={"steps": str(steps), "step_seconds": step_seconds, **hyperparameters},
         grace_period=5.0,
     )
 
@@ -255,7 +257,9 @@ def counter_job(tmp_path: Path, name: str, steps: int = 12, **hyperparameters: s
 def test_a_run_preempted_at_step_k_resumes_at_step_k_and_ends_like_an_uninterrupted_run(
     tmp_path: Path, start: Start
 ) -> None:
-    uninterrupted = counter_job(tmp_path / "uninterrupted", "counter-a1")
+    # Only the preempted attempt's steps take time (to be stopped between two): a step's length changes no
+    # value.
+    uninterrupted = counter_job(tmp_path / "uninterrupted", "counter-a1", step_seconds="0")
     whole = start(uninterrupted, lambda line: None).run(lambda: False, poll_interval=0.05)
     assert whole.exit_code == 0, failure_message(whole)
     expected = json.loads((uninterrupted.model_dir / "result.json").read_text())
@@ -273,7 +277,7 @@ def test_a_run_preempted_at_step_k_resumes_at_step_k_and_ends_like_an_uninterrup
     assert 4 <= stopped_at < 12
     assert f"SIGTERM: checkpoint saved at step {stopped_at}; exiting with 143" in preempted.output_tail
 
-    second_attempt = counter_job(tmp_path / "preempted", "counter-a2")
+    second_attempt = counter_job(tmp_path / "preempted", "counter-a2", step_seconds="0")
     assert second_attempt.checkpoint_dir == first_attempt.checkpoint_dir
     second_lines = Lines()
     resumed = start(second_attempt, second_lines).run(lambda: False, poll_interval=0.05)
@@ -314,7 +318,7 @@ def test_a_group_that_ignores_sigterm_is_sigkilled_after_the_grace_period_grandc
         """,
     )
     lines = Lines()
-    run = start(make_job(tmp_path, command, grace_period=1.0), lines)
+    run = start(make_job(tmp_path, command, grace_period=0.5), lines)
     child = pid_after(lines.wait_for("child"))
     grandchild = pid_after(lines.wait_for("grandchild"))
     asked = time.monotonic()
@@ -323,7 +327,7 @@ def test_a_group_that_ignores_sigterm_is_sigkilled_after_the_grace_period_grandc
 
     assert outcome.preempted and outcome.killed
     assert outcome.exit_code == -signal.SIGKILL
-    assert 1.0 <= took < 4.0, f"SIGKILL came {took:.2f} s after SIGTERM; the grace period is 1 s"
+    assert 0.5 <= took < 3.5, f"SIGKILL came {took:.2f} s after SIGTERM; the grace period is 0.5 s"
     assert not is_running(child)
     assert not is_running(grandchild), "the grandchild outlived the stop and may still hold a GPU"
     assert "SIGKILLed after its grace period" in failure_message(outcome)
@@ -336,9 +340,9 @@ def test_train_counter_with_ignore_sigterm_is_sigkilled_after_the_grace_period(
     job = counter_job(tmp_path, "stubborn-a1", steps=1000, ignore_sigterm="true")
     run = start(job, lines)
     lines.wait_for("step 1/")
-    stopped = run.stop(grace_period=1.0)
+    stopped = run.stop(grace_period=0.5)
     assert stopped.killed and stopped.exit_code == -signal.SIGKILL
-    assert 1.0 <= stopped.seconds < 4.0
+    assert 0.5 <= stopped.seconds < 3.5
     assert lines.seen("SIGTERM received and ignored")
 
 
@@ -423,12 +427,12 @@ def test_sigkilling_the_task_process_stops_the_training_group_gracefully(tmp_pat
 
 
 def test_sigkilling_the_task_process_sigkills_a_training_that_ignores_sigterm(tmp_path: Path) -> None:
-    job = replace(counter_job(tmp_path, "stubborn-a1", steps=1000, ignore_sigterm="true"), grace_period=1.0)
+    job = replace(counter_job(tmp_path, "stubborn-a1", steps=1000, ignore_sigterm="true"), grace_period=0.5)
     began = time.monotonic()
     training, rest = sigkill_task_once_training(start_task_process(job))
 
     assert "SIGTERM received and ignored" in rest, rest
-    assert f"training process group {training} outlived its 1 s grace period: SIGKILLed" in rest, rest
+    assert f"training process group {training} outlived its 0.5 s grace period: SIGKILLed" in rest, rest
     assert time.monotonic() - began < 8.0
 
 
