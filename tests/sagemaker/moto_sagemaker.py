@@ -4,8 +4,9 @@ moto 5.2.5 creates every training job already ``Completed``, silently overwrites
 and has no ``StopTrainingJob``. This script patches its SageMaker backend, in the process that hosts the
 server, so that:
 
-* a job is ``InProgress`` (secondary ``Starting``, then ``Training``) for a set time, then ``Completed``,
-  or ``Failed`` with a reason; the test chooses per job, through hyperparameters read only here:
+* a job is ``InProgress`` (secondary ``Starting`` for its first 50 ms, then ``Training``) for a set time,
+  then ``Completed``, or ``Failed`` with a reason; the test chooses per job, through hyperparameters read
+  only here:
   ``emulator.duration_s`` (default 1; ``"60,2"`` gives attempt ``-a1`` 60 s and every later attempt 2 s,
   the attempt read from the job name's ``-a<N>`` suffix), ``emulator.outcome`` (``Completed`` or ``Failed``),
   ``emulator.failure_reason``, ``emulator.stop_delay_s`` (how long ``Stopping`` lasts, default 0.5) and
@@ -88,7 +89,7 @@ class _Timeline:
                 return "Stopping", "Stopping"
             return "Stopped", self.stop_cause
         if elapsed < self.duration:
-            return "InProgress", "Starting" if elapsed < min(0.2, self.duration / 5) else "Training"
+            return "InProgress", "Starting" if elapsed < min(0.05, self.duration / 5) else "Training"
         if self.outcome == "Failed":
             return "Failed", "Failed"
         return "Completed", "Completed"
