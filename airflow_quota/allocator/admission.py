@@ -20,11 +20,11 @@ from sqlalchemy import select
 from airflow_quota.allocator.decisions import resume_grant
 from airflow_quota.allocator.job_ids import lease_id_of
 from airflow_quota.allocator.orphans import orphan_stopped
-from airflow_quota.allocator.queue_part import JOB_ID, QueuePart, Waiting, only
+from airflow_quota.allocator.queue_part import QueuePart, Waiting
 from airflow_quota.allocator.report import first_line
 from airflow_quota.allocator.tasks import WaitingTask, resume
 from airflow_quota.engine.config import JobRequestError, validate_job_request
-from airflow_quota.engine.model import Job, JobRequest, QueueState
+from airflow_quota.engine.model import Job, JobRequest, JobStatus, QueueState
 from airflow_quota.ledger.lifecycle import (
     Submission,
     TaskInstanceRef,
@@ -51,8 +51,16 @@ def admit(
     and the rest are taken in bulk (a recorded stop changes only its own job, so what the others are is
     known from the start)."""
     state, admitted = _submit_new(part, state, waiting)
-    admitted_ids = list(map(JOB_ID, admitted))
-    others = only(admitted, set(admitted_ids) - part.runnable_ids(state))
+    admitted_ids, admitted_set = part.ids(admitted)
+    # A job RUNNABLE as the part loaded the queue that still waits is RUNNABLE still (``QueuePart.runnable``):
+    # only the others are looked at.
+    runnable, jobs = JobStatus.RUNNABLE, state.jobs
+    other_ids = {
+        job_id
+        for job_id in admitted_set - part.runnable
+        if (job := jobs.get(job_id)) is None or job.status is not runnable
+    }
+    others = part.only(admitted, other_ids)
     not_grantable: set[str] = set()
     for each in others:
         job = state.jobs.get(each.job_id)
@@ -88,7 +96,7 @@ def _submit_new(
     (``_record_new``, ``_record_alone``); a retry's request may take over what its previous try still
     holds (``_submit_retry``).
     """
-    new = only(waiting, set(map(JOB_ID, waiting)) - part.open_ids)
+    new = part.only(waiting, part.ids(waiting)[1] - part.open_ids)
     if not new:
         return state, waiting
     finished = set(

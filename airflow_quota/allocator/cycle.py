@@ -74,7 +74,7 @@ from airflow_quota.allocator.aws_batch_queues import hand_over_to_aws_batch
 from airflow_quota.allocator.decisions import grant, preempt
 from airflow_quota.allocator.kept_state import GroupedWaiting, keep_for_next_cycle, load_for_cycle
 from airflow_quota.allocator.open_jobs import reconcile_open_jobs
-from airflow_quota.allocator.queue_part import JOB_ID, QueuePart, Waiting, only
+from airflow_quota.allocator.queue_part import QueuePart, Waiting
 from airflow_quota.allocator.report import CycleReport, first_line
 from airflow_quota.allocator.settings import CycleSettings
 from airflow_quota.allocator.stops import ask_to_stop
@@ -243,7 +243,7 @@ def _allocate_queue(part: QueuePart, queue_name: str, waiting: list[Waiting]) ->
     else:
         waiting = hand_over_to_aws_batch(part, queue_name, waiting)  # an AWS Batch queue: its new ones
         waiting = _claim_acted_on(part, state, _within_batch(part, waiting))
-        not_waiting = sorted(state.jobs.keys() - set(map(JOB_ID, waiting)))
+        not_waiting = sorted(state.jobs.keys() - part.ids(waiting)[1])
     part.preload(not_waiting)
     _view_not_waiting(part, not_waiting)
     started_from = state
@@ -308,10 +308,10 @@ def _within_batch(part: QueuePart, waiting: list[Waiting]) -> list[Waiting]:
     ``max_new_requests``, the earliest submitted first; the others stay deferred, neither read further
     nor locked, and are listed in ``CycleReport.backlog`` (a burst is admitted in bounded batches)."""
     limit = part.settings.max_new_requests
-    new_ids = set(map(JOB_ID, waiting)) - part.open_ids  # a job id is one task instance's try: once
+    new_ids = part.ids(waiting)[1] - part.open_ids
     if limit <= 0 or len(new_ids) <= limit:
         return waiting
-    new = only(waiting, new_ids)
+    new = part.only(waiting, new_ids)
     new.sort(key=lambda each: (submitted_at_of(each), each.job_id))
     part.report.backlog += [each.job_id for each in new[limit:]]
     later = {each.job_id for each in new[limit:]}
@@ -324,7 +324,7 @@ def _claim_acted_on(part: QueuePart, state: QueueState, waiting: list[Waiting]) 
 
     A job that only waits (RUNNABLE in the ledger) is claimed once the plan names it (``_plan``).
     """
-    acted_on = only(waiting, set(map(JOB_ID, waiting)) - part.runnable_ids(state))
+    acted_on = part.only(waiting, part.ids(waiting)[1] - part.runnable)  # ``state`` as loaded: ``runnable``
     part.claim(acted_on)
     if not any(claimed is False for claimed in part.claims.values()):
         return waiting  # every one claimed (or not to be claimed now)

@@ -46,16 +46,8 @@ class Waiting:
         return self.task.kwargs
 
 
-#: A ``Waiting``'s job id (``map(JOB_ID, waiting)``: the ids of 10,000 waiting tasks without a Python step
-#: per task).
+#: A ``Waiting``'s job id.
 JOB_ID = attrgetter("job_id")
-
-
-def only(waiting: list[Waiting], job_ids: AbstractSet[str]) -> list[Waiting]:
-    """The waiting tasks of ``job_ids``, in their order in ``waiting`` (picked out in C)."""
-    if not job_ids:
-        return []
-    return list(compress(waiting, map(job_ids.__contains__, map(JOB_ID, waiting))))
 
 
 @dataclass(slots=True)
@@ -89,6 +81,24 @@ class QueuePart:
     task_instances: dict[str, TaskInstance] = field(default_factory=dict)
     #: Jobs whose training job this cycle listed in ``report.stop_requests`` (each once).
     listed: set[str] = field(default_factory=set)
+    #: The latest list of waiting tasks ``ids`` was asked about, and its job ids (in order, and as a set).
+    waiting_ids: tuple[list[Waiting], list[str], set[str]] | None = None
+
+    def ids(self, waiting: list[Waiting]) -> tuple[list[str], set[str]]:
+        """The job ids of ``waiting``, in order and as a set (a job id is one task instance's try: each
+        once); worked out once per list, which the steps of the part pass on as it is when nothing in it
+        changes."""
+        known = self.waiting_ids
+        if known is None or known[0] is not waiting:
+            ids = list(map(JOB_ID, waiting))
+            known = self.waiting_ids = (waiting, ids, set(ids))
+        return known[1], known[2]
+
+    def only(self, waiting: list[Waiting], job_ids: AbstractSet[str]) -> list[Waiting]:
+        """The waiting tasks of ``job_ids``, in their order in ``waiting`` (picked out in C)."""
+        if not job_ids:
+            return []
+        return list(compress(waiting, map(job_ids.__contains__, self.ids(waiting)[0])))
 
     def runnable_ids(self, state: QueueState) -> set[str]:
         """The RUNNABLE jobs of ``state`` (job ids), a state of this part before its plan."""

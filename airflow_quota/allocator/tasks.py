@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from itertools import compress, repeat
-from operator import is_
+from operator import is_, is_not, not_
 from typing import Any, NamedTuple
 
 from airflow.jobs.job import Job, JobState
@@ -110,10 +110,12 @@ class _WaitingTasks:
     def read(self, session: Session, classpath: str) -> list[WaitingTask]:
         rows = _deferral_rows(session, classpath)
         latest = self._by_classpath.get(classpath)
-        known = {} if latest is None else latest.by_deferral
+        if latest is None:  # the first read: nothing to take for the same
+            latest = _Read(False, [], [], [], {})
+        known = latest.by_deferral
         found = list(map(known.get, rows))
         missing = list(compress(rows, map(is_, found, repeat(None))))
-        if latest is not None and latest.complete and not missing and len(rows) == len(known):
+        if latest.complete and not missing and len(rows) == len(known):
             return latest.tasks  # the same deferrals (a task instance is deferred once: no row twice)
         fetched: dict[Any, WaitingTask] = {}
         new = [uuid.UUID(each[0]) for each in missing]
@@ -130,16 +132,22 @@ class _WaitingTasks:
             for each in missing
             if (task := fetched.get(each)) is not None
         )
-        if latest is None:
-            keys: list[tuple[datetime, str]] = []
-            ordered: list[tuple[Any, ...]] = []
-            tasks: list[WaitingTask] = []
-        else:  # the latest read's tasks still deferred, in their order
-            still = set(compress(rows, found)).__contains__
-            kept = list(map(still, latest.rows))
-            keys = list(compress(latest.keys, kept))
-            ordered = list(compress(latest.rows, kept))
-            tasks = list(compress(latest.tasks, kept))
+        # The latest read's lists are changed in place (they are this reader's own; the list of tasks it
+        # returned is copied first): the tasks that are no longer deferred taken out, found by their
+        # ``id()`` (no task looked at), the new ones put in their places.
+        keys, ordered, tasks = latest.keys, latest.rows, list(latest.tasks)
+        if len(rows) - len(missing) < len(tasks):
+            still = set(map(id, compress(found, map(is_not, found, repeat(None)))))
+            kept = list(map(still.__contains__, map(id, tasks)))
+            gone = list(compress(range(len(tasks)), map(not_, kept)))
+            for at in gone:
+                del known[ordered[at]]
+            if len(gone) > _CHUNK:  # many: the lists filtered whole (in C)
+                keys, ordered = list(compress(keys, kept)), list(compress(ordered, kept))
+                tasks = list(compress(tasks, kept))
+            else:
+                for at in reversed(gone):
+                    del keys[at], ordered[at], tasks[at]
         if len(added) > _CHUNK:  # many: sorted together (in C; the keys are unique)
             merged = sorted([*zip(keys, ordered, tasks, strict=True), *added])
             keys, ordered, tasks = (list(column) for column in zip(*merged, strict=True))
@@ -149,9 +157,9 @@ class _WaitingTasks:
                 keys.insert(at, key)
                 ordered.insert(at, each)
                 tasks.insert(at, task)
+        known.update((each, task) for _, each, task in added)
         complete = len(tasks) == len(rows)  # else the next read must not take this one for the same
-        by_deferral = dict(zip(ordered, tasks, strict=True))
-        self._by_classpath[classpath] = _Read(complete, ordered, keys, tasks, by_deferral)
+        self._by_classpath[classpath] = _Read(complete, ordered, keys, tasks, known)
         return tasks
 
 
