@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from airflow.api_fastapi.common.db.common import _get_session
 from sqlalchemy.orm import Session
 
-from airflow_quota.api.access import MAY_READ
-from airflow_quota.api.app import create_quota_app
 from airflow_quota.engine.model import JobRequest
 from airflow_quota.ledger import timeline as ledger_timeline
 from airflow_quota.ledger.lifecycle import TaskInstanceRef, record_stop_completed, record_submission
@@ -26,8 +23,7 @@ from airflow_quota.ledger.timeline import queue_timeline
 from tests.db.test_store import BORROWER, LENDER, QUEUE, Ledger, quota_file, run
 from tests.db.test_timeline import ledger as ledger
 
-with warnings.catch_warnings():  # starlette's test client warns that it prefers httpx2
-    warnings.simplefilter("ignore")
+if TYPE_CHECKING:
     from fastapi.testclient import TestClient
 
 pytestmark = pytest.mark.db
@@ -35,6 +31,17 @@ pytestmark = pytest.mark.db
 
 @pytest.fixture
 def api(ledger: Ledger) -> Iterator[TestClient]:
+    # Imported here rather than at the top: every pytest-xdist worker imports every test module to collect
+    # it, and the quota app (FastAPI, Airflow's API security) costs each about a CPU-second that only the
+    # worker running these tests needs.
+    with warnings.catch_warnings():  # starlette's test client (which these import) prefers httpx2
+        warnings.simplefilter("ignore")
+        from airflow.api_fastapi.common.db.common import _get_session
+        from fastapi.testclient import TestClient
+
+        from airflow_quota.api.access import MAY_READ
+        from airflow_quota.api.app import create_quota_app
+
     app = create_quota_app()
 
     def session() -> Iterator[Session]:
