@@ -16,16 +16,18 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from rich import box
 from rich.console import Console, RenderableType
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
-from sqlalchemy.orm import Session
 
 from airflow_quota.engine.messages import plain_whole_number
+
+if TYPE_CHECKING:  # not imported at run time: the no-Airflow validator (cli.validate) needs no SQLAlchemy
+    from sqlalchemy.orm import Session
 
 #: Columns a ``--wide`` table may take: enough that no value is wrapped (the terminal wraps long lines).
 WIDE_WIDTH = 1000
