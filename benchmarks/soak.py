@@ -201,10 +201,15 @@ def _stat(pid: int) -> tuple[str, int, int, int] | None:
     return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19])
 
 
-def _environ(pid: int) -> dict[str, str]:
+def _environ(pid: int, *needles: bytes) -> dict[str, str]:
+    """A process' environment; empty when it is gone or its raw environment lacks one of ``needles`` (a
+    cheap test first: the sampler looks at every process on the machine four times a second, and parsing
+    each environment was most of the soak's own CPU while the test suite's other Airflows ran)."""
     try:
         raw = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
+        return {}
+    if not all(needle in raw for needle in needles):
         return {}
     pairs = (entry.split(b"=", 1) for entry in raw.split(b"\0") if b"=" in entry)
     return {name.decode(errors="replace"): value.decode(errors="replace") for name, value in pairs}
@@ -221,11 +226,12 @@ def _cmdline(pid: int) -> str:
 def trainings(home: Path) -> dict[tuple[int, int], Training]:
     """This soak's live training processes (zombies excluded), by (pid, start time)."""
     found = {}
+    needles = (b"TRAINING_JOB_NAME=", b"AIRFLOW_HOME=" + os.fsencode(home))
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         pid = int(entry)
-        env = _environ(pid)
+        env = _environ(pid, *needles)
         if env.get("AIRFLOW_HOME") != str(home) or "TRAINING_JOB_NAME" not in env:
             continue
         stat = _stat(pid)
