@@ -93,6 +93,12 @@ class MotoTrainingJobs:
         return str(job.arn)
 
     def status(self, name: str) -> tuple[str, str, str | None]:
+        # Every answer of this server looks at each running attempt: from the emulator's timeline, without
+        # building moto's whole DescribeTrainingJob answer (most of an answer's work with a dozen running).
+        job = self.backend.training_jobs.get(name)
+        known = moto_sagemaker.status_of(job.arn) if job is not None else None
+        if known is not None:
+            return known
         described = self.backend.describe_training_job(name)
         return (
             described["TrainingJobStatus"],

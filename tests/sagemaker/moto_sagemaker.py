@@ -36,6 +36,7 @@ import threading
 import time
 from typing import Any
 
+from moto import backends
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 from moto.sagemaker import models as sagemaker_models
 from moto.sagemaker import responses as sagemaker_responses
@@ -97,6 +98,18 @@ class _Timeline:
 
 #: Each emulated job's timeline, by ARN (kept out of the job object: moto answers with its attributes).
 _TIMELINES: dict[str, _Timeline] = {}
+
+
+def status_of(arn: str) -> tuple[str, str, str | None] | None:
+    """(TrainingJobStatus, SecondaryStatus, FailureReason) of an emulated job now, as DescribeTrainingJob
+    would answer them, without building the rest of its answer; None for a job not made here."""
+    timeline = _TIMELINES.get(arn)
+    if timeline is None:
+        return None
+    status, secondary = timeline.status()
+    return status, secondary, timeline.failure_reason if status == "Failed" else None
+
+
 _original_create = sagemaker_models.SageMakerModelBackend.create_training_job
 _original_add_tags = sagemaker_models.SageMakerModelBackend.add_tags
 _original_response_object = sagemaker_models.FakeTrainingJob.response_object
@@ -169,7 +182,14 @@ def _stop_training_job_response(self: Any) -> Any:
 
 
 def install() -> None:
-    """Patch moto's SageMaker backend in this process (idempotent)."""
+    """Patch moto's SageMaker backend in this process (idempotent).
+
+    And moto's server looks for the service a request names among its own modules by listing its package
+    folder (a directory read and a stat per entry, at every request): the list is read once here, as the
+    folder does not change while the server runs.
+    """
+    modules = tuple(backends.list_of_moto_modules())
+    backends.list_of_moto_modules = lambda: modules
     backend = sagemaker_models.SageMakerModelBackend
     backend.create_training_job = _create_training_job  # type: ignore[method-assign]
     backend.stop_training_job = _stop_training_job  # type: ignore[attr-defined]
