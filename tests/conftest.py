@@ -13,6 +13,8 @@ soak's two runs) and run on whichever workers are free. Files are handed out lon
 (``LONGEST_FIRST``): a long one started last would leave the other workers idle while it runs. At most three
 tests' Airflow installations run at once, whatever the number of workers (``tests/airflow/harness.py``,
 ``AIRFLOW_SLOTS``); the soak and the benchmark runs start theirs through their own scripts, without a slot.
+The ``STORY_FILES`` (the scheduler's grants, the local and the SageMaker reclaim) share one Airflow
+(``tests/airflow/stories.py``) and go to one worker together, as the ``ONE_WORKER_FILES`` (tests/ui) do.
 
 ``QUOTA_TEST_TIMELINE=FILE`` appends one JSON line per test (worker, test, start and end in seconds since
 the epoch, and the CPU seconds its worker and the worker's finished child processes used meanwhile: an
@@ -35,6 +37,12 @@ import pytest
 from xdist.remote import Producer
 from xdist.scheduler import LoadFileScheduling
 
+pytest.register_assert_rewrite("tests.airflow.stories")
+from tests.airflow.stories import STORY_FILES  # noqa: E402  (after its assert rewriting is registered)
+
+#: The fixture of the stories that share one Airflow (``stories``), and its stop once a worker leaves them.
+pytest_plugins = ("tests.airflow.stories",)
+
 # Trio (which Selenium brings) registers its random generator with Hypothesis as an entry-point plugin, and
 # registering runs a full garbage collection in every worker (about a CPU-second each with Airflow loaded).
 # No test runs Trio under Hypothesis. Set before any test module imports Hypothesis.
@@ -47,12 +55,14 @@ LONGEST_FIRST = {
     "tests/airflow/test_soak.py": 350,
     "tests/distributed/test_celery_two_schedulers.py": 210,
     "tests/e2e/test_demo_command.py": 420,
-    "tests/sagemaker/test_end_to_end.py": 165,
     "tests/aws_batch/test_end_to_end.py": 250,
     "tests/e2e/test_demo_flow.py": 250,
-    "tests/airflow/test_scheduler_grants.py": 150,
+    # The stories sharing one Airflow (tests/airflow/stories.py), in the order they run on their worker (the
+    # grants first: a test of theirs acts while a job waits). Their sum, one apart so nothing sorts between.
+    "tests/airflow/test_scheduler_grants.py": 302,
+    "tests/sagemaker/test_end_to_end.py": 301,
+    "tests/local/test_end_to_end_local.py": 300,
     "tests/ui/test_api_limits.py": 95,
-    "tests/local/test_end_to_end_local.py": 90,
     "tests/aws_batch/test_rest_on_aws_queues.py": 85,
     "tests/db/test_allocator_hosts.py": 90,
     "tests/airflow/test_overhead_benchmarks_run.py": 65,
@@ -103,6 +113,8 @@ class FileScheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist ships n
         path = nodeid.split("::", 1)[0]
         if path in ONE_WORKER_FILES:
             return "tests/ui: one api-server"
+        if path in STORY_FILES:
+            return "tests/airflow/stories.py: one Airflow"
         return nodeid if path in SPREAD_FILES else path
 
 

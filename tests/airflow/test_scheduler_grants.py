@@ -12,13 +12,14 @@ triggerer and api-server, LocalExecutor, on SQLite.
   when the DAG file is parsed (a priority out of range), which leaves the file and its other tasks alone.
 
 Each DAG has its own job queue, so the module triggers every run at once and each test waits for its own.
+The Airflow is the one these stories share with the local and SageMaker reclaims (tests/airflow/stories.py);
+they run first on it, as the marked-failed test must act while its job waits.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,11 @@ import requests
 import sqlalchemy as sa
 
 from tests.airflow.harness import AirflowProcesses
+from tests.airflow.stories import Stories
 
 pytestmark = pytest.mark.airflow
 
-QUOTAS = Path(__file__).parent / "quotas.yaml"
-#: The runs the tests read, triggered side by side when Airflow has started: (DAG, run id).
+#: The runs the tests read, triggered side by side when the module starts: (DAG, run id).
 RUNS = (
     ("quota_marked_failed", "marked-1"),
     ("quota_slots", "slots-1"),
@@ -41,23 +42,12 @@ RUNS = (
 
 
 @pytest.fixture(scope="module")
-def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowProcesses]:
-    home = tmp_path_factory.mktemp("airflow-home")
-    probe_log = home / "probe.jsonl"
-    probe_log.touch()
-    processes = AirflowProcesses(
-        home, f"sqlite:///{home}/airflow.db", parallelism=8, extra_env={"QUOTA_PROBE_LOG": str(probe_log)}
-    )
-    processes.migrate()
-    processes.apply_quotas(QUOTAS)
-    processes.start()
-    try:
-        for dag_id, run_id in RUNS:
-            processes.wait_for_dag(dag_id)
-            processes.trigger(dag_id, run_id)
-        yield processes
-    finally:
-        processes.stop()
+def airflow(stories: Stories) -> AirflowProcesses:
+    processes = stories.running()
+    for dag_id, run_id in RUNS:
+        processes.wait_for_dag(dag_id)
+        processes.trigger(dag_id, run_id)
+    return processes
 
 
 def timeline(airflow: AirflowProcesses) -> list[dict[str, Any]]:

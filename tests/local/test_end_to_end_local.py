@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import runpy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import sqlalchemy as sa
 
 from airflow_quota.backends.sagemaker import TaskIdentity
 from tests.airflow.harness import AirflowProcesses
+from tests.airflow.stories import Stories
 
 pytestmark = pytest.mark.airflow
 
@@ -31,27 +32,10 @@ RUN_ID = "e2e-1"
 
 
 @pytest.fixture(scope="module")
-def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowProcesses]:
-    home = tmp_path_factory.mktemp("airflow-home-local")
-    local_log = home / "local.jsonl"
-    local_log.touch()
-    processes = AirflowProcesses(
-        home,
-        f"sqlite:///{home}/airflow.db",
-        parallelism=4,
-        extra_env={
-            "AIRFLOW__CORE__DAGS_FOLDER": str(HERE / "dags"),
-            "QUOTA_LOCAL_LOG": str(local_log),
-            "QUOTA_LOCAL_ROOT": str(home / "training"),
-        },
-    )
-    processes.migrate()
-    processes.apply_quotas(HERE / "quotas.yaml")
-    processes.start()
-    try:
-        yield processes
-    finally:
-        processes.stop()
+def airflow(stories: Stories) -> AirflowProcesses:
+    """The Airflow this story shares with the scheduler's and SageMaker's (tests/airflow/stories.py); its job
+    queue (tests/local/quotas.yaml), DAG file and training log are its own."""
+    return stories.running()
 
 
 def notes(airflow: AirflowProcesses) -> list[dict[str, Any]]:

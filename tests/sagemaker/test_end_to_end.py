@@ -10,13 +10,13 @@ again and its second training job, on the same checkpoint prefix, completes. Not
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
 from tests.airflow.harness import AirflowProcesses
+from tests.airflow.stories import Stories
 from tests.sagemaker.conftest import MotoServer
 
 pytestmark = pytest.mark.airflow
@@ -25,18 +25,10 @@ HERE = Path(__file__).parent
 
 
 @pytest.fixture(scope="module")
-def airflow(moto_server: MotoServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowProcesses]:
-    home = tmp_path_factory.mktemp("airflow-home-sagemaker")
-    processes = AirflowProcesses(
-        home, f"sqlite:///{home}/airflow.db", extra_env={"AIRFLOW__CORE__DAGS_FOLDER": str(HERE / "dags")}
-    )
-    processes.migrate()
-    processes.apply_quotas(HERE / "quotas.yaml")
-    processes.start()
-    try:
-        yield processes
-    finally:
-        processes.stop()
+def airflow(stories: Stories) -> AirflowProcesses:
+    """The Airflow this story shares with the scheduler's and the local backend's (tests/airflow/stories.py);
+    its job queue (tests/sagemaker/quotas.yaml) and DAG file are its own."""
+    return stories.running()
 
 
 def training_jobs(moto_server: MotoServer) -> dict[str, tuple[str, str]]:
@@ -62,8 +54,9 @@ def monitoring(airflow: AirflowProcesses, dag_id: str, run_id: str) -> bool:
 
 
 def test_the_owner_reclaims_its_instance_from_a_sagemaker_borrower(
-    airflow: AirflowProcesses, moto_server: MotoServer
+    airflow: AirflowProcesses, stories: Stories
 ) -> None:
+    moto_server = stories.moto
     airflow.wait_for_dag("quota_sm_borrower")
     airflow.wait_for_dag("quota_sm_owner")
     airflow.trigger("quota_sm_borrower", "e2e-1")

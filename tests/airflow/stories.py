@@ -1,0 +1,139 @@
+"""One real Airflow for the three stories that need nothing but SQLite, the LocalExecutor and a job queue
+of their own: the scheduler's grants (``tests/airflow/test_scheduler_grants.py``), the local backend's
+reclaim (``tests/local/test_end_to_end_local.py``) and SageMaker's (``tests/sagemaker/test_end_to_end.py``).
+
+Each story has its own job queue, DAG file and log, so they run side by side in one installation as they
+would in a user's Airflow, and the suite starts one Airflow for them instead of three (each start costs
+about 40 CPU-seconds of the suite's two cores). They run one after the other, the grants first.
+
+A pytest plugin (``tests/conftest.py`` loads it) so that the fixture is one per worker for the three
+directories; ``tests/conftest.py`` hands the three files to one worker together (``STORY_FILES``), and the
+installation is stopped as soon as that worker leaves them. Airflow and the harness are imported only when
+the fixture starts: the fast tier's workers never pay for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from tests.airflow.harness import AirflowProcesses
+    from tests.sagemaker.conftest import MotoServer
+
+TESTS = Path(__file__).resolve().parents[1]
+#: The story files that share the installation (paths as pytest's node ids start).
+STORY_FILES = frozenset(
+    {
+        "tests/airflow/test_scheduler_grants.py",
+        "tests/local/test_end_to_end_local.py",
+        "tests/sagemaker/test_end_to_end.py",
+    }
+)
+#: Each story's DAG file and quota file (one job queue each; the installation applies them as one file).
+DAG_FILES = (
+    TESTS / "airflow" / "dags" / "quota_probe.py",
+    TESTS / "local" / "dags" / "quota_local_reclaim.py",
+    TESTS / "sagemaker" / "dags" / "quota_sagemaker_reclaim.py",
+)
+QUOTA_FILES = (
+    TESTS / "airflow" / "quotas.yaml",
+    TESTS / "local" / "quotas.yaml",
+    TESTS / "sagemaker" / "quotas.yaml",
+)
+
+
+@dataclass
+class Stories:
+    """The shared installation, and SageMaker's emulator that its SageMaker story trains on."""
+
+    airflow: AirflowProcesses
+    moto: MotoServer
+    _closing: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    def running(self) -> AirflowProcesses:
+        """The installation, which must not have been stopped: a story file's test that ran after the worker
+        left the stories would otherwise fail on a dead Airflow, far from the cause."""
+        assert self.airflow.processes, (
+            "the stories' Airflow was stopped: tests/conftest.py must keep STORY_FILES together"
+        )
+        return self.airflow
+
+    def close(self) -> None:
+        self._closing.close()
+
+
+_started: list[Stories] = []
+
+
+@pytest.fixture(scope="session")
+def stories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stories]:
+    from tests.airflow.harness import AirflowProcesses
+    from tests.sagemaker.conftest import MotoServer
+    from tests.sagemaker.moto_process import (
+        OFFLINE_AWS_ENVIRONMENT,
+        SAGEMAKER_ONLY,
+        emulator_connection,
+        moto_server_process,
+    )
+
+    home = tmp_path_factory.mktemp("airflow-home-stories")
+    dags = home / "dags"
+    dags.mkdir()
+    for dag_file in DAG_FILES:  # each DAG file finds its neighbours by its resolved path
+        (dags / dag_file.name).symlink_to(dag_file)
+    quotas = home / "quotas.yaml"
+    quotas.write_text(merged_quota_file())
+    for log in ("probe.jsonl", "local.jsonl"):
+        (home / log).touch()
+
+    with contextlib.ExitStack() as closing:
+        endpoint_url = closing.enter_context(moto_server_process(SAGEMAKER_ONLY))
+        processes = AirflowProcesses(
+            home,
+            f"sqlite:///{home}/airflow.db",
+            # The grants' stories hold up to 8 worker slots, the local one's trainings 3.
+            parallelism=12,
+            extra_env={
+                **OFFLINE_AWS_ENVIRONMENT,
+                **emulator_connection(endpoint_url),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+                "QUOTA_PROBE_LOG": str(home / "probe.jsonl"),
+                "QUOTA_LOCAL_LOG": str(home / "local.jsonl"),
+                "QUOTA_LOCAL_ROOT": str(home / "training"),
+            },
+        )
+        processes.migrate()
+        processes.apply_quotas(quotas)
+        closing.callback(processes.stop)
+        processes.start()
+        shared = Stories(processes, MotoServer(endpoint_url), closing.pop_all())
+    _started.append(shared)
+    try:
+        yield shared
+    finally:
+        shared.close()
+
+
+def merged_quota_file() -> str:
+    """The stories' quota files as one (each holds only its own job queues)."""
+    import yaml
+
+    queues = [queue for path in QUOTA_FILES for queue in yaml.safe_load(path.read_text())["jobQueues"]]
+    return yaml.safe_dump({"jobQueues": queues}, sort_keys=False)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the installation once this worker's next test is not a story's: it would idle to the session's
+    end (about 6 CPU-seconds a minute) and hold one of the suite's Airflow slots."""
+    if _started and story_file(item) and (nextitem is None or not story_file(nextitem)):
+        _started.pop().close()
+
+
+def story_file(item: pytest.Item) -> bool:
+    return item.nodeid.split("::", 1)[0] in STORY_FILES
