@@ -69,6 +69,8 @@ from airflow_quota.engine.victims import Candidates, VictimChoice, choose_victim
 GroupKey = tuple[str, str, int]
 #: A waiting job's share, capacity unit, size and priority: all a cycle reads of it until it decides on it.
 Combo = tuple[str, str, int, int]
+#: A share's jobs in share order and their codes (``_Queued.combos``).
+_Lane = tuple[list[Job], list[int]]
 
 
 def share_order_key(job: Job) -> tuple[int, OrderKey, str]:
@@ -277,8 +279,9 @@ class _Cycle:
             if not self._stopping_victims(job) and not self._overdrawn(job.unit):
                 self._grant(job)
 
-    def admit_within_own_limits(self) -> dict[str, list[Job]]:
-        """Step 2; returns, per share and in share order, the jobs left for step 3.
+    def admit_within_own_limits(self) -> dict[str, _Lane]:
+        """Step 2; returns, per share and in share order, the jobs left for step 3 (with their
+        codes).
 
         A share's room within its own limits changes only by its own decisions during its turn: it is
         worked out per unit when the turn starts and after each decision, and a share with no room for
@@ -289,18 +292,18 @@ class _Cycle:
         next job to admit (one that fits the room and no failed search rules out), and the ones before it
         that go on to step 3. Each code's answer is worked out once, until a decision or a failed search.
         """
-        deferred: dict[str, list[Job]] = {}
+        deferred: dict[str, _Lane] = {}
         failures = self.failures
         queued = self.queued
         combos = queued.combos
         for share_name, jobs in sorted(queued.by_share.items()):
             smallest = queued.smallest[share_name]
             room = self._room_within_own_limits(share_name, smallest)
-            if not any(count <= room[unit] for unit, count in smallest.items()):
-                deferred[share_name] = jobs
-                continue
             codes = queued.codes_by_share[share_name]
-            left: list[Job] = []
+            if not any(count <= room[unit] for unit, count in smallest.items()):
+                deferred[share_name] = (jobs, codes)
+                continue
+            left: _Lane = ([], [])
             # Jobs before ``placed`` are left for step 3 or ruled out; the next to look at is ``index``,
             # the next code read from ``remaining``.
             placed = index = 0
@@ -317,16 +320,16 @@ class _Cycle:
                 index = found + 1
                 if changes != self.changes:
                     # The jobs so far that did not fit the old room wait for step 3 (the one admitted fit).
-                    left += compress(jobs[placed:found], map(beyond.__getitem__, codes[placed:found]))
+                    _pass_on(left, jobs, codes, placed, found, beyond)
                     placed = index
                     room = self._room_within_own_limits(share_name, smallest)
                     if not any(count <= room[unit] for unit, count in smallest.items()):
-                        left += jobs[index:]
+                        _pass_on(left, jobs, codes, placed, len(jobs), None)
                         placed = len(jobs)
                         break
                     beyond = _PerCode(partial(_beyond_room, combos, room))
             if placed < len(jobs):
-                left += compress(jobs[placed:], map(beyond.__getitem__, codes[placed:]))
+                _pass_on(left, jobs, codes, placed, len(jobs), beyond)
             deferred[share_name] = left
         return deferred
 
@@ -341,7 +344,7 @@ class _Cycle:
         usage, own_limits = self.usage.share_usage, self.usage.shares[share_name].capacity_limits
         return {unit: own_limits.get(unit, 0) - usage.get((share_name, unit), 0) for unit in units}
 
-    def admit_borrowers(self, deferred: dict[str, list[Job]]) -> None:
+    def admit_borrowers(self, deferred: dict[str, _Lane]) -> None:
         """Step 3: merge the shares' remaining queues by submission order of their heads.
 
         The share whose head comes first goes on, with no heap operation, while its next job comes before
@@ -349,7 +352,7 @@ class _Cycle:
         """
         heads: list[tuple[OrderKey, str, str, int]] = []
         no_orphans = not any(self.orphans.values())
-        for share_name, jobs in deferred.items():
+        for share_name, (jobs, _) in deferred.items():
             share = self.usage.shares[share_name]
             if (
                 no_orphans
@@ -367,21 +370,22 @@ class _Cycle:
                 heads.append((jobs[0].submitted, jobs[0].job_id, share_name, 0))
         heapq.heapify(heads)
         failures = self.failures
+        combos = self.queued.combos
         while heads:
             _, _, share_name, index = heads[0]
-            jobs = deferred[share_name]
+            jobs, codes = deferred[share_name]
             end = len(jobs)
             others = heads[1:3]
             # The first other share's head (its submission key, then job id): the turn ends past it.
             bound_key, bound_id = min(others)[:2] if others else (None, "")
             while True:
-                job = jobs[index]
-                # Most turns end here, on a failed search (``_admit`` asks again): no call for them.
-                request = job.request
-                failed_on_unit = failures.get(request.capacity_unit)
+                # Most turns end here, on a failed search (``_admit`` asks again): no call for them, and
+                # the job's request is not read (its code says all that is needed).
+                _, unit, count, priority = combos[codes[index]]
+                failed_on_unit = failures.get(unit)
                 failed = failed_on_unit.get(share_name) if failed_on_unit else None
-                if not failed or not _covered(failed, request.instance_count, request.scheduling_priority):
-                    self._admit(job)
+                if not failed or not _covered(failed, count, priority):
+                    self._admit(jobs[index])
                 index += 1
                 if index == end:
                     heapq.heappop(heads)
@@ -675,6 +679,25 @@ class _PerCode(dict[int, bool]):
     def __missing__(self, code: int) -> bool:
         value = self[code] = self._answer(code)
         return value
+
+
+def _pass_on(
+    lane: _Lane,
+    jobs: list[Job],
+    codes: list[int],
+    start: int,
+    end: int,
+    beyond: _PerCode | None,
+) -> None:
+    """Add to ``lane`` the jobs ``start:end`` that ``beyond`` says need more than their share's room
+    (all of them without ``beyond``), in C."""
+    if beyond is None:
+        lane[0].extend(jobs[start:end])
+        lane[1].extend(codes[start:end])
+        return
+    selected = list(map(beyond.__getitem__, codes[start:end]))
+    lane[0].extend(compress(jobs[start:end], selected))
+    lane[1].extend(compress(codes[start:end], selected))
 
 
 def _beyond_room(combos: list[Combo], room: dict[str, int], code: int) -> bool:
