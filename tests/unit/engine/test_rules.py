@@ -780,3 +780,23 @@ def test_same_state_gives_the_same_decisions_whatever_the_order_of_the_jobs() ->
 
     assert forward.decisions == backward.decisions
     assert forward.state.jobs == backward.state.jobs
+
+
+@pytest.mark.parametrize(
+    "order",
+    [("j1", "j2", "j3", "j4"), ("j2", "j1", "j4", "j3"), ("j4", "j3", "j2", "j1"), ("j1", "j3", "j2", "j4")],
+)
+def test_jobs_with_one_submission_key_go_by_job_id_whatever_their_order(order: tuple[str, ...]) -> None:
+    # One submission key for all four: the job id decides. The planner takes jobs that come in submission
+    # order without sorting them (a tie is in order only while the ids grow), and sorts any other order.
+    q = queue(1, share("a", 1, RESERVE))
+    jobs = {job_id: waiting(job_id, "a", 1, at=1, seq=1) for job_id in order}
+    reference = plan_cycle(state(q, *(jobs[job_id] for job_id in ("j1", "j2", "j3", "j4"))), now=5)
+
+    plan = plan_cycle(state(q, *jobs.values()), now=5)
+
+    assert summarize(plan.decisions).granted == ("j1",)
+    assert plan.decisions == reference.decisions
+    assert plan.state.jobs == reference.state.jobs
+    assert "behind" not in plan.state.jobs["j2"].status_reason
+    assert plan.state.jobs["j4"].status_reason.endswith("behind 2 waiting jobs of share a, first j2")
