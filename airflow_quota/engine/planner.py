@@ -17,13 +17,11 @@ statusReason names the job that needed its units), its units count as held until
 then made again with them free. A preemptor granted its reservation in step 1 is never a victim in that
 cycle (taking its grant back would free nothing: its units are promised to it).
 
-What a cycle costs follows the jobs it can act on. The waiting jobs are read once per cycle, in the
-state's order, into a small code each (share, unit, size and priority), grouped by share, unit and size,
-and put in share order without a sort when they come in submission order, as the allocator and the
-simulator keep them (``_Queued``); a share with no room within its own limits passes all its jobs to
-step 3 at once, step 2 finds the jobs it admits and those it passes on from their codes in C, a share
-that can neither borrow nor preempt is left out of step 3, and a job's turn there costs a few
-dictionary look-ups unless it can start or preempt. Jobs of one group share one
+What a cycle costs follows the jobs it can act on. The waiting jobs are grouped by share, unit and size
+once per cycle, and put in share order without a sort when they come in submission order, as the
+allocator and the simulator keep them (``_Queued``); a share with no room within its own limits passes
+all its jobs to step 3 at once, a share that can neither borrow nor preempt is left out of step 3, and a
+job's turn costs a few dictionary look-ups unless it can start or preempt. Jobs of one group share one
 statusReason (a job behind others of its share adds their number and the first of them), which the plan
 keeps beside the jobs (``CyclePlan.status_reasons``) instead of copying each job.
 """
@@ -31,13 +29,10 @@ keeps beside the jobs (``CyclePlan.status_reasons``) instead of copying each job
 from __future__ import annotations
 
 import heapq
-from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Iterable
-from functools import partial
-from itertools import compress, islice
-from itertools import count as count_from
-from operator import attrgetter, le, ne
-from typing import Any
+from collections import defaultdict
+from collections.abc import Iterable
+from itertools import compress
+from operator import attrgetter, ne
 
 from airflow_quota.engine.model import (
     HOLDING_CAPACITY,
@@ -67,10 +62,6 @@ from airflow_quota.engine.victims import Candidates, VictimChoice, choose_victim
 
 #: What jobs of one share, capacity unit and size have in common: their misconfiguration and statusReason.
 GroupKey = tuple[str, str, int]
-#: A waiting job's share, capacity unit, size and priority: all a cycle reads of it until it decides on it.
-Combo = tuple[str, str, int, int]
-#: A share's jobs in share order and their codes (``_Queued.combos``).
-_Lane = tuple[list[Job], list[int]]
 
 
 def share_order_key(job: Job) -> tuple[int, OrderKey, str]:
@@ -89,118 +80,92 @@ def plan_cycle(state: QueueState, now: float) -> CyclePlan:
 
 class _Queued:
     """The cycle's input, grouped and ordered once: who waits (by share, unit and size; per share in share
-    order), who reserves, who holds.
-
-    One Python pass over the jobs, in the state's order, reads each waiting job's share, unit, size and
-    priority into a small code (``combos``: one per distinct four); everything else is derived from the
-    codes by passes in C, which do not read the jobs again."""
+    order), who reserves, who holds."""
 
     def __init__(self, state: QueueState) -> None:
         self.state = state
         queue = state.queue
         shares = {share.name: share for share in queue.shares}
         totals = UnitTotals.of(queue)
-        #: Preemptors holding a reservation (by submission); the jobs holding capacity.
+        #: RUNNABLE jobs waiting to start, by (share, unit, size); preemptors holding a reservation (by
+        #: submission); the jobs holding capacity.
+        self.groups: dict[GroupKey, list[Job]] = {}
         self.reserved: list[Job] = []
         self.holding: list[Job] = []
-        #: The RUNNABLE jobs waiting to start, in the state's order (nearly always their order in memory),
-        #: and each one's code: ``finish`` reads them in this order.
+        #: The jobs of ``groups``, in the state's order (nearly always their order in memory), and each
+        #: one's group by its place in ``groups``: ``finish`` reads them in this order.
         self.waiting: list[Job] = []
-        self.codes: list[int] = []
-        #: Per code, its (share, unit, size, priority), in the order first met; and its group's index.
-        self.combos: list[Combo] = []
-        self.group_of_code: list[int] = []
-        #: Per group (share, unit, size), in the order first met: how many jobs wait in it, and the AWS
-        #: misconfiguration code when such a job can never start.
-        self.groups: dict[GroupKey, int] = {}
+        self.group_of: list[int] = []
+        #: Per group: the AWS misconfiguration code when such a job can never start.
         self.misconfigurations: dict[GroupKey, str | None] = {}
-        #: Per share, its waiting jobs that can start some day, in share order, and their codes ...
-        self.by_share: dict[str, list[Job]] = {}
-        self.codes_by_share: dict[str, list[int]] = {}
+        #: Per share, its waiting jobs that can start some day, in share order ...
+        self.by_share: dict[str, list[Job]] = defaultdict(list)
         #: ... and the smallest of them per unit.
         self.smallest: dict[str, dict[str, int]] = defaultdict(dict)
-        code_of: dict[Combo, int] = {}
+        # Per group: its jobs, and its share's jobs by priority (None when they can never start). Jobs
+        # come in the state's order, which is nearly always submission order (the allocator and the
+        # simulator keep it so): each priority's list is then in share order as it is filled, and a
+        # share's list is its priority lists joined, highest first (no sort).
+        lists: dict[GroupKey, tuple[list[Job], dict[int, list[Job]] | None, int]] = {}
+        by_priority: dict[str, dict[int, list[Job]]] = defaultdict(dict)
+        limits: dict[tuple[str, str], StartableLimits] = {}
         runnable = JobStatus.RUNNABLE
-        add_waiting, add_code = self.waiting.append, self.codes.append
-        reserve, hold = self.reserved.append, self.holding.append
+        in_order = True
+        last: OrderKey = (float("-inf"), 0)
+        last_job: Job | None = None
+        add_waiting, add_group_of = self.waiting.append, self.group_of.append
         for job in state.jobs.values():
             status = job.status
             if status is runnable:
                 if job.awaiting_victims:
-                    reserve(job)
+                    self.reserved.append(job)
                     continue
+                submitted = job.submitted
+                if in_order and submitted <= last:
+                    # (Before the first job, a key at minus infinity: sorted below, to be safe.)
+                    in_order = last_job is not None and submitted == last and job.job_id > last_job.job_id
+                last, last_job = submitted, job
                 # (Attribute reads in Python, specialized for slots, cost a fifth of an attrgetter's.)
                 request = job.request
-                combo = (
-                    request.quota_share_name,
-                    request.capacity_unit,
-                    request.instance_count,
-                    request.scheduling_priority,
-                )
-                code = code_of.get(combo)
-                if code is None:
-                    code = code_of[combo] = len(code_of)
+                key = (request.quota_share_name, request.capacity_unit, request.instance_count)
+                found = lists.get(key)
+                if found is None:
+                    share_name, unit = where = key[:2]
+                    share_limits = limits.get(where)
+                    if share_limits is None:
+                        share = shares.get(share_name)
+                        share_limits = limits[where] = startable_limits(queue, share, unit, totals)
+                    never = self.misconfigurations[key] = misconfiguration(share_limits, key[2])
+                    group = self.groups[key] = []
+                    startable = by_priority[share_name] if never is None else None
+                    found = lists[key] = group, startable, len(lists)
+                group, startable, index = found
+                group.append(job)
                 add_waiting(job)
-                add_code(code)
+                add_group_of(index)
+                if startable is not None:
+                    priority = request.scheduling_priority
+                    same = startable.get(priority)
+                    if same is None:
+                        startable[priority] = [job]
+                    else:
+                        same.append(job)
             elif status in HOLDING_CAPACITY:
-                hold(job)
+                self.holding.append(job)
         self.reserved.sort(key=_SUBMISSION)
-        waiting, codes = self.waiting, self.codes
-        self.combos = combos = list(code_of)
-        # The groups, their misconfigurations, and per code the list its jobs go to: one per share and
-        # priority for the jobs that can start some day, none for the others.
-        limits: dict[tuple[str, str], StartableLimits] = {}
-        group_index: dict[GroupKey, int] = {}
-        by_priority: dict[str, dict[int, tuple[list[Job], list[int]]]] = {}
-        lists_of_code: list[tuple[list[Job], list[int]] | None] = []
-        for share_name, unit, count, priority in combos:
-            group = (share_name, unit, count)
-            index = group_index.get(group)
-            if index is None:
-                index = group_index[group] = len(group_index)
-                share_limits = limits.get((share_name, unit))
-                if share_limits is None:
-                    share_limits = limits[(share_name, unit)] = startable_limits(
-                        queue, shares.get(share_name), unit, totals
-                    )
-                never = self.misconfigurations[group] = misconfiguration(share_limits, count)
-                if never is None:
-                    smallest = self.smallest[share_name]
-                    if count < smallest.get(unit, count + 1):
-                        smallest[unit] = count
-            self.group_of_code.append(index)
-            if self.misconfigurations[group] is None:
-                priorities = by_priority.setdefault(share_name, {})
-                lists = priorities.get(priority)
-                if lists is None:
-                    lists = priorities[priority] = ([], [])
-                lists_of_code.append(lists)
-            else:
-                lists_of_code.append(None)
-        per_code = Counter(codes)
-        self.groups = dict.fromkeys(group_index, 0)
-        group_keys = list(group_index)
-        for code, index in enumerate(self.group_of_code):
-            self.groups[group_keys[index]] += per_code[code]
-        # Each share's startable jobs (and their codes) into one list per priority, in the state's order,
-        # in C (the jobs are not read). The jobs come in the state's order, which is nearly always
-        # submission order (the allocator and the simulator keep it so): each priority's list is then in
-        # share order, and a share's list is its priority lists joined, highest first (no sort).
-        unused: list[Any] = []  # (the jobs and codes of groups that can never start)
-        job_lists = [unused if lists is None else lists[0] for lists in lists_of_code]
-        code_lists = [unused if lists is None else lists[1] for lists in lists_of_code]
-        deque(map(list.append, map(job_lists.__getitem__, codes), waiting), maxlen=0)
-        deque(map(list.append, map(code_lists.__getitem__, codes), codes), maxlen=0)
-        unused.clear()
-        in_order = _in_submission_order(waiting)
+        for share_name, unit, count in self.groups:
+            if self.misconfigurations[(share_name, unit, count)] is None:
+                smallest = self.smallest[share_name]
+                if count < smallest.get(unit, count + 1):
+                    smallest[unit] = count
+        by_share = self.by_share
         for share_name, priorities in by_priority.items():
             if len(priorities) == 1:
-                ((jobs, share_codes),) = priorities.values()
+                (jobs,) = priorities.values()
             else:
-                jobs, share_codes = [], []
+                jobs = []
                 for priority in sorted(priorities, reverse=True):
-                    jobs += priorities[priority][0]
-                    share_codes += priorities[priority][1]
+                    jobs += priorities[priority]
             if not in_order:
                 # share_order_key as sorts with keys computed in C, each stable (reverse too), on the
                 # priority lists joined. The first needs the job id only where two jobs have one
@@ -209,26 +174,16 @@ class _Queued:
                 if len(set(map(_SUBMITTED, jobs))) < len(jobs):
                     jobs.sort(key=_SUBMISSION)
                 jobs.sort(key=_PRIORITY, reverse=True)
-                share_codes = [
-                    code_of[
-                        (
-                            share_name,
-                            request.capacity_unit,
-                            request.instance_count,
-                            request.scheduling_priority,
-                        )
-                    ]
-                    for request in map(_REQUEST, jobs)
-                ]
-            self.by_share[share_name] = jobs
-            self.codes_by_share[share_name] = share_codes
+            by_share[share_name] = jobs
 
 
 _SUBMISSION = attrgetter("submitted", "job_id")
 _SUBMITTED = attrgetter("submitted")
-_REQUEST = attrgetter("request")
 _PRIORITY = attrgetter("request.scheduling_priority")
 _JOB_ID = attrgetter("job_id")
+#: From this many jobs left in a share's turn of step 2 on, a failed search looks whether it rules out all
+#: of them (below, looking costs more than it saves).
+_MANY_LEFT = 32
 _STATUS_REASON = attrgetter("status_reason")
 
 
@@ -279,57 +234,53 @@ class _Cycle:
             if not self._stopping_victims(job) and not self._overdrawn(job.unit):
                 self._grant(job)
 
-    def admit_within_own_limits(self) -> dict[str, _Lane]:
-        """Step 2; returns, per share and in share order, the jobs left for step 3 (with their
-        codes).
+    def admit_within_own_limits(self) -> dict[str, list[Job]]:
+        """Step 2; returns, per share and in share order, the jobs left for step 3.
 
         A share's room within its own limits changes only by its own decisions during its turn: it is
         worked out per unit when the turn starts and after each decision, and a share with no room for
-        its smallest waiting job on any unit passes all its (remaining) jobs on at once. A job that does
-        not fit the room waits for step 3; one that fits is admitted, unless a failed search rules it out.
-
-        The jobs are not read one by one: their codes (share, unit, size, priority) are, in C, to find the
-        next job to admit (one that fits the room and no failed search rules out), and the ones before it
-        that go on to step 3. Each code's answer is worked out once, until a decision or a failed search.
+        its smallest waiting job on any unit passes all its (remaining) jobs on at once.
         """
-        deferred: dict[str, _Lane] = {}
+        deferred: dict[str, list[Job]] = {}
         failures = self.failures
-        queued = self.queued
-        combos = queued.combos
-        for share_name, jobs in sorted(queued.by_share.items()):
-            smallest = queued.smallest[share_name]
+        for share_name, jobs in sorted(self.queued.by_share.items()):
+            smallest = self.queued.smallest[share_name]
             room = self._room_within_own_limits(share_name, smallest)
-            codes = queued.codes_by_share[share_name]
             if not any(count <= room[unit] for unit, count in smallest.items()):
-                deferred[share_name] = (jobs, codes)
+                deferred[share_name] = jobs
                 continue
-            left: _Lane = ([], [])
-            # Jobs before ``placed`` are left for step 3 or ruled out; the next to look at is ``index``,
-            # the next code read from ``remaining``.
-            placed = index = 0
-            remaining = iter(codes)
-            beyond = _PerCode(partial(_beyond_room, combos, room))
-            while True:
-                # The share's failed searches per unit: only ``_admit`` changes them (read again after it).
-                ready = _PerCode(partial(_ready, combos, room, _failed_of(failures, share_name)))
-                found = next(compress(count_from(index), map(ready.__getitem__, remaining)), None)
-                if found is None:
-                    break
-                changes = self.changes
-                self._admit(jobs[found])
-                index = found + 1
-                if changes != self.changes:
-                    # The jobs so far that did not fit the old room wait for step 3 (the one admitted fit).
-                    _pass_on(left, jobs, codes, placed, found, beyond)
-                    placed = index
-                    room = self._room_within_own_limits(share_name, smallest)
-                    if not any(count <= room[unit] for unit, count in smallest.items()):
-                        _pass_on(left, jobs, codes, placed, len(jobs), None)
-                        placed = len(jobs)
+            left: list[Job] = []
+            # The share's failed searches per unit: only ``_admit`` changes them (read again after it).
+            share_failed = _failed_of(failures, share_name)
+            for index, job in enumerate(jobs):
+                request = job.request
+                unit = request.capacity_unit
+                if request.instance_count <= room[unit]:
+                    failed = share_failed.get(unit)
+                    if failed and _covered(failed, request.instance_count, request.scheduling_priority):
+                        continue  # a failed search rules it out (``_admit`` would return at once)
+                    changes = self.changes
+                    self._admit(job)
+                    share_failed = _failed_of(failures, share_name)
+                    if changes != self.changes:
+                        room = self._room_within_own_limits(share_name, smallest)
+                        if not any(count <= room[unit] for unit, count in smallest.items()):
+                            left.extend(jobs[index + 1 :])
+                            break
+                    elif len(jobs) - index > _MANY_LEFT and _all_ruled_out(
+                        room, smallest, share_failed, request.scheduling_priority
+                    ):
+                        # A failed search rules out every later job that fits the room (none needs less
+                        # than the smallest, none has a higher priority): those wait, the others go on to
+                        # step 3, with no decision, search or Python call each.
+                        left += [
+                            later
+                            for later in jobs[index + 1 :]
+                            if later.request.instance_count > room[later.request.capacity_unit]
+                        ]
                         break
-                    beyond = _PerCode(partial(_beyond_room, combos, room))
-            if placed < len(jobs):
-                _pass_on(left, jobs, codes, placed, len(jobs), beyond)
+                else:
+                    left.append(job)
             deferred[share_name] = left
         return deferred
 
@@ -344,7 +295,7 @@ class _Cycle:
         usage, own_limits = self.usage.share_usage, self.usage.shares[share_name].capacity_limits
         return {unit: own_limits.get(unit, 0) - usage.get((share_name, unit), 0) for unit in units}
 
-    def admit_borrowers(self, deferred: dict[str, _Lane]) -> None:
+    def admit_borrowers(self, deferred: dict[str, list[Job]]) -> None:
         """Step 3: merge the shares' remaining queues by submission order of their heads.
 
         The share whose head comes first goes on, with no heap operation, while its next job comes before
@@ -352,7 +303,7 @@ class _Cycle:
         """
         heads: list[tuple[OrderKey, str, str, int]] = []
         no_orphans = not any(self.orphans.values())
-        for share_name, (jobs, _) in deferred.items():
+        for share_name, jobs in deferred.items():
             share = self.usage.shares[share_name]
             if (
                 no_orphans
@@ -370,22 +321,21 @@ class _Cycle:
                 heads.append((jobs[0].submitted, jobs[0].job_id, share_name, 0))
         heapq.heapify(heads)
         failures = self.failures
-        combos = self.queued.combos
         while heads:
             _, _, share_name, index = heads[0]
-            jobs, codes = deferred[share_name]
+            jobs = deferred[share_name]
             end = len(jobs)
             others = heads[1:3]
             # The first other share's head (its submission key, then job id): the turn ends past it.
             bound_key, bound_id = min(others)[:2] if others else (None, "")
             while True:
-                # Most turns end here, on a failed search (``_admit`` asks again): no call for them, and
-                # the job's request is not read (its code says all that is needed).
-                _, unit, count, priority = combos[codes[index]]
-                failed_on_unit = failures.get(unit)
+                job = jobs[index]
+                # Most turns end here, on a failed search (``_admit`` asks again): no call for them.
+                request = job.request
+                failed_on_unit = failures.get(request.capacity_unit)
                 failed = failed_on_unit.get(share_name) if failed_on_unit else None
-                if not failed or not _covered(failed, count, priority):
-                    self._admit(jobs[index])
+                if not failed or not _covered(failed, request.instance_count, request.scheduling_priority):
+                    self._admit(job)
                 index += 1
                 if index == end:
                     heapq.heappop(heads)
@@ -418,7 +368,7 @@ class _Cycle:
             for where, front in fronts.items()
             if len(front) == EXACT_PLACES
         }
-        reason_of: list[str] = []  # (in the order of ``groups``)
+        reason_of: dict[GroupKey, str] = {}  # (in the order of ``groups``)
         for group in queued.groups:
             share_name, unit, count = group
             reason = queued.misconfigurations[group]
@@ -427,13 +377,12 @@ class _Cycle:
                     self.usage.shares[share_name], unit, count
                 )
                 reason += behind_front.get((share_name, unit), "")
-            reason_of.append(reason)
+            reason_of[group] = reason
         # Every waiting job's reason, its group's, compared with the one it has in C (no Python step per
         # job), in the state's order: the jobs are read in the order they lie in memory (group by group,
         # at 100,000 jobs, each read missed the processor's caches: x10 the time).
         waiting = queued.waiting
-        reason_of_code = [reason_of[index] for index in queued.group_of_code]
-        new_reasons = list(map(reason_of_code.__getitem__, queued.codes))
+        new_reasons = list(map(list(reason_of.values()).__getitem__, queued.group_of))
         differs = map(ne, new_reasons, map(_STATUS_REASON, waiting))
         reasons.update(compress(zip(map(_JOB_ID, waiting), new_reasons, strict=True), differs))
         # The jobs this cycle granted or let preempt have no waiting reason (a preemptor: the victims it
@@ -477,9 +426,9 @@ class _Cycle:
         queued, jobs = self.queued, self.jobs
         # Per share and unit, how many jobs still wait: those that can start some day, less the decided.
         still_waiting: dict[tuple[str, str], int] = defaultdict(int)
-        for group, size in queued.groups.items():
+        for group, waiting in queued.groups.items():
             if queued.misconfigurations[group] is None:
-                still_waiting[group[:2]] += size
+                still_waiting[group[:2]] += len(waiting)
         decided_shares: set[str] = set()
         for decision in self.decisions:
             job = queued.state.jobs[decision.job_id if isinstance(decision, Grant) else decision.preemptor_id]
@@ -666,56 +615,19 @@ class _Cycle:
         )
 
 
-class _PerCode(dict[int, bool]):
-    """A yes or no per waiting job's code, worked out on first use: read in C as
-    ``map(flags.__getitem__, codes)``, it calls Python once per distinct code, not once per job."""
-
-    __slots__ = ("_answer",)
-
-    def __init__(self, answer: Callable[[int], bool]) -> None:
-        super().__init__()
-        self._answer = answer
-
-    def __missing__(self, code: int) -> bool:
-        value = self[code] = self._answer(code)
-        return value
-
-
-def _pass_on(
-    lane: _Lane,
-    jobs: list[Job],
-    codes: list[int],
-    start: int,
-    end: int,
-    beyond: _PerCode | None,
-) -> None:
-    """Add to ``lane`` the jobs ``start:end`` that ``beyond`` says need more than their share's room
-    (all of them without ``beyond``), in C."""
-    if beyond is None:
-        lane[0].extend(jobs[start:end])
-        lane[1].extend(codes[start:end])
-        return
-    selected = list(map(beyond.__getitem__, codes[start:end]))
-    lane[0].extend(compress(jobs[start:end], selected))
-    lane[1].extend(compress(codes[start:end], selected))
-
-
-def _beyond_room(combos: list[Combo], room: dict[str, int], code: int) -> bool:
-    """Whether a job of ``code`` needs more than its share's ``room`` within its own limit."""
-    _, unit, count, _ = combos[code]
-    return count > room[unit]
-
-
-def _ready(
-    combos: list[Combo], room: dict[str, int], failed_by_unit: dict[str, list[tuple[int, int]]], code: int
+def _all_ruled_out(
+    room: dict[str, int],
+    smallest: dict[str, int],
+    failed_by_unit: dict[str, list[tuple[int, int]]],
+    priority: int,
 ) -> bool:
-    """Whether step 2 admits a job of ``code``: it fits its share's ``room`` and no failed search of its
-    share rules it out."""
-    _, unit, count, priority = combos[code]
-    if count > room[unit]:
-        return False
-    failed = failed_by_unit.get(unit)
-    return not (failed and _covered(failed, count, priority))
+    """Whether no later job of a share in step 2 can be admitted: none needs less than ``smallest`` on its
+    unit or has a higher ``priority``, so on each unit it does not fit the ``room`` or a failed search
+    rules it out."""
+    return all(
+        count > room[unit] or _covered(failed_by_unit.get(unit, ()), count, priority)
+        for unit, count in smallest.items()
+    )
 
 
 def _failed_of(
@@ -732,25 +644,3 @@ def _covered(failed: Iterable[tuple[int, int]], count: int, priority: int) -> bo
         if failed_count <= count and failed_priority >= priority:
             return True
     return False
-
-
-#: A submission key before every real one.
-_BEFORE_ALL: OrderKey = (float("-inf"), 0)
-
-
-def _in_submission_order(jobs: list[Job]) -> bool:
-    """Whether ``jobs`` come in strictly increasing submission order (submission key, then job id): the
-    keys compared in C, the job ids read only where a key does not grow."""
-    if not jobs:
-        return True
-    submitted = list(map(_SUBMITTED, jobs))
-    if submitted[0] <= _BEFORE_ALL:
-        return False
-    if not any(map(le, islice(submitted, 1, None), submitted)):
-        return True
-    last, last_id = submitted[0], jobs[0].job_id
-    for key, job in zip(islice(submitted, 1, None), islice(jobs, 1, None), strict=True):
-        if key <= last and not (key == last and job.job_id > last_id):
-            return False
-        last, last_id = key, job.job_id
-    return True
