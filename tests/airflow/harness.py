@@ -284,7 +284,9 @@ class AirflowProcesses:
                 answer = requests.post(
                     f"{self.base_url}/auth/token", json={"username": "admin", "password": "admin"}, timeout=30
                 )
-            except requests.ConnectionError:
+            # Not answering yet, or busy: its one worker builds the task API on its first request (8 to 10
+            # CPU-seconds; over 30 s on a loaded machine), and a token request waits behind it.
+            except (requests.ConnectionError, requests.Timeout):
                 return None
             assert answer.status_code == 201, answer.text
             return str(answer.json()["access_token"])

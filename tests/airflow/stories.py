@@ -1,10 +1,14 @@
-"""One real Airflow for the three stories that need nothing but SQLite, the LocalExecutor and a job queue
-of their own: the scheduler's grants (``tests/airflow/test_scheduler_grants.py``), the local backend's
-reclaim (``tests/local/test_end_to_end_local.py``) and SageMaker's (``tests/sagemaker/test_end_to_end.py``).
+"""One real Airflow for the three stories that need nothing but the LocalExecutor and a job queue of their
+own: the scheduler's grants (``tests/airflow/test_scheduler_grants.py``), the local backend's reclaim
+(``tests/local/test_end_to_end_local.py``) and SageMaker's (``tests/sagemaker/test_end_to_end.py``).
 
-Each story has its own job queue, DAG file and log, so they run side by side in one installation as they
-would in a user's Airflow, and the suite starts one Airflow for them instead of three (each start costs
-about 40 CPU-seconds of the suite's two cores). They run one after the other, the grants first.
+Each story has its own job queue, DAG file and log, so they share one installation as they would a user's
+Airflow, and the suite starts one Airflow for them instead of three (each start costs about 40 CPU-seconds
+of the suite's two cores). They run one after the other, the grants first. The database is PostgreSQL, as
+in production: on SQLite, the three stories' tasks, the triggerer and the allocator writing at once under
+the suite's load locked the file long enough for Airflow's triggerer to exit (``database is locked`` on its
+trigger assignment). SQLite's real-Airflow runs are the demo's (``tests/e2e/test_demo_command.py``), the
+soak's and AWS Batch's stories.
 
 A pytest plugin (``tests/conftest.py`` loads it) so that the fixture is one per worker for the three
 directories; ``tests/conftest.py`` hands the three files to one worker together (``STORY_FILES``), and the
@@ -15,6 +19,7 @@ the fixture starts: the fast tier's workers never pay for them.
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +79,7 @@ _started: list[Stories] = []
 @pytest.fixture(scope="session")
 def stories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stories]:
     from tests.airflow.harness import AirflowProcesses
+    from tests.databases import postgres_admin, postgres_server_or_skip
     from tests.sagemaker.conftest import MotoServer
     from tests.sagemaker.moto_process import (
         OFFLINE_AWS_ENVIRONMENT,
@@ -82,6 +88,7 @@ def stories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stories]:
         moto_server_process,
     )
 
+    server = postgres_server_or_skip()
     home = tmp_path_factory.mktemp("airflow-home-stories")
     dags = home / "dags"
     dags.mkdir()
@@ -92,11 +99,13 @@ def stories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stories]:
     for log in ("probe.jsonl", "local.jsonl"):
         (home / log).touch()
 
+    database = f"quota_stories_{uuid.uuid4().hex[:12]}"
     with contextlib.ExitStack() as closing:
+        closing.callback(postgres_admin, server, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         endpoint_url = closing.enter_context(moto_server_process(SAGEMAKER_ONLY))
         processes = AirflowProcesses(
             home,
-            f"sqlite:///{home}/airflow.db",
+            server.set(database=database).render_as_string(hide_password=False),
             # The grants' stories hold up to 8 worker slots, the local one's trainings 3.
             parallelism=12,
             extra_env={

@@ -1,5 +1,5 @@
 """The deferred-task path on real Airflow processes: scheduler (hosting the allocator), dag processor,
-triggerer and api-server, LocalExecutor, on SQLite.
+triggerer and api-server, LocalExecutor, on PostgreSQL.
 
 - Waiting jobs hold no worker slot: five jobs wait for one GPU, deferred, while another task runs; each
   is granted in turn and runs, one at a time.

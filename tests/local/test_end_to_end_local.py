@@ -1,5 +1,5 @@
 """QuotaTrainingOperator with the local backend on real Airflow processes (scheduler hosting the allocator,
-triggerer, dag processor, api-server; LocalExecutor; SQLite), its trainings real processes.
+triggerer, dag processor, api-server; LocalExecutor; PostgreSQL), its trainings real processes.
 
 team-b trains on its own GPU and borrows team-a's idle one; team-a's job arrives; the allocator signals
 the borrower, whose task, running in the worker, SIGTERMs its process group; the training checkpoints and

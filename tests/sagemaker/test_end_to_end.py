@@ -1,5 +1,5 @@
 """QuotaTrainingOperator on real Airflow processes (scheduler with the allocator, triggerer, dag processor,
-api-server; LocalExecutor; SQLite), its SageMaker being moto's server with our emulator.
+api-server; LocalExecutor; PostgreSQL), its SageMaker being moto's server with our emulator.
 
 team-b's training job borrows team-a's idle instance; team-a's job arrives (it waits from the triggerer:
 its request has no template); the allocator preempts the borrower while it is deferred on its monitoring
