@@ -87,7 +87,8 @@ class QueuePart:
     def ids(self, waiting: list[Waiting]) -> tuple[list[str], set[str]]:
         """The job ids of ``waiting``, in order and as a set (a job id is one task instance's try: each
         once); worked out once per list, which the steps of the part pass on as it is when nothing in it
-        changes."""
+        changes. Kept by the list's identity: a list given here must not be changed in place afterwards (the
+        steps make new lists: ``only``, ``compress``)."""
         known = self.waiting_ids
         if known is None or known[0] is not waiting:
             ids = list(map(JOB_ID, waiting))
