@@ -222,7 +222,12 @@ def _job_request(part: QueuePart, waiting: Waiting) -> JobRequest | None:
 
 
 def reject(part: QueuePart, waiting: Waiting, reason: str) -> None:
-    """Resume the task with a rejection (a job whose task cannot be claimed stays for a later cycle)."""
+    """Resume the task with a rejection, once it has settled (as a grant is: resumed sooner, Airflow can
+    fail it on its worker run's late event, without the reason); a job whose task settles or cannot be
+    claimed is rejected by a later cycle."""
+    if not waiting.settled:
+        part.report.settling.append(waiting.job_id)
+        return
     part.claim([waiting])
     if not part.claims[waiting.job_id]:
         return

@@ -17,6 +17,9 @@ rejected) is queued by the next loop. The scheduler sleeps between loops (``sche
 only when a loop queued nothing and received no executor event; so the executor reports each task it
 resumed as an event in state ``scheduled``, which the scheduler logs and otherwise ignores, and the next
 loop starts at once instead of up to a second later.
+
+``start()`` also has the scheduler ignore the stale event of a worker run that deferred, which Airflow 3.3
+takes for the end of the resumed run and fails the task on (``stale_events``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from airflow_quota.allocator.host import (
     run_cycles,
     tasks_waiting_to_be_queued,
 )
+from airflow_quota.allocator.stale_events import ignore_stale_defer_exit_events
 
 
 class QuotaAllocatorExecutor(BaseExecutor):
@@ -52,6 +56,8 @@ class QuotaAllocatorExecutor(BaseExecutor):
 
     def start(self) -> None:
         self.log.info("Quota allocator hosted by the scheduler: a cycle every %g s", self._interval)
+        if ignore_stale_defer_exit_events():  # Airflow 3.3 fails a task resumed soon after it deferred
+            self.log.info("The scheduler ignores a deferring run's stale success (apache/airflow#72716)")
         freeze_startup_objects()  # the scheduler has imported and configured Airflow by now
 
     def sync(self) -> None:

@@ -58,7 +58,7 @@ class CycleReport:
     cleared: list[str] = field(default_factory=list)
     #: Requests that can never be granted, by job id: why (their task was resumed with a rejection).
     rejected: dict[str, str] = field(default_factory=dict)
-    #: Granted but deferred from a worker less than the settle time ago: resumed by a later cycle.
+    #: Granted or rejected but deferred from a worker less than the settle time ago: resumed by a later cycle.
     settling: list[str] = field(default_factory=list)
     #: Granted in the ledger but no claimed task instance to resume (picked up again next cycle).
     unresumed: list[str] = field(default_factory=list)

@@ -174,6 +174,23 @@ def test_a_task_deferred_from_a_worker_waits_out_the_settle_time(db: Database) -
     assert task_instances(db)["job0"].state == TaskInstanceState.SCHEDULED
 
 
+def test_a_request_rejected_from_a_worker_run_is_resumed_with_the_reason_once_settled(db: Database) -> None:
+    # Resumed sooner, Airflow can fail the task on its worker run's late event, and the reason is lost.
+    job_id = defer(db, "nobody", quota_share_name="team-z", pid=4242, deferred_at=START)
+
+    early = cycle(db, START + SETTLE_TIME - timedelta(seconds=1))
+
+    assert (early.rejected, early.settling) == ({}, [job_id])
+    assert task_instances(db)["nobody"].state == TaskInstanceState.DEFERRED
+
+    late = cycle(db, START + SETTLE_TIME)
+
+    assert "team-z" in late.rejected[job_id]
+    resumed = task_instances(db)["nobody"]
+    assert resumed.state == TaskInstanceState.SCHEDULED
+    assert deserialize(resumed.next_kwargs)["event"]["rejected"] is True
+
+
 def test_requests_the_ledger_cannot_take_are_reported_and_never_granted(db: Database) -> None:
     invalid = defer(db, "bad", gpus=0)
     unknown_share = defer(db, "nobody", quota_share_name="team-z")

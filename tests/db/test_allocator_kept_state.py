@@ -170,15 +170,18 @@ class Outside:
 
 
 def part_fails_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The next queue's part raises after it recorded its plan (its savepoint is rolled back)."""
-    real = cycle_module.record_cycle
+    """The next queue's part raises at its very end, after it recorded and applied its plan (its savepoint
+    is rolled back). The end, not the recording: a part that finds its queue unchanged records nothing,
+    and whether the driver changed anything before the cycle depends on the machine's speed (it submits
+    only while a share has room, by a clock-driven phase)."""
+    real = cycle_module.keep_for_next_cycle
 
-    def fails(*args: Any, **kwargs: Any) -> Any:
+    def fails(*args: Any, **kwargs: Any) -> None:
         real(*args, **kwargs)
-        monkeypatch.setattr(cycle_module, "record_cycle", real)
+        monkeypatch.setattr(cycle_module, "keep_for_next_cycle", real)
         raise RuntimeError("the database went away in the middle of the queue's part")
 
-    monkeypatch.setattr(cycle_module, "record_cycle", fails)
+    monkeypatch.setattr(cycle_module, "keep_for_next_cycle", fails)
 
 
 def test_a_host_keeping_the_queue_decides_what_reading_it_whole_decides(
