@@ -71,7 +71,7 @@ class ProbeOperator(BaseOperator):
         lease = event["lease_id"]
         note(self.task_id, "start", lease=lease, try_number=context["ti"].try_number)
         deadline = time.monotonic() + self.train_seconds
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not probe_has(self.task_id, "finish"):
             signal = store.get(PREEMPT_KEY)
             if isinstance(signal, dict) and signal.get("lease_id") == lease:
                 store.delete(PREEMPT_KEY)
@@ -81,13 +81,20 @@ class ProbeOperator(BaseOperator):
         note(self.task_id, "end", lease=lease)
 
 
+def probe_has(task_id: str, event: str) -> bool:
+    """Whether the probe log has ``event`` of ``task_id`` (``finish``: a test ends that task's training)."""
+    with open(os.environ["QUOTA_PROBE_LOG"]) as log:
+        return any(
+            entry["task"] == task_id and entry["event"] == event
+            for entry in map(json.loads, filter(str.strip, log))
+        )
+
+
 def wait_for_probe(task_id: str, event: str, timeout: float = 300) -> None:
     """Wait until the probe log has ``event`` of ``task_id`` (a task that must come after another's step)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with open(os.environ["QUOTA_PROBE_LOG"]) as log:
-            entries = [json.loads(line) for line in log if line.strip()]
-        if any(entry["task"] == task_id and entry["event"] == event for entry in entries):
+        if probe_has(task_id, event):
             return
         time.sleep(0.5)
     raise AirflowException(f"{task_id} did not {event} within {timeout:.0f} s")
@@ -138,11 +145,12 @@ with DAG("quota_bad_request", schedule=None, catchup=False) as bad_request:
     )
 
 with DAG("quota_marked_failed", schedule=None, catchup=False, max_active_tasks=16) as marked_failed:
-    # team-b holds both GPUs (for 90 s: the test acts while the others wait, though every run of the
-    # module starts at once); once it holds them, two more of its jobs arrive and wait; a user marks one of
-    # them failed while it waits. (Waiting only 3 s for the holder was not enough under load: its own
-    # deferral came after the waiters', they were granted first, and nobody ever waited.)
-    ProbeOperator(task_id="holds_both", job_queue="marked-failed", share="team-b", gpus=2, train_seconds=90)
+    # team-b holds both GPUs (until the test has acted, at most 180 s: the others must still wait then,
+    # though every run of the module starts at once); once it holds them, two more of its jobs arrive and
+    # wait; a user marks one of them failed while it waits, then ends the holder's training. (Waiting only
+    # 3 s for the holder was not enough under load: its own deferral came after the waiters', they were
+    # granted first, and nobody ever waited.)
+    ProbeOperator(task_id="holds_both", job_queue="marked-failed", share="team-b", gpus=2, train_seconds=180)
     waiters = PythonOperator(
         task_id="waiters_arrive", python_callable=lambda: wait_for_probe("holds_both", "start")
     )
