@@ -59,10 +59,9 @@ LONGEST_FIRST = {
     "tests/e2e/test_demo_flow.py": 250,
     # The stories sharing one Airflow (tests/airflow/stories.py), in the order they run on their worker (the
     # grants first: a test of theirs acts while a job waits). Their sum, one apart so nothing sorts between.
-    # (Session 13: 119 + 45 + 52 s, once the marked-failed story's holder ends when the test has acted.)
-    "tests/airflow/test_scheduler_grants.py": 218,
-    "tests/sagemaker/test_end_to_end.py": 217,
-    "tests/local/test_end_to_end_local.py": 216,
+    "tests/airflow/test_scheduler_grants.py": 302,
+    "tests/sagemaker/test_end_to_end.py": 301,
+    "tests/local/test_end_to_end_local.py": 300,
     "tests/ui/test_api_limits.py": 95,
     "tests/aws_batch/test_rest_on_aws_queues.py": 85,
     "tests/db/test_allocator_hosts.py": 90,
