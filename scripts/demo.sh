@@ -104,6 +104,13 @@ stop() {
     echo "demo: stopping airflow standalone"
     kill -TERM -- "-$STANDALONE" 2>/dev/null || true
     wait "$STANDALONE" 2>/dev/null || true
+    # Its api-server and scheduler can outlive it by a moment, the port still taken: a demo started again
+    # at once found it in use. Wait for its whole process group (SIGKILL what is left after 30 s).
+    for _ in $(seq 150); do
+        kill -0 -- "-$STANDALONE" 2>/dev/null || return 0
+        sleep 0.2
+    done
+    kill -KILL -- "-$STANDALONE" 2>/dev/null || true
 }
 trap stop EXIT
 trap 'exit 0' INT TERM
