@@ -32,7 +32,6 @@ import resource
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from xdist.remote import Producer
@@ -109,26 +108,6 @@ class FileScheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist ships n
     (``--dist loadgroup`` with a group per file would say the same, but pytest-xdist 3.8 marks the groups in
     ``Item._nodeid``, which pytest 9.2's ``nodeid`` no longer reads: every test became its own group.)
     """
-
-    def _assign_work_unit(self, node: Any) -> None:
-        """Give a worker the longest file waiting, except while it runs a spread file's test: then the
-        cheapest.
-
-        A worker holds back its last test until it knows the next one (pytest's teardown needs it), so
-        pytest-xdist hands a worker its next file as soon as two or fewer of its tests are left. A soak test
-        (a unit of one test, minutes long) so got the next longest file at once and kept it the whole soak:
-        in session 13's runs the demo flow waited 420 s behind the PostgreSQL soak and ended the suite 30 s
-        after every other worker. The files are queued longest first, so the cheapest is the last. (Taking
-        the cheapest whenever a worker had tests left starved the long files to the end: 14 minutes.)"""
-        pending = [
-            nodeid
-            for unit in self.assigned_work.get(node, {}).values()
-            for nodeid, done in unit.items()
-            if not done
-        ]
-        if self.workqueue and pending and all(nodeid.split("::", 1)[0] in SPREAD_FILES for nodeid in pending):
-            self.workqueue.move_to_end(next(reversed(self.workqueue)), last=False)
-        super()._assign_work_unit(node)
 
     def _split_scope(self, nodeid: str) -> str:
         path = nodeid.split("::", 1)[0]
