@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import airflow
@@ -27,12 +26,11 @@ from airflow.serialization.serialized_objects import DagSerialization
 from airflow.utils.state import TaskInstanceState
 
 from airflow_quota.allocator.stale_events import ignore_stale_defer_exit_events
+from tests.db.allocation import DAG_ID, RUN_ID, START
 from tests.db.conftest import Database
 
 pytestmark = pytest.mark.db
 
-DAG_ID, RUN_ID = "train", "run-1"
-START = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 JOB_ID = 7
 
 
