@@ -19,11 +19,13 @@ cycle (taking its grant back would free nothing: its units are promised to it).
 
 What a cycle costs follows the jobs it can act on. The waiting jobs are grouped by share, unit and size
 once per cycle, and put in share order without a sort when they come in submission order, as the
-allocator and the simulator keep them (``_Queued``); a share with no room within its own limits passes
-all its jobs to step 3 at once, a share that can neither borrow nor preempt is left out of step 3, and a
-job's turn costs a few dictionary look-ups unless it can start or preempt. Jobs of one group share one
-statusReason (a job behind others of its share adds their number and the first of them), which the plan
-keeps beside the jobs (``CyclePlan.status_reasons``) instead of copying each job.
+allocator and the simulator keep them (``Queued``, engine/queued.py); a share with no room within its own
+limits passes all its jobs to step 3 at once, a share that can neither borrow nor preempt is left out of
+step 3, a share whose later jobs failed searches all rule out leaves step 3's merge until a decision
+forgets one of them (``_Sleeping``), and a job's turn costs a few dictionary look-ups unless it can start
+or preempt. Jobs of one group share one statusReason (a job behind others of its share adds their number
+and the first of them), which the plan keeps beside the jobs (``CyclePlan.status_reasons``) instead of
+copying each job.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ from itertools import compress
 from operator import attrgetter, ne
 
 from airflow_quota.engine.model import (
-    HOLDING_CAPACITY,
     CyclePlan,
     Decision,
     Grant,
@@ -46,22 +47,17 @@ from airflow_quota.engine.model import (
     QueueState,
     StopCause,
 )
+from airflow_quota.engine.queued import SUBMISSION, GroupKey, Queued
 from airflow_quota.engine.reasons import (
     EXACT_PLACES,
-    StartableLimits,
     WaitingReasons,
     awaiting_victims_reason,
     behind_text,
     capacity_lowered_reason,
-    misconfiguration,
-    startable_limits,
     withheld_reason,
 )
-from airflow_quota.engine.usage import UnitTotals, Usage
+from airflow_quota.engine.usage import Usage
 from airflow_quota.engine.victims import Candidates, VictimChoice, choose_victims
-
-#: What jobs of one share, capacity unit and size have in common: their misconfiguration and statusReason.
-GroupKey = tuple[str, str, int]
 
 
 def share_order_key(job: Job) -> tuple[int, OrderKey, str]:
@@ -71,115 +67,13 @@ def share_order_key(job: Job) -> tuple[int, OrderKey, str]:
 
 def plan_cycle(state: QueueState, now: float) -> CyclePlan:
     """Run one allocation cycle at time ``now`` and return its decisions and the resulting state."""
-    cycle = _Cycle(_Queued(state), now)
+    cycle = _Cycle(Queued(state), now)
     cycle.grant_ready_reservations()
     deferred = cycle.admit_within_own_limits()
     cycle.admit_borrowers(deferred)
     return cycle.finish()
 
 
-class _Queued:
-    """The cycle's input, grouped and ordered once: who waits (by share, unit and size; per share in share
-    order), who reserves, who holds."""
-
-    def __init__(self, state: QueueState) -> None:
-        self.state = state
-        queue = state.queue
-        shares = {share.name: share for share in queue.shares}
-        totals = UnitTotals.of(queue)
-        #: RUNNABLE jobs waiting to start, by (share, unit, size); preemptors holding a reservation (by
-        #: submission); the jobs holding capacity.
-        self.groups: dict[GroupKey, list[Job]] = {}
-        self.reserved: list[Job] = []
-        self.holding: list[Job] = []
-        #: The jobs of ``groups``, in the state's order (nearly always their order in memory), and each
-        #: one's group by its place in ``groups``: ``finish`` reads them in this order.
-        self.waiting: list[Job] = []
-        self.group_of: list[int] = []
-        #: Per group: the AWS misconfiguration code when such a job can never start.
-        self.misconfigurations: dict[GroupKey, str | None] = {}
-        #: Per share, its waiting jobs that can start some day, in share order ...
-        self.by_share: dict[str, list[Job]] = defaultdict(list)
-        #: ... and the smallest of them per unit.
-        self.smallest: dict[str, dict[str, int]] = defaultdict(dict)
-        # Per group: its jobs, and its share's jobs by priority (None when they can never start). Jobs
-        # come in the state's order, which is nearly always submission order (the allocator and the
-        # simulator keep it so): each priority's list is then in share order as it is filled, and a
-        # share's list is its priority lists joined, highest first (no sort).
-        lists: dict[GroupKey, tuple[list[Job], dict[int, list[Job]] | None, int]] = {}
-        by_priority: dict[str, dict[int, list[Job]]] = defaultdict(dict)
-        limits: dict[tuple[str, str], StartableLimits] = {}
-        runnable = JobStatus.RUNNABLE
-        in_order = True
-        last: OrderKey = (float("-inf"), 0)
-        last_job: Job | None = None
-        add_waiting, add_group_of = self.waiting.append, self.group_of.append
-        for job in state.jobs.values():
-            status = job.status
-            if status is runnable:
-                if job.awaiting_victims:
-                    self.reserved.append(job)
-                    continue
-                submitted = job.submitted
-                if in_order and submitted <= last:
-                    # (Before the first job, a key at minus infinity: sorted below, to be safe.)
-                    in_order = last_job is not None and submitted == last and job.job_id > last_job.job_id
-                last, last_job = submitted, job
-                # (Attribute reads in Python, specialized for slots, cost a fifth of an attrgetter's.)
-                request = job.request
-                key = (request.quota_share_name, request.capacity_unit, request.instance_count)
-                found = lists.get(key)
-                if found is None:
-                    share_name, unit = where = key[:2]
-                    share_limits = limits.get(where)
-                    if share_limits is None:
-                        share = shares.get(share_name)
-                        share_limits = limits[where] = startable_limits(queue, share, unit, totals)
-                    never = self.misconfigurations[key] = misconfiguration(share_limits, key[2])
-                    group = self.groups[key] = []
-                    startable = by_priority[share_name] if never is None else None
-                    found = lists[key] = group, startable, len(lists)
-                group, startable, index = found
-                group.append(job)
-                add_waiting(job)
-                add_group_of(index)
-                if startable is not None:
-                    priority = request.scheduling_priority
-                    same = startable.get(priority)
-                    if same is None:
-                        startable[priority] = [job]
-                    else:
-                        same.append(job)
-            elif status in HOLDING_CAPACITY:
-                self.holding.append(job)
-        self.reserved.sort(key=_SUBMISSION)
-        for share_name, unit, count in self.groups:
-            if self.misconfigurations[(share_name, unit, count)] is None:
-                smallest = self.smallest[share_name]
-                if count < smallest.get(unit, count + 1):
-                    smallest[unit] = count
-        by_share = self.by_share
-        for share_name, priorities in by_priority.items():
-            if len(priorities) == 1:
-                (jobs,) = priorities.values()
-            else:
-                jobs = []
-                for priority in sorted(priorities, reverse=True):
-                    jobs += priorities[priority]
-            if not in_order:
-                # share_order_key as sorts with keys computed in C, each stable (reverse too), on the
-                # priority lists joined. The first needs the job id only where two jobs have one
-                # submission key.
-                jobs.sort(key=_SUBMITTED)
-                if len(set(map(_SUBMITTED, jobs))) < len(jobs):
-                    jobs.sort(key=_SUBMISSION)
-                jobs.sort(key=_PRIORITY, reverse=True)
-            by_share[share_name] = jobs
-
-
-_SUBMISSION = attrgetter("submitted", "job_id")
-_SUBMITTED = attrgetter("submitted")
-_PRIORITY = attrgetter("request.scheduling_priority")
 _JOB_ID = attrgetter("job_id")
 #: From this many jobs left in a share's turn of step 2 on, a failed search looks whether it rules out all
 #: of them (below, looking costs more than it saves).
@@ -190,7 +84,7 @@ _STATUS_REASON = attrgetter("status_reason")
 class _Cycle:
     """The working state of one cycle: a private copy of the jobs and exact usage counters."""
 
-    def __init__(self, queued: _Queued, now: float) -> None:
+    def __init__(self, queued: Queued, now: float) -> None:
         self.queued = queued
         #: Jobs granted in this cycle that a later decision could take (their grant is taken back then).
         self.granted_now: set[str] = set()
@@ -224,6 +118,8 @@ class _Cycle:
         #: Per unit and share, failed (count, priority) attempts since the last decision on that unit: a
         #: job of the same share needing at least as much with no higher priority cannot succeed either.
         self.failures: dict[str, dict[str, list[tuple[int, int]]]] = {}
+        #: In step 3, the shares out of the merge while failed searches rule out all their jobs.
+        self.sleeping: _Sleeping | None = None
 
     # -- the three steps -----------------------------------------------------------------------------
 
@@ -299,10 +195,13 @@ class _Cycle:
         """Step 3: merge the shares' remaining queues by submission order of their heads.
 
         The share whose head comes first goes on, with no heap operation, while its next job comes before
-        every other share's head (the heap's two children of its root).
+        every other share's head (the heap's two children of its root). A share all of whose later jobs
+        failed searches rule out leaves the heap until a decision forgets one of them (``_Sleeping``):
+        its jobs in between would have been passed over one by one.
         """
         heads: list[tuple[OrderKey, str, str, int]] = []
         no_orphans = not any(self.orphans.values())
+        sleeping = self.sleeping = _Sleeping(self.queued.smallest)
         for share_name, jobs in deferred.items():
             share = self.usage.shares[share_name]
             if (
@@ -317,17 +216,22 @@ class _Cycle:
                 # order of the others' jobs. (Its room is asked again: a preemptor of another share may
                 # have taken one of its orphans since its turn in step 2, which lowered its usage.)
                 continue
-            if jobs:
+            if not jobs:
+                continue
+            if self._ruled_out(share_name, jobs[0].request.scheduling_priority):
+                sleeping.add(share_name, 0, None)  # by failed searches of step 2
+            else:
                 heads.append((jobs[0].submitted, jobs[0].job_id, share_name, 0))
         heapq.heapify(heads)
         failures = self.failures
         while heads:
-            _, _, share_name, index = heads[0]
+            _, _, share_name, start = heads[0]
             jobs = deferred[share_name]
             end = len(jobs)
             others = heads[1:3]
             # The first other share's head (its submission key, then job id): the turn ends past it.
             bound_key, bound_id = min(others)[:2] if others else (None, "")
+            index = start
             while True:
                 job = jobs[index]
                 # Most turns end here, on a failed search (``_admit`` asks again): no call for them.
@@ -335,7 +239,24 @@ class _Cycle:
                 failed_on_unit = failures.get(request.capacity_unit)
                 failed = failed_on_unit.get(share_name) if failed_on_unit else None
                 if not failed or not _covered(failed, request.instance_count, request.scheduling_priority):
+                    changes = self.changes
                     self._admit(job)
+                    if changes != self.changes:
+                        if sleeping.woken:
+                            # The shares woken come back where this job's turn has brought the merge:
+                            # past every job of theirs before the greatest submission of the turn so far
+                            # (its first job's, or a later one's: nothing of theirs came between).
+                            passed = max(map(SUBMISSION, jobs[start : index + 1]))
+                            for head in sleeping.wake(deferred, passed):
+                                heapq.heappush(heads, head)
+                                if bound_key is None or head[:2] < (bound_key, bound_id):
+                                    bound_key, bound_id = head[:2]
+                    elif index + 1 < end and self._ruled_out(
+                        share_name, jobs[index + 1].request.scheduling_priority
+                    ):
+                        sleeping.add(share_name, index + 1, max(map(SUBMISSION, jobs[start : index + 1])))
+                        heapq.heappop(heads)
+                        break
                 index += 1
                 if index == end:
                     heapq.heappop(heads)
@@ -347,6 +268,18 @@ class _Cycle:
                 if submitted > bound_key or (submitted == bound_key and following.job_id > bound_id):
                     heapq.heapreplace(heads, (submitted, following.job_id, share_name, index))
                     break
+        self.sleeping = None
+
+    def _ruled_out(self, share_name: str, priority: int) -> bool:
+        """Whether failed searches rule out every waiting job of the share with no higher ``priority``
+        (on each unit, one that needed no more than its smallest job and had no lower priority)."""
+        failures = self.failures
+        for unit, count in self.queued.smallest[share_name].items():
+            failed_on_unit = failures.get(unit)
+            failed = failed_on_unit.get(share_name) if failed_on_unit else None
+            if not failed or not _covered(failed, count, priority):
+                return False
+        return True
 
     def finish(self) -> CyclePlan:
         """The plan: the decisions, the jobs they changed, and every waiting job's statusReason where it
@@ -368,8 +301,8 @@ class _Cycle:
             for where, front in fronts.items()
             if len(front) == EXACT_PLACES
         }
-        reason_of: dict[GroupKey, str] = {}  # (in the order of ``groups``)
-        for group in queued.groups:
+        reason_of: dict[GroupKey, str] = {}  # (in the order of ``misconfigurations``)
+        for group in queued.misconfigurations:
             share_name, unit, count = group
             reason = queued.misconfigurations[group]
             if reason is None:
@@ -424,39 +357,26 @@ class _Cycle:
 
         A share's jobs are read in order only until every unit's front is as long as it can be."""
         queued, jobs = self.queued, self.jobs
-        # Per share and unit, how many jobs still wait: those that can start some day, less the decided.
-        still_waiting: dict[tuple[str, str], int] = defaultdict(int)
-        for group, waiting in queued.groups.items():
-            if queued.misconfigurations[group] is None:
-                still_waiting[group[:2]] += len(waiting)
         decided_shares: set[str] = set()
         for decision in self.decisions:
             job = queued.state.jobs[decision.job_id if isinstance(decision, Grant) else decision.preemptor_id]
             if not job.awaiting_victims:  # not a reservation granted in step 1
-                still_waiting[(job.share_name, job.unit)] -= 1
                 decided_shares.add(job.share_name)
         fronts: dict[tuple[str, str], list[Job]] = {}
         for share_name, waiting in queued.by_share.items():
-            wanted = {
-                unit: min(EXACT_PLACES, still_waiting[(share_name, unit)])
-                for unit in queued.smallest[share_name]
-            }
-            own = {
-                unit: fronts.setdefault((share_name, unit), []) for unit, length in wanted.items() if length
-            }
+            own = {unit: fronts.setdefault((share_name, unit), []) for unit in queued.smallest[share_name]}
             unfinished = len(own)
             check = share_name in decided_shares
             for job in waiting:
-                if not unfinished:
-                    break
                 if check and jobs[job.job_id] is not job:
-                    continue
-                unit = job.request.capacity_unit
-                front = own.get(unit)
-                if front is not None and len(front) < wanted[unit]:
+                    continue  # granted or reserving
+                front = own[job.request.capacity_unit]
+                if len(front) < EXACT_PLACES:
                     front.append(job)
-                    if len(front) == wanted[unit]:
+                    if len(front) == EXACT_PLACES:
                         unfinished -= 1
+                        if not unfinished:
+                            break
         return {key: front for key, front in fronts.items() if front}
 
     def _stopping_units(self) -> dict[str, int]:
@@ -549,10 +469,14 @@ class _Cycle:
         unit = decision.capacity_unit
         if pool_grew or self.usage.borrowing[unit] & shares_changed:
             self.failures.pop(unit, None)
+            if self.sleeping:
+                self.sleeping.forgotten(unit, None)
             return
         failures = self.failures.get(unit, {})
         for share_name in shares_changed:
             failures.pop(share_name, None)
+        if self.sleeping:
+            self.sleeping.forgotten(unit, shares_changed)
 
     def _grant(self, job: Job) -> None:
         share = self.usage.shares[job.share_name]
@@ -587,6 +511,8 @@ class _Cycle:
             self._set_job(self.queued.state.jobs[job.job_id])
             self.withheld[job.job_id] = needed_by
             self.failures.pop(job.unit, None)  # room came back on the unit
+            if self.sleeping:
+                self.sleeping.forgotten(job.unit, None)
 
     def _preempt(self, preemptor: Job, choice: VictimChoice) -> None:
         overdraft_before = self.usage.overdraft(preemptor.unit)
@@ -613,6 +539,63 @@ class _Cycle:
         self._decided(
             Preemption(preemptor.job_id, victim_ids, choice.rule, preemptor.unit), changed, pool_grew
         )
+
+
+class _Sleeping:
+    """Step 3's shares left out of the merge while failed searches rule out all their later jobs.
+
+    Failed searches are only added to until a decision forgets some: a share sleeps from the first job
+    they rule out (with the greatest submission key of its jobs before, the running maximum) and wakes
+    when a decision forgets a failed search of its, on any of its units. It then goes on from the job
+    the merge would have reached: in a merge by heads, a share's job comes out right after the greatest
+    key among its jobs before it, so every job of the share whose running maximum is below the key of
+    the turn that woke it was passed over (ruled out) meanwhile.
+    """
+
+    def __init__(self, smallest: dict[str, dict[str, int]]) -> None:
+        #: Per share, its waiting jobs' units (``_Queued.smallest``).
+        self.units = smallest
+        self.at: dict[str, tuple[int, tuple[OrderKey, str] | None]] = {}
+        self.on_unit: dict[str, set[str]] = defaultdict(set)
+        #: The shares woken since the merge last took them back.
+        self.woken: list[str] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.at)
+
+    def add(self, share_name: str, index: int, passed: tuple[OrderKey, str] | None) -> None:
+        self.at[share_name] = (index, passed)
+        for unit in self.units[share_name]:
+            self.on_unit[unit].add(share_name)
+
+    def forgotten(self, unit: str, share_names: set[str] | None) -> None:
+        """Failed searches on ``unit`` forgotten: of ``share_names``, or of every share."""
+        sleepers = self.on_unit.get(unit)
+        if not sleepers:
+            return
+        woken = sorted(sleepers if share_names is None else sleepers & share_names)
+        for share_name in woken:
+            for each in self.units[share_name]:
+                self.on_unit[each].discard(share_name)
+        self.woken += woken
+
+    def wake(
+        self, deferred: dict[str, list[Job]], passed: tuple[OrderKey, str]
+    ) -> list[tuple[OrderKey, str, str, int]]:
+        """The heads of the shares woken, the merge being at ``passed`` (the greatest key of its turn)."""
+        heads: list[tuple[OrderKey, str, str, int]] = []
+        for share_name in self.woken:
+            first, top = self.at.pop(share_name)
+            jobs = deferred[share_name]
+            for index in range(first, len(jobs)):
+                key = SUBMISSION(jobs[index])
+                if top is None or key > top:
+                    top = key
+                    if key > passed:
+                        heads.append((key[0], key[1], share_name, index))
+                        break
+        self.woken.clear()
+        return heads
 
 
 def _all_ruled_out(

@@ -95,45 +95,28 @@ class WaitingReasons:
         self.usage = usage
         #: Per unit, the units jobs being stopped still hold.
         self.stopping = stopping
-        self._terms: dict[tuple[str, str], tuple[int, int, int | None]] = {}
+        self._texts: dict[tuple[str, str], _ShareTexts] = {}
         self._holders: dict[str, str] = {}
         self._lent: dict[tuple[str, bool], str] = {}
-        self._borrow_tails: dict[tuple[str, str], str] = {}
 
     def reason(self, share: QuotaShare, unit: str, count: int) -> str:
-        terms = self._terms.get((share.name, unit))
-        if terms is None:
-            terms = self._terms[(share.name, unit)] = (
-                self.usage.usage(share.name, unit),
-                share.own_limit(unit),
-                share.ceiling(unit),
-            )
-        used, own, ceiling = terms
-        needs = f"this job needs {count} {unit}"
-        if used + count <= own:
-            held_elsewhere = self.lent_or_stopping(unit, share.lends)
-            return (
-                f"Waiting for capacity: {needs}, within what quota share {share.name} has free of its own "
-                f"{own}; {held_elsewhere}"
-            )
-        beyond = f"{needs}, more than quota share {share.name} has free of its own {own}"
+        texts = self._texts.get((share.name, unit))
+        if texts is None:
+            texts = self._texts[(share.name, unit)] = _ShareTexts(self.usage, share, unit)
+        # The words before the job's count, the count, then those after it (per case, built once).
+        used = texts.used
+        if used + count <= texts.own:
+            after = texts.within or texts.fill_within(self)
+            return f"Waiting for capacity: this job needs {count}{after}"
         if not share.borrows:
-            return (
-                f"Waiting for capacity: {beyond}; a {share.strategy} share does not borrow: it waits for its "
-                "own jobs to finish"
-            )
+            after = texts.beyond or texts.fill_beyond_own(share)
+            return f"Waiting for capacity: this job needs {count}{after}"
+        ceiling = texts.ceiling
         if ceiling is not None and used + count > ceiling:
-            return (
-                f"Waiting for capacity: {needs}, which would take quota share {share.name} past its borrow "
-                f"ceiling of {ceiling}: it waits for its own jobs to finish"
-            )
-        tail = self._borrow_tails.get((share.name, unit))
-        if tail is None:
-            borrowable = self.usage.borrowable_by(share.name, unit)
-            tail = self._borrow_tails[(share.name, unit)] = (
-                f"{borrowable} can be borrowed now. {self.holders(unit)}"
-            )
-        return f"Waiting for capacity to borrow: {beyond}; {tail}"
+            after = texts.beyond or texts.fill_past_ceiling(ceiling)
+            return f"Waiting for capacity: this job needs {count}{after}"
+        after = texts.borrow or texts.fill_borrow(self)
+        return f"Waiting for capacity to borrow: this job needs {count}{after}"
 
     def lent_or_stopping(self, unit: str, lends: bool) -> str:
         """Why a share's own free units are not free: lent to borrowers (a share that lends; named), or
@@ -158,6 +141,53 @@ class WaitingReasons:
         if text is None:
             text = self._holders[unit] = _holders_text(self.usage, unit, self.stopping.get(unit, 0))
         return text
+
+
+class _ShareTexts:
+    """What the reasons of one share's jobs on one unit have in common: its usage and limits, and the
+    words after a job's count in each case (``WaitingReasons.reason``), built when first needed."""
+
+    __slots__ = ("beyond", "borrow", "ceiling", "own", "share", "unit", "used", "within")
+
+    def __init__(self, usage: Usage, share: QuotaShare, unit: str) -> None:
+        self.share, self.unit = share, unit
+        self.used = usage.usage(share.name, unit)
+        self.own = share.own_limit(unit)
+        self.ceiling = share.ceiling(unit)
+        #: Within its own limit; beyond it, for a share that cannot borrow (its own limit, or its borrow
+        #: ceiling: a share has one of the two); and to borrow.
+        self.within = self.beyond = self.borrow = ""
+
+    def fill_within(self, reasons: WaitingReasons) -> str:
+        held_elsewhere = reasons.lent_or_stopping(self.unit, self.share.lends)
+        self.within = (
+            f" {self.unit}, within what quota share {self.share.name} has free of its own {self.own}; "
+            f"{held_elsewhere}"
+        )
+        return self.within
+
+    def fill_beyond_own(self, share: QuotaShare) -> str:
+        self.beyond = (
+            f" {self.unit}, more than quota share {share.name} has free of its own {self.own}; a "
+            f"{share.strategy} share does not borrow: it waits for its own jobs to finish"
+        )
+        return self.beyond
+
+    def fill_past_ceiling(self, ceiling: int) -> str:
+        self.beyond = (
+            f" {self.unit}, which would take quota share {self.share.name} past its borrow ceiling of "
+            f"{ceiling}: it waits for its own jobs to finish"
+        )
+        return self.beyond
+
+    def fill_borrow(self, reasons: WaitingReasons) -> str:
+        share_name, unit = self.share.name, self.unit
+        borrowable = reasons.usage.borrowable_by(share_name, unit)
+        self.borrow = (
+            f" {unit}, more than quota share {share_name} has free of its own {self.own}; {borrowable} can "
+            f"be borrowed now. {reasons.holders(unit)}"
+        )
+        return self.borrow
 
 
 def _holders_text(usage: Usage, unit: str, stopping: int) -> str:
