@@ -33,10 +33,11 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Iterable
-from itertools import compress
+from itertools import accumulate, compress, islice
 from operator import attrgetter, ne
 
 from airflow_quota.engine.model import (
+    HOLDING_CAPACITY,
     CyclePlan,
     Decision,
     Grant,
@@ -439,13 +440,14 @@ class _Cycle:
         return self.usage.occupancy.get(unit, 0) > self.usage.capacity(unit)
 
     def _stopping_victims(self, preemptor: Job) -> list[str]:
+        jobs, preemptor_id = self.jobs, preemptor.job_id
         return [
             job_id
             for job_id in preemptor.awaiting_victims
-            if (victim := self.jobs.get(job_id)) is not None
-            and victim.is_stopping
-            and victim.status.holds_capacity
-            and victim.preempted_by == preemptor.job_id
+            if (victim := jobs.get(job_id)) is not None
+            and victim.stop_cause is not None
+            and victim.status in HOLDING_CAPACITY
+            and victim.preempted_by == preemptor_id
         ]
 
     # -- applying decisions ----------------------------------------------------------------------------
@@ -587,13 +589,14 @@ class _Sleeping:
         for share_name in self.woken:
             first, top = self.at.pop(share_name)
             jobs = deferred[share_name]
-            for index in range(first, len(jobs)):
-                key = SUBMISSION(jobs[index])
-                if top is None or key > top:
-                    top = key
-                    if key > passed:
-                        heads.append((key[0], key[1], share_name, index))
-                        break
+            # The first job past ``passed`` by running maximum (then its own key: a new maximum), in C.
+            running = accumulate(map(SUBMISSION, islice(jobs, first, None)), max, initial=top)
+            if top is not None:
+                next(running)  # (``top`` itself)
+            index = next(compress(range(first, len(jobs)), map(passed.__lt__, running)), None)
+            if index is not None:
+                submitted, job_id = SUBMISSION(jobs[index])
+                heads.append((submitted, job_id, share_name, index))
         self.woken.clear()
         return heads
 
