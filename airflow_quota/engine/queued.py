@@ -49,11 +49,13 @@ class Queued:
         self.by_share: dict[str, list[Job]] = defaultdict(list)
         #: ... and the smallest of them per unit.
         self.smallest: dict[str, dict[str, int]] = defaultdict(dict)
-        # Per group: its share's jobs by priority (None when they can never start) and its place. Jobs
-        # come in the state's order, which is nearly always submission order (the allocator and the
-        # simulator keep it so): each priority's list is then in share order as it is filled, and a
-        # share's list is its priority lists joined, highest first (no sort).
-        lists: dict[GroupKey, tuple[dict[int, list[Job]] | None, int]] = {}
+        # Per share, unit and size (a group): its share's jobs by priority (None when they can never
+        # start) and its place. Jobs come in the state's order, which is nearly always submission order
+        # (the allocator and the simulator keep it so): each priority's list is then in share order as
+        # it is filled, and a share's list is its priority lists joined, highest first (no sort).
+        lists: dict[str, dict[str, dict[int, tuple[dict[int, list[Job]] | None, int]]]] = defaultdict(
+            lambda: defaultdict(dict)
+        )
         by_priority: dict[str, dict[int, list[Job]]] = defaultdict(dict)
         limits: dict[tuple[str, str], StartableLimits] = {}
         runnable = JobStatus.RUNNABLE
@@ -74,9 +76,11 @@ class Queued:
                 last, last_job = submitted, job
                 # (Attribute reads in Python, specialized for slots, cost a fifth of an attrgetter's.)
                 request = job.request
-                key = (request.quota_share_name, request.capacity_unit, request.instance_count)
-                found = lists.get(key)
+                # (By share, then unit, then size: three look-ups cost less than building a key.)
+                by_size = lists[request.quota_share_name][request.capacity_unit]
+                found = by_size.get(request.instance_count)
                 if found is None:
+                    key = (request.quota_share_name, request.capacity_unit, request.instance_count)
                     share_name, unit = where = key[:2]
                     share_limits = limits.get(where)
                     if share_limits is None:
@@ -84,7 +88,7 @@ class Queued:
                         share_limits = limits[where] = startable_limits(queue, share, unit, totals)
                     never = self.misconfigurations[key] = misconfiguration(share_limits, key[2])
                     startable = by_priority[share_name] if never is None else None
-                    found = lists[key] = startable, len(lists)
+                    found = by_size[key[2]] = startable, len(self.misconfigurations) - 1
                 startable, place = found
                 add_waiting(job)
                 add_group_of(place)

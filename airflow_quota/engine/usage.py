@@ -16,7 +16,7 @@ where a configuration change already broke that, the overdraft does not grow).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -132,8 +132,10 @@ class Usage:
     def usage(self, share_name: str, unit: str) -> int:
         return self.share_usage.get((share_name, unit), 0)
 
-    def removal(self, jobs: Iterable[Job]) -> Removal:
+    def removal(self, jobs: Collection[Job]) -> Removal:
         """What taking ``jobs`` away would free: in their shares' usage and physically."""
+        if not jobs:
+            return NO_REMOVAL  # (most searches: no orphan to take)
         by_share: dict[str, int] = defaultdict(int)
         physical = 0
         for job in jobs:
