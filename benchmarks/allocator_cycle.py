@@ -83,7 +83,7 @@ from airflow_quota.allocator.kept_state import KeptQueues  # noqa: E402
 from airflow_quota.allocator.settings import CycleSettings  # noqa: E402
 from airflow_quota.engine.config import parse_quota_config  # noqa: E402
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger  # noqa: E402
-from tests.databases import run_migrate  # noqa: E402
+from tests.databases import airflow_engine, run_migrate  # noqa: E402
 from tests.db.metadata_rows import reset_for_allocation  # noqa: E402
 
 TITLE = "Allocation cycle against the metadata DB (run_allocation_cycle + commit)"
@@ -155,7 +155,7 @@ def sqlite_backend() -> Iterator[Backend]:
     url = f"sqlite:///{home / 'airflow.db'}"
     try:
         run_migrate(url, home)
-        engine = sa.create_engine(url)
+        engine = airflow_engine(url)
         yield Backend("sqlite", url, engine)
         engine.dispose()
     finally:
@@ -173,7 +173,7 @@ def postgresql_backend() -> Iterator[Backend]:
     url = server.set(database=name).render_as_string(hide_password=False)
     try:
         run_migrate(url, home)
-        engine = sa.create_engine(url)
+        engine = airflow_engine(url)
         yield Backend("postgresql", url, engine)
         engine.dispose()
     finally:

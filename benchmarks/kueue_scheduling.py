@@ -98,7 +98,7 @@ from airflow_quota.engine.usage import usage_of  # noqa: E402
 from airflow_quota.ledger.configuration import apply_quota_config  # noqa: E402
 from airflow_quota.protocol import PREEMPT_KEY  # noqa: E402
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger  # noqa: E402
-from tests.databases import run_migrate  # noqa: E402
+from tests.databases import airflow_engine, run_migrate  # noqa: E402
 
 TITLE = "Kueue's scheduler benchmark (baseline) on our allocator and ledger, PostgreSQL, real time"
 POSTGRES_SERVER = os.environ.get("QUOTA_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
@@ -309,7 +309,7 @@ def allocator_loop(
     url: str, ready: StopEvent, stop: StopEvent, out_path: str, interval: float, profile: bool
 ) -> None:
     """Cycle until told to stop; write every cycle's record (and the profile) to ``out_path`` as JSON."""
-    engine = sa.create_engine(url)
+    engine = airflow_engine(url)  # a scheduler's engine
     kept = KeptQueues()  # as a host keeps the queues' state between its cycles
     settings = CycleSettings(settle_time=timedelta(0), kept_queues=kept)
     with Session(engine) as session, session.begin():  # warm up: imports, connection, an empty cycle

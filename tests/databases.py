@@ -153,3 +153,18 @@ def _postgres_database_exists(server: sa.URL, name: str) -> bool:
             return row.first() is not None
     finally:
         engine.dispose()
+
+
+def airflow_engine(url: str) -> sa.Engine:
+    """An engine made as Airflow makes its own (``settings.prepare_engine_args``): on PostgreSQL with
+    psycopg2, the UPDATEs of many rows go in batches, as in a scheduler. The benchmarks time the allocator
+    on it."""
+    from airflow import settings
+
+    configured = settings.SQL_ALCHEMY_CONN
+    settings.SQL_ALCHEMY_CONN = url  # the function picks the dialect's defaults by this setting
+    try:
+        arguments = settings.prepare_engine_args()
+    finally:
+        settings.SQL_ALCHEMY_CONN = configured
+    return sa.create_engine(url, **arguments)

@@ -266,6 +266,7 @@ def _allocate_queue(part: QueuePart, queue_name: str, waiting: list[Waiting]) ->
             grant(part, plan.decided, decision, grantable.get(decision.job_id))
         else:
             preempt(part, plan.decided, decision)
+    part.session.flush()  # the tasks the grants resumed, together (``resume_grant``)
     part.report.states[queue_name] = plan.decided
     after = QueueState(state.queue, {**state.jobs, **plan.state.jobs})
     quiet = given if _decided_nothing(state, planning, plan) and _all_waiting(after, given) else None

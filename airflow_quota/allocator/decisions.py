@@ -67,7 +67,8 @@ def _devices_for(part: QueuePart, state: QueueState, row: JobRow, decision: Gran
 
 
 def resume_grant(part: QueuePart, waiting: Waiting, row: JobRow) -> None:
-    """Resume the granted task, once it has settled (else a later cycle resumes it)."""
+    """Resume the granted task, once it has settled (else a later cycle resumes it). Its changes are
+    flushed with the other grants' after the queue's decisions (``cycle._allocate_queue``)."""
     if not waiting.settled:
         part.report.settling.append(row.job_id)
         return
@@ -88,7 +89,7 @@ def resume_grant(part: QueuePart, waiting: Waiting, row: JobRow) -> None:
         payload["devices"] = list(row.held_devices)
     if row.job_id in part.report.handed_over.values():
         payload["reattach"] = True
-    resume(part.session, ti, payload)
+    resume(part.session, ti, payload, flush=False)
     part.report.granted.append(Lease(row.job_id, str(ti.id), payload))
 
 

@@ -13,6 +13,7 @@ instead of being resurrected (research: grant-mechanism.md section 4.5).
 from __future__ import annotations
 
 import json
+import typing
 import uuid
 from bisect import bisect_right
 from collections.abc import Sequence
@@ -343,10 +344,29 @@ def _claim_sqlite(session: Session, ti_id: uuid.UUID, trigger_id: int) -> bool:
     return bool(getattr(result, "rowcount", 0) == 1)
 
 
-def resume(session: Session, ti: TaskInstance, payload: dict[str, Any]) -> None:
-    """Resume a claimed deferred task with ``payload`` as its trigger event (what a fired trigger does)."""
+def resume(session: Session, ti: TaskInstance, payload: dict[str, Any], *, flush: bool = True) -> None:
+    """Resume a claimed deferred task with ``payload`` as its trigger event (what a fired trigger does).
+
+    ``flush=False``: leave the task's changes to the caller's next flush. Airflow flushes after each task
+    it resumes: a cycle resuming a hundred grants then makes a hundred UPDATEs, one round trip each,
+    where one flush after the last sends them in batches."""
     event = TriggerEvent(payload)  # type: ignore[no-untyped-call]  # untyped upstream __init__
-    handle_event_submit(event, task_instance=ti, session=session)
+    handler_session = session if flush else typing.cast(Session, _FlushLater(session))
+    handle_event_submit(event, task_instance=ti, session=handler_session)
+
+
+class _FlushLater:
+    """A session whose ``flush`` does nothing: the caller flushes once, after the last task it resumes
+    (every other use goes to the session itself)."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    def flush(self, objects: object = None) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
 
 
 def task_views(
