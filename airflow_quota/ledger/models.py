@@ -123,6 +123,8 @@ class JobRow(LedgerBase):
         Index("quota_job_status_submitted_idx", "status", "submitted_at", "submit_seq"),
         # The GPU timeline's jobs of a window: unfinished, or changed since the window's start.
         Index("quota_job_queue_updated_idx", "job_queue_name", "updated_at"),
+        # The next submission sequence number of a queue: its highest so far (migration 0009).
+        Index("quota_job_queue_submit_seq_idx", "job_queue_name", "submit_seq"),
         # Room in each page for a waiting job's new statusReason, written in place (migration 0007).
         {"postgresql_with": {"fillfactor": JOB_FILLFACTOR}},
     )

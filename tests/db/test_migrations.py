@@ -319,6 +319,13 @@ INDEX_MIGRATIONS = {
         "quota_audit_log_related_job_idx",
         ["related_job_id", "id"],
     ),
+    # A cycle's next submission sequence number, read without the queue's whole history.
+    "0009 jobs by queue and submission sequence": (
+        "9e4b7d21c3a8",
+        "quota_job",
+        "quota_job_queue_submit_seq_idx",
+        ["job_queue_name", "submit_seq"],
+    ),
 }
 
 
