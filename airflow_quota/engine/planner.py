@@ -302,21 +302,19 @@ class _Cycle:
             for where, front in fronts.items()
             if len(front) == EXACT_PLACES
         }
-        reason_of: dict[GroupKey, str] = {}  # (in the order of ``misconfigurations``)
-        for group in queued.misconfigurations:
-            share_name, unit, count = group
-            reason = queued.misconfigurations[group]
+        shares = self.usage.shares
+        reason_of: list[str] = []  # (in the order of ``misconfigurations``)
+        for group, reason in queued.misconfigurations.items():
             if reason is None:
-                reason = group_reasons[group] = waiting_reasons.reason(
-                    self.usage.shares[share_name], unit, count
-                )
+                share_name, unit, count = group
+                reason = group_reasons[group] = waiting_reasons.reason(shares[share_name], unit, count)
                 reason += behind_front.get((share_name, unit), "")
-            reason_of[group] = reason
+            reason_of.append(reason)
         # Every waiting job's reason, its group's, compared with the one it has in C (no Python step per
         # job), in the state's order: the jobs are read in the order they lie in memory (group by group,
         # at 100,000 jobs, each read missed the processor's caches: x10 the time).
         waiting = queued.waiting
-        new_reasons = list(map(list(reason_of.values()).__getitem__, queued.group_of))
+        new_reasons = list(map(reason_of.__getitem__, queued.group_of))
         differs = map(ne, new_reasons, map(_STATUS_REASON, waiting))
         reasons.update(compress(zip(map(_JOB_ID, waiting), new_reasons, strict=True), differs))
         # The jobs this cycle granted or let preempt have no waiting reason (a preemptor: the victims it

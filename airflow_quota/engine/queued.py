@@ -56,7 +56,7 @@ class Queued:
         lists: dict[str, dict[str, dict[int, tuple[dict[int, list[Job]] | None, int]]]] = defaultdict(
             lambda: defaultdict(dict)
         )
-        by_priority: dict[str, dict[int, list[Job]]] = defaultdict(dict)
+        by_priority: dict[str, dict[int, list[Job]]] = defaultdict(lambda: defaultdict(list))
         limits: dict[tuple[str, str], StartableLimits] = {}
         runnable = JobStatus.RUNNABLE
         in_order = True
@@ -93,12 +93,7 @@ class Queued:
                 add_waiting(job)
                 add_group_of(place)
                 if startable is not None:
-                    priority = request.scheduling_priority
-                    same = startable.get(priority)
-                    if same is None:
-                        startable[priority] = [job]
-                    else:
-                        same.append(job)
+                    startable[request.scheduling_priority].append(job)
             elif status in HOLDING_CAPACITY:
                 self.holding.append(job)
         self.reserved.sort(key=SUBMISSION)

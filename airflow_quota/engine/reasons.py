@@ -108,7 +108,7 @@ class WaitingReasons:
         if used + count <= texts.own:
             after = texts.within or texts.fill_within(self)
             return f"Waiting for capacity: this job needs {count}{after}"
-        if not share.borrows:
+        if not texts.borrows:
             after = texts.beyond or texts.fill_beyond_own(share)
             return f"Waiting for capacity: this job needs {count}{after}"
         ceiling = texts.ceiling
@@ -124,9 +124,10 @@ class WaitingReasons:
         text = self._lent.get((unit, lends))
         if text is None:
             usage = self.usage
-            borrowers = [
-                share.name for share in usage.queue.shares if lends and share.name in usage.borrowing[unit]
-            ]
+            borrowing = usage.borrowing.get(unit) if lends else None
+            borrowers = (
+                [share.name for share in usage.queue.shares if share.name in borrowing] if borrowing else []
+            )
             parts = [f"lent (to {_named(borrowers)})"] if borrowers else []
             if self.stopping.get(unit):
                 parts.append("held by jobs being stopped")
@@ -147,13 +148,14 @@ class _ShareTexts:
     """What the reasons of one share's jobs on one unit have in common: its usage and limits, and the
     words after a job's count in each case (``WaitingReasons.reason``), built when first needed."""
 
-    __slots__ = ("beyond", "borrow", "ceiling", "own", "share", "unit", "used", "within")
+    __slots__ = ("beyond", "borrow", "borrows", "ceiling", "own", "share", "unit", "used", "within")
 
     def __init__(self, usage: Usage, share: QuotaShare, unit: str) -> None:
         self.share, self.unit = share, unit
         self.used = usage.usage(share.name, unit)
         self.own = share.own_limit(unit)
         self.ceiling = share.ceiling(unit)
+        self.borrows = share.borrows  # (read for each of its jobs' groups: a property costs a call)
         #: Within its own limit; beyond it, for a share that cannot borrow (its own limit, or its borrow
         #: ceiling: a share has one of the two); and to borrow.
         self.within = self.beyond = self.borrow = ""
@@ -191,13 +193,17 @@ class _ShareTexts:
 
 
 def _holders_text(usage: Usage, unit: str, stopping: int) -> str:
-    shares = usage.queue.shares
+    # Each share's own limit and usage of the unit, read once (a cycle asks once per unit, of every share).
+    used_of = usage.share_usage.get
+    terms = [
+        (share, share.capacity_limits.get(unit, 0), used_of((share.name, unit), 0))
+        for share in usage.queue.shares
+    ]
     held: list[str] = []
     borrowed_total = 0
-    for share in shares:
-        used = usage.usage(share.name, unit)
+    for share, own, used in terms:
         if used:
-            borrowed = max(0, used - share.own_limit(unit))
+            borrowed = max(0, used - own)
             borrowed_total += borrowed
             held.append(share.name + (" (borrowing within its limit)" if borrowed else ""))
     held_text = _named(held) if held else "none"
@@ -212,8 +218,8 @@ def _holders_text(usage: Usage, unit: str, stopping: int) -> str:
     reserve: list[str] = []
     lenders: list[str] = []
     left = idle
-    for share in shares:
-        free = max(0, share.own_limit(unit) - usage.usage(share.name, unit))
+    for share, own, used in terms:
+        free = max(0, own - used)
         if share.lends:
             lent = min(free, to_attribute)
             to_attribute -= lent
