@@ -42,6 +42,7 @@ benchmark creates its own database there and drops it at the end.
 from __future__ import annotations
 
 import argparse
+import bisect
 import cProfile
 import io
 import json
@@ -693,6 +694,12 @@ def render(results: Results, console: Console) -> None:
             f"cycle ms median {statistics.median(durations):.0f}, p95 {p95:.0f}, max {max(durations):.0f}; "
             f"most jobs RUNNABLE at once {waiting:,}; {results.allocator_error_count} failed cycles"
         )
+        wait, seen_by = _turnover(results)
+        console.print(
+            f"turnover: a job's success waited {wait:.0f} ms on average for the next cycle to start, and "
+            f"that cycle took {seen_by:.0f} ms on average (a cycle turning over many jobs is long, and more "
+            "jobs end while it runs)"
+        )
     for error in results.allocator_errors[:3]:
         console.print(f"[red]allocator error: {error}[/red]")
     if results.timed_out:
@@ -704,6 +711,21 @@ def render(results: Results, console: Console) -> None:
     )
     if results.profile:
         console.print(results.profile)
+
+
+def _turnover(results: Results) -> tuple[float, float]:
+    """Per finished job, on average: ms from its success to the start of the cycle that sees it, and
+    that cycle's ms (its capacity is granted again when that cycle commits)."""
+    starts = [cycle.started for cycle in results.cycles]
+    waits: list[float] = []
+    durations: list[float] = []
+    for finished_at in (job.finished_at for job in results.jobs if job.finished_at is not None):
+        seen_by = bisect.bisect_right(starts, finished_at)
+        if seen_by < len(starts):
+            cycle = results.cycles[seen_by]
+            waits.append((cycle.started - finished_at) * 1000)
+            durations.append((cycle.committed - cycle.started) * 1000)
+    return (statistics.mean(waits), statistics.mean(durations)) if waits else (0.0, 0.0)
 
 
 def _seconds(value: float | None) -> str:
