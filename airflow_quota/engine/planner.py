@@ -121,6 +121,10 @@ class _Cycle:
         self.failures: dict[str, dict[str, list[tuple[int, int]]]] = {}
         #: In step 3, the shares out of the merge while failed searches rule out all their jobs.
         self.sleeping: _Sleeping | None = None
+        #: Per preemptor that came in holding a reservation, its victims still being stopped (step 1), for
+        #: its statusReason: no decision changes them (being stopped for a preemptor that waits for them,
+        #: they are neither candidates nor orphans).
+        self.stopping_victims: dict[str, list[str]] = {}
 
     # -- the three steps -----------------------------------------------------------------------------
 
@@ -128,7 +132,8 @@ class _Cycle:
         """Step 1: a preemptor whose victims have all stopped gets what it reserved, once the queue
         physically has it: its capacity may have been lowered since the preemption."""
         for job in self.queued.reserved:
-            if not self._stopping_victims(job) and not self._overdrawn(job.unit):
+            stopping = self.stopping_victims[job.job_id] = self._stopping_victims(job)
+            if not stopping and not self._overdrawn(job.unit):
                 self._grant(job)
 
     def admit_within_own_limits(self) -> dict[str, list[Job]]:
@@ -396,7 +401,9 @@ class _Cycle:
         """The statusReason of a RUNNABLE preemptor: the victims it waits for, or why it still waits."""
         if job.status is not JobStatus.RUNNABLE:
             return
-        stopping = self._stopping_victims(job)
+        stopping = self.stopping_victims.get(job.job_id)
+        if stopping is None:
+            stopping = self._stopping_victims(job)
         if stopping:
             reason = awaiting_victims_reason(stopping)
         else:
