@@ -119,20 +119,13 @@ class Usage:
         units_in_use: dict[str, set[str]] = defaultdict(set)
         for share_name, unit in self.share_usage:
             units_in_use[share_name].add(unit)
-        share_usage, borrowed_total, lendable_idle = (
-            self.share_usage,
-            self._borrowed_total,
-            self._lendable_idle,
-        )
         for share in queue.shares:
-            name, limits, lends = share.name, share.capacity_limits, share.lends
-            for unit in units_in_use[name] | set(limits):
-                # ``_share_terms``, written out (every share and unit, every cycle).
-                used, own = share_usage.get((name, unit), 0), limits.get(unit, 0)
-                borrowed_total[unit] += used - own if used > own else 0
-                lendable_idle[unit] += own - used if lends and own > used else 0
-                if used > own:
-                    self.borrowing[unit].add(name)
+            for unit in units_in_use[share.name] | set(share.capacity_limits):
+                borrowed, lendable = self._share_terms(share, unit, self.usage(share.name, unit))
+                self._borrowed_total[unit] += borrowed
+                self._lendable_idle[unit] += lendable
+                if borrowed:
+                    self.borrowing[unit].add(share.name)
 
     # -- reading -----------------------------------------------------------------------------------
 
