@@ -12,7 +12,7 @@ holds every kind of action, so every kind happens in each round; a kill that fin
 played again in the next deck):
 
 * ``trigger``: a DAG run of a random share, priority (10 or 50) and size (1 or 2 devices; 1 in team-c,
-  which RESERVEs 1), training 25 to 125 steps of 0.2 s, one in three ignoring SIGTERM (its 3 s grace
+  which RESERVEs 1), training 25 to 125 steps of 0.1 s, one in three ignoring SIGTERM (its 3 s grace
   period then ends in SIGKILL);
 * ``clear``: clear the task of a random earlier run (a new try; a running one is stopped);
 * ``quota``: apply another quota file variant as ``airflow quota apply`` does (``QUOTA_VARIANTS``:
@@ -751,6 +751,7 @@ def _soak(
         airflow.wait_for_dag(dag, 300)
     airflow.wait_for("the api-server", lambda: _healthy(driver.base_url), 180)
     driver.login()
+    driver.log("Airflow is up: its DAGs parsed and the api-server answering")
     started = driver.started = time.monotonic()
     with Sampler(airflow.home, airflow.database_url, started) as sampler:
         print(f"chaos for {duration:.0f} s", flush=True)

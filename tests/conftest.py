@@ -12,7 +12,8 @@ tests together, so its module fixtures (a migrated database, a running Airflow) 
 soak's two runs) and run on whichever workers are free. Files are handed out longest first
 (``LONGEST_FIRST``): a long one started last would leave the other workers idle while it runs. At most three
 tests' Airflow installations run at once, whatever the number of workers (``tests/airflow/harness.py``,
-``AIRFLOW_SLOTS``); the soak and the benchmark runs start theirs through their own scripts, without a slot.
+``AIRFLOW_SLOTS``), the soak's and the benchmark runs' too: their scripts inherit the worker's environment
+(``PYTEST_XDIST_WORKER``), so their ``AirflowProcesses`` wait for a slot like a test's.
 The ``STORY_FILES`` (the scheduler's grants, the local and the SageMaker reclaim) share one Airflow
 (``tests/airflow/stories.py``) and go to one worker together, as the ``ONE_WORKER_FILES`` (tests/ui) do.
 

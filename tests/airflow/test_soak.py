@@ -9,6 +9,7 @@ finished jobs) and every run ended after it, so the test cannot pass by doing no
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,8 @@ def test_a_short_soak_kills_and_finishes_jobs_and_never_puts_two_trainings_on_on
         check=False,
     )
     output = result.stdout[-8000:] + result.stderr[-4000:]
+    if timeline := os.environ.get("QUOTA_TEST_TIMELINE"):  # where a whole suite's soak spent its time
+        Path(f"{timeline}.soak-{backend}.txt").write_text(result.stdout + result.stderr)
     assert summary_path.exists(), output
     summary = json.loads(summary_path.read_text())
 

@@ -31,7 +31,7 @@ DAG_IDS = {
     for priority in PRIORITIES
     for size in sizes
 }
-STEP_SECONDS = "0.2"
+STEP_SECONDS = "0.1"
 GRACE_SECONDS = 3.0
 
 for (share, priority, size), dag_id in DAG_IDS.items():
