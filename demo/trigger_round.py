@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 USER = "admin"
+TRIES = 3
+RETRY_SECONDS = 1.0
 
 
 def post(url: str, body: dict[str, Any], token: str | None = None) -> dict[str, Any]:
@@ -36,17 +38,16 @@ def post(url: str, body: dict[str, Any], token: str | None = None) -> dict[str, 
 def trigger(url: str, run_id: str, token: str) -> None:
     """POST the DAG run; tried again when the api-server's SQLite was busy (it answers 500 "Database error",
     and may have created the run all the same: a retry answered 409 then finds it made)."""
-    for tries_left in (2, 1, 0):
+    for attempt in range(TRIES):
         try:
             post(url, {"dag_run_id": run_id, "logical_date": None}, token)
             return
         except urllib.error.HTTPError as error:
-            retried = tries_left < 2
-            if error.code == 409 and retried:
+            if error.code == 409 and attempt > 0:  # made by the try that answered 500
                 return
-            if error.code < 500 or not tries_left:
+            if error.code < 500 or attempt == TRIES - 1:
                 raise
-        time.sleep(1)
+        time.sleep(RETRY_SECONDS)
 
 
 def main(argv: list[str]) -> int:
