@@ -152,7 +152,15 @@ def test_waiting_jobs_hold_no_worker_slot_and_are_granted_one_at_a_time(airflow:
 
 
 def test_team_a_reclaims_its_gpu_from_a_borrower_running_in_a_worker(airflow: AirflowProcesses) -> None:
-
+    airflow.wait_for(
+        "the borrower to train again after team-a's job",
+        lambda: (
+            len(events(airflow, "b_borrow", "start")) == 2 or finished(airflow, "quota_reclaim", "reclaim-1")
+        ),
+        300,
+    )
+    for task in ("b_own", "b_borrow"):  # the story is told: their trainings end now, not after 60 and 45 s
+        finish_training(airflow, task)
     airflow.wait_for(
         "the reclaim run to finish", lambda: finished(airflow, "quota_reclaim", "reclaim-1"), 300
     )

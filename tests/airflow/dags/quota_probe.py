@@ -116,7 +116,8 @@ with DAG("quota_reclaim", schedule=None, catchup=False, max_active_tasks=16) as 
     # team-b runs on its own GPU, then borrows team-a's idle one; team-a's job arrives and takes it back.
     # (Lending is pooled: the victim is team-b's most recently started job, so b_borrow asks only once
     # b_own has started, and team-a's job only once b_borrow has. Fixed sleeps raced under CI's load: b_own
-    # was once granted after b_borrow and became the victim.) b_own holds its GPU past the reclaim.
+    # was once granted after b_borrow and became the victim.) b_own holds its GPU past the reclaim; the test
+    # ends both trainings once the borrower trains again (their seconds are the most they would train).
     ProbeOperator(task_id="b_own", job_queue="reclaim", share="team-b", train_seconds=60)
     then = PythonOperator(task_id="b_later", python_callable=lambda: wait_for_probe("b_own", "start"))
     then >> ProbeOperator(task_id="b_borrow", job_queue="reclaim", share="team-b", train_seconds=45)
