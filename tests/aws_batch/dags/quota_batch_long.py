@@ -36,4 +36,7 @@ with DAG(dag_id="quota_batch_kill", schedule=None, start_date=datetime(2026, 1, 
     QuotaTrainingOperator(task_id="train", **COMMON)
 
 with DAG(dag_id="quota_batch_retry", schedule=None, start_date=datetime(2026, 1, 1)):
-    QuotaTrainingOperator(task_id="train", retries=1, retry_delay=timedelta(seconds=0), **COMMON)
+    # Each try's trigger gives up after 10 failed calls a poll_interval apart: 2 s, not 10.
+    QuotaTrainingOperator(
+        task_id="train", retries=1, retry_delay=timedelta(seconds=0), **{**COMMON, "poll_interval": 0.2}
+    )
