@@ -50,28 +50,29 @@ pytest_plugins = ("tests.airflow.stories",)
 # No test runs Trio under Hypothesis. Set before any test module imports Hypothesis.
 os.environ.setdefault("HYPOTHESIS_NO_PLUGINS", "1")
 
-#: Seconds a file's tests took in a whole-suite run on a 2-core machine (each test's, for SPREAD_FILES;
-#: session 17, four Airflow slots), from ``python -m tests.timeline``: the longest start first, so the
-#: suite does not end waiting for a long one that started last. Other files: 60 s if they start Airflow
-#: (``airflow``), 10 s with a database.
+#: Seconds a file's tests took in a whole-suite run on a 2-core machine (each test's, for SPREAD_FILES),
+#: from ``python -m tests.timeline``: the longest start first, so the suite does not end waiting for a long
+#: one that started last. Other files: 60 s if they start Airflow (``airflow``), 10 s with a database.
 LONGEST_FIRST = {
-    "tests/e2e/test_demo_command.py": 273,
-    "tests/e2e/test_demo_flow.py": 209,
-    "tests/aws_batch/test_end_to_end.py": 205,
+    "tests/airflow/test_soak.py": 350,
+    "tests/distributed/test_celery_two_schedulers.py": 210,
+    "tests/e2e/test_demo_command.py": 420,
+    "tests/aws_batch/test_end_to_end.py": 250,
+    "tests/e2e/test_demo_flow.py": 250,
     # The stories sharing one Airflow (tests/airflow/stories.py), in the order they run on their worker (the
     # grants first: a test of theirs acts while a job waits). Their sum, one apart so nothing sorts between.
-    "tests/airflow/test_scheduler_grants.py": 196,
-    "tests/sagemaker/test_end_to_end.py": 195,
-    "tests/local/test_end_to_end_local.py": 194,
-    "tests/airflow/test_soak.py": 176,
-    # tests/ui's three files on their one worker (ONE_WORKER_FILES): their sum.
+    "tests/airflow/test_scheduler_grants.py": 302,
+    "tests/sagemaker/test_end_to_end.py": 301,
+    "tests/local/test_end_to_end_local.py": 300,
+    # tests/ui's three files on their one worker (ONE_WORKER_FILES): their sum (session 17), so they start
+    # before the shorter Airflow files instead of ending the suite (they did, 388 to 531 s of 536).
     "tests/ui/test_api_limits.py": 143,
-    "tests/distributed/test_celery_two_schedulers.py": 108,
-    "tests/airflow/test_overhead_benchmarks_run.py": 55,
-    "tests/db/test_allocator_hosts.py": 53,
-    "tests/db/test_migrations.py": 50,
-    "tests/aws_batch/test_rest_on_aws_queues.py": 30,
-    "tests/cli/test_quota_cli.py": 28,
+    "tests/aws_batch/test_rest_on_aws_queues.py": 85,
+    "tests/db/test_allocator_hosts.py": 90,
+    "tests/airflow/test_overhead_benchmarks_run.py": 65,
+    "tests/ui/test_page.py": 60,
+    "tests/db/test_migrations.py": 60,
+    "tests/cli/test_quota_cli.py": 55,
     # The fast tier's longest files (a file of it takes 10 s by default with a database, 0 without), from
     # its own run (``-m "not airflow"``, 4 workers): the ones that mostly wait (moto's emulated jobs) first.
     "tests/sagemaker/test_operator.py": 20,
