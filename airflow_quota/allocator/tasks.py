@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from itertools import compress, repeat
-from operator import is_, is_not, not_
+from operator import is_, is_not, itemgetter, not_
 from typing import Any, NamedTuple
 
 from airflow.jobs.job import Job, JobState
@@ -79,59 +79,59 @@ def waiting_on(session: Session, classpath: str) -> list[WaitingTask]:
     return _waiting.read(session, classpath)
 
 
-class _Deferral(NamedTuple):
-    """What identifies one deferral of a task instance on one trigger row. A trigger's id alone is not
-    enough: SQLite gives a new row the id of a deleted one, so its creation time is part of it; the try
-    number and whether a worker deferred it are the two columns of a ``WaitingTask`` that could change."""
-
-    ti_id: str
-    trigger_id: int
-    #: As the database writes it in text (it only tells a deferral from another).
-    created_date: str
-    try_number: int
-    from_worker: bool
-
-
 class _WaitingTasks:
-    """The tasks of the latest read, by deferral: a cycle at 10,000 waiting reads five columns per task
-    instead of the names and kwargs of each, and builds a ``WaitingTask`` only for a new deferral. Only
-    the deferrals of the latest read are kept, so an entry never outlives its deferral.
+    """The tasks of the latest read, by deferral: a cycle at 10,000 waiting reads three or four columns per
+    task instead of the names and kwargs of each, and builds a ``WaitingTask`` only for a new deferral.
+    Only the deferrals of the latest read are kept, so an entry never outlives its deferral.
 
-    The five columns come as the driver's own tuples (``_deferral_rows``: no SQLAlchemy row per task, and
-    in no order, which spares the database a sort of them all); each is looked up among the latest read's
-    in C. When they are the same deferrals, the latest read's list itself is returned: nothing deferred,
+    The columns come as the driver's own tuples (``_deferral_rows``: no SQLAlchemy row per task, and in no
+    order, which spares the database a sort of them all); each is looked up among the latest read's in
+    C. When they are the same deferrals, the latest read's list itself is returned: nothing deferred,
     resumed or cleared since, and a caller may tell so by its identity (``is``). Else the latest read's
     tasks still deferred keep their order, and the new ones are put in their places: oldest deferral
     first, by the trigger's creation time then the task instance's id, the order an ``ORDER BY`` of those
-    two columns gives."""
+    two columns gives.
+
+    A deferral's key is a plain tuple: its trigger's id (Airflow creates a trigger row for each deferral
+    of each task instance), then its try number and whether a worker deferred it (the two columns of a
+    ``WaitingTask`` that could change). On PostgreSQL that is all (``compact``: trigger ids come from a
+    sequence, never given twice; the two text columns more were half the read's time at 13,000 waiting).
+    Were two task instances ever deferred on one trigger row (Airflow never does so), their keys would be
+    one: that read is made again with full keys, so no task is hidden behind another's. A full key
+    (SQLite, which gives a new row the id of a deleted one) also holds the trigger's creation time (after
+    its id) and the task instance's id (last)."""
 
     def __init__(self) -> None:
         self._by_classpath: dict[str, _Read] = {}
 
     def read(self, session: Session, classpath: str) -> list[WaitingTask]:
-        rows = _deferral_rows(session, classpath)
+        compact = is_postgres(session)
+        rows = _deferral_rows(session, classpath, compact=compact)
+        if compact and len(set(rows)) < len(rows):  # one trigger row, two task instances
+            compact = False
+            rows = _deferral_rows(session, classpath, compact=compact)
         latest = self._by_classpath.get(classpath)
-        if latest is None:  # the first read: nothing to take for the same
-            latest = _Read(False, [], [], [], {})
+        top = max(map(itemgetter(0), rows), default=0)  # the highest trigger id
+        if latest is None or latest.compact is not compact or top < latest.top:
+            # Nothing to take for the same: a first read, keys of another kind, or trigger ids counted again
+            # from a lower one (the database was reset): a kept key may now be another deferral's.
+            latest = _Read(compact, top, False, [], [], [], {})
         known = latest.by_deferral
         found = list(map(known.get, rows))
         missing = list(compress(rows, map(is_, found, repeat(None))))
         if latest.complete and not missing and len(rows) == len(known):
             return latest.tasks  # the same deferrals (a task instance is deferred once: no row twice)
         fetched: dict[Any, WaitingTask] = {}
-        new = [uuid.UUID(each[0]) for each in missing]
-        ti = TaskInstance
-        deferred = (ti.state == TaskInstanceState.DEFERRED, Trigger.classpath == classpath)
+        new = [each[0] for each in missing]  # their triggers' ids
+        deferred = (TaskInstance.state == TaskInstanceState.DEFERRED, Trigger.classpath == classpath)
         if len(new) > _CHUNK and 2 * len(new) > len(rows):  # mostly new (a burst): one read of all
-            fetched = _full_rows(session, None, deferred)
+            fetched = _full_rows(session, None, deferred, compact=compact)
         else:
             for start in range(0, len(new), _CHUNK):
-                fetched.update(_full_rows(session, new[start : start + _CHUNK], deferred))
+                fetched.update(_full_rows(session, new[start : start + _CHUNK], deferred, compact=compact))
         # A deferral that moved on between the two reads is left out: the next cycle reads it again.
         added = sorted(
-            (_order_key(task, each), each, task)
-            for each in missing
-            if (task := fetched.get(each)) is not None
+            (_order_key(task), each, task) for each in missing if (task := fetched.get(each)) is not None
         )
         # The latest read's lists are changed in place (they are this reader's own; the list of tasks it
         # returned is copied first): the tasks that are no longer deferred taken out, found by their
@@ -160,20 +160,25 @@ class _WaitingTasks:
                 tasks.insert(at, task)
         known.update((each, task) for _, each, task in added)
         complete = len(tasks) == len(rows)  # else the next read must not take this one for the same
-        self._by_classpath[classpath] = _Read(complete, ordered, keys, tasks, known)
+        self._by_classpath[classpath] = _Read(
+            compact, max(top, latest.top), complete, ordered, keys, tasks, known
+        )
         return tasks
 
 
-def _order_key(task: WaitingTask, deferral: tuple[Any, ...]) -> tuple[datetime, str]:
+def _order_key(task: WaitingTask) -> tuple[datetime, str]:
     """Where a deferral goes in the waiting tasks: the trigger's creation time, then the task instance's
-    id as the database writes it in text (the order of its ``uuid`` or its text column alike)."""
-    return (task.deferred_at, deferral[0])
+    id in text (the order of its ``uuid`` or its text column alike)."""
+    return (task.deferred_at, str(task.id))
 
 
 class _Read(NamedTuple):
-    """One read of the deferrals on a classpath: whether every deferral read was found, its deferrals
-    in order, their order keys (``_order_key``) and tasks, and the tasks by deferral."""
+    """One read of the deferrals on a classpath: whether its keys are compact, the highest trigger id
+    read so far, whether every deferral read was found, its deferrals in order, their order keys
+    (``_order_key``) and tasks, and the tasks by deferral."""
 
+    compact: bool
+    top: int
     complete: bool
     rows: list[tuple[Any, ...]]
     keys: list[tuple[datetime, str]]
@@ -181,30 +186,28 @@ class _Read(NamedTuple):
     by_deferral: dict[Any, WaitingTask]
 
 
-def _deferral_rows(session: Session, classpath: str) -> list[tuple[Any, ...]]:
-    """The fields of a ``_Deferral`` of each task instance deferred on ``classpath``, in no order, as the
-    DB-API cursor returns them (plain tuples: a ``_Deferral`` equals one, and hashes alike)."""
+def _deferral_rows(session: Session, classpath: str, *, compact: bool) -> list[tuple[Any, ...]]:
+    """The key (``_WaitingTasks``) of each task instance deferred on ``classpath``, in no order, as the
+    DB-API cursor returns them (plain tuples: no SQLAlchemy row per task)."""
     connection = session.connection()
     dialect = connection.dialect
-    sql = _DEFERRALS_SQL.get((dialect.name, classpath))
+    sql = _DEFERRALS_SQL.get((dialect.name, classpath, compact))
     if sql is None:
         ti = TaskInstance
+        # The creation time and the id as text: the column types would build a timezone-aware datetime
+        # and a uuid.UUID per row, most of the read at 10,000; they only identify a deferral.
+        columns: list[Any] = [Trigger.id, ti.try_number, ti.pid.is_not(None)]
+        if not compact:
+            columns[1:1] = [cast(Trigger.created_date, String)]
+            columns.append(cast(ti.id, String))
         query = (
-            # The id and the creation time as text: psycopg2 would build a uuid.UUID and the column type
-            # a timezone-aware datetime per row, most of the read at 10,000; they only identify a deferral.
-            select(
-                cast(ti.id, String),
-                Trigger.id,
-                cast(Trigger.created_date, String),
-                ti.try_number,
-                ti.pid.is_not(None),
-            )
+            select(*columns)
             .join(Trigger, ti.trigger_id == Trigger.id)
             .where(ti.state == TaskInstanceState.DEFERRED.value, Trigger.classpath == classpath)
         )
         # Constants only (the state and the classpath), rendered by the dialect: no parameters to bind.
         sql = str(query.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
-        _DEFERRALS_SQL[(dialect.name, classpath)] = sql
+        _DEFERRALS_SQL[(dialect.name, classpath, compact)] = sql
     cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
         cursor.execute(sql)
@@ -214,15 +217,15 @@ def _deferral_rows(session: Session, classpath: str) -> list[tuple[Any, ...]]:
     return rows
 
 
-#: ``_deferral_rows``'s statement, by dialect and classpath.
-_DEFERRALS_SQL: dict[tuple[str, str], str] = {}
+#: ``_deferral_rows``'s statement, by dialect, classpath and whether its keys are compact.
+_DEFERRALS_SQL: dict[tuple[str, str, bool], str] = {}
 
 
 def _full_rows(
-    session: Session, ids: Sequence[uuid.UUID] | None, deferred: tuple[Any, ...]
-) -> dict[_Deferral, WaitingTask]:
-    """The ``WaitingTask`` of each task instance of ``ids`` (None: every one) still deferred as
-    ``deferred`` says."""
+    session: Session, trigger_ids: Sequence[int] | None, deferred: tuple[Any, ...], *, compact: bool
+) -> dict[tuple[Any, ...], WaitingTask]:
+    """The ``WaitingTask`` of each task instance deferred as ``deferred`` says on a trigger of
+    ``trigger_ids`` (None: on any), by its deferral's key (``_WaitingTasks``)."""
     ti = TaskInstance
     query = (
         select(
@@ -242,14 +245,16 @@ def _full_rows(
         .join(Trigger, ti.trigger_id == Trigger.id)
         .where(*deferred)
     )
-    if ids is not None:
-        query = query.where(ti.id.in_(ids))
-    tasks: dict[_Deferral, WaitingTask] = {}
+    if trigger_ids is not None:
+        query = query.where(Trigger.id.in_(trigger_ids))
+    tasks: dict[tuple[Any, ...], WaitingTask] = {}
     for row in session.execute(query):
-        deferral = _Deferral(
-            row.ti_id_text, row.trigger_id, row.created_text, row.try_number, row.pid is not None
-        )
-        tasks[deferral] = WaitingTask(
+        from_worker = row.pid is not None
+        if compact:
+            key: tuple[Any, ...] = (row.trigger_id, row.try_number, from_worker)
+        else:
+            key = (row.trigger_id, row.created_text, row.try_number, from_worker, row.ti_id_text)
+        tasks[key] = WaitingTask(
             id=row.ti_id,
             dag_id=row.dag_id,
             run_id=row.run_id,
@@ -258,7 +263,7 @@ def _full_rows(
             try_number=row.try_number,
             trigger_id=row.trigger_id,
             deferred_at=row.created_date,
-            from_worker=row.pid is not None,
+            from_worker=from_worker,
             kwargs=Trigger._decrypt_kwargs(row.encrypted_kwargs),
             job_id=job_id_for(row.dag_id, row.run_id, row.task_id, row.map_index, row.try_number),
         )

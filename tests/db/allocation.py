@@ -27,6 +27,7 @@ def defer(
     pid: int | None = None,
     deferred_at: datetime = START,
     plain_json: bool = False,
+    trigger_id: int | None = None,
     **request: Any,
 ) -> str:
     """Write a task instance of team ``team-a`` DEFERRED on the admission trigger for ``gpus`` x ``gpu`` of
@@ -54,6 +55,7 @@ def defer(
             pid=pid,
             next_kwargs={"round": 1},
             plain_json=plain_json,
+            trigger_id=trigger_id,
         )
 
 

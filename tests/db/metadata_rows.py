@@ -59,11 +59,14 @@ def insert_deferred_task(
     pid: int | None = None,
     next_kwargs: dict[str, Any] | None = None,
     plain_json: bool = False,
+    trigger_id: int | None = None,
 ) -> str:
     """Write a task instance (try 1) DEFERRED on the admission trigger with ``kwargs``, as Airflow leaves
     one; return its job id. ``plain_json``: a worker's deferral (the Execution API stores the kwargs as
-    json.dumps, unencrypted); ``pid``: deferred from a worker run."""
+    json.dumps, unencrypted); ``pid``: deferred from a worker run; ``trigger_id``: the trigger row's id
+    (by default the database's next)."""
     trigger = Trigger(ADMISSION_CLASSPATH, kwargs, created_date=deferred_at)
+    trigger.id = trigger_id
     if plain_json:
         trigger.encrypted_kwargs = json.dumps(serialize(kwargs))
     session.add(trigger)

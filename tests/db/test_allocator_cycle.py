@@ -223,6 +223,39 @@ def test_a_task_instance_that_left_deferred_is_not_claimed(db: Database) -> None
     assert (report.submitted, report.granted) == ([], [])
 
 
+def test_two_task_instances_deferred_on_one_trigger_row_both_wait(db: Database) -> None:
+    # Airflow gives each deferral its own trigger row, and on PostgreSQL the cycle tells deferrals apart by
+    # that row alone: two on one row must still be two requests, not one hidden behind the other.
+    first, second = defer(db, "job0"), defer(db, "job1")
+    table = TaskInstance.__table__
+    with db.engine.begin() as connection:
+        shared = connection.scalar(sa.select(table.c.trigger_id).where(table.c.task_id == "job0"))
+        connection.execute(sa.update(table).where(table.c.task_id == "job1").values(trigger_id=shared))
+
+    report = cycle(db, START + timedelta(seconds=1))
+
+    assert sorted(report.submitted) == sorted([first, second])
+    assert sorted(lease.job_id for lease in report.granted) == sorted([first, second])
+
+
+def test_a_database_reset_under_a_running_allocator_is_read_afresh(db: Database) -> None:
+    # After ``airflow db reset`` trigger ids start again from a lower one, while the scheduler's allocator
+    # still knows the deferrals it read before by their triggers' ids: a new deferral on a trigger row
+    # that has an old one's id must be read as the new task it is.
+    defer(db, "job0")
+    defer(db, "job1")
+    table = TaskInstance.__table__
+    with db.engine.begin() as connection:
+        reused = connection.scalar(sa.select(table.c.trigger_id).where(table.c.task_id == "job0"))
+    assert cycle(db, START + timedelta(seconds=1)).granted  # read, and known by their trigger rows
+    reset_for_allocation(db.engine, dag_id=DAG_ID, run_id=RUN_ID, start=START, quotas=QUOTAS)
+    new = defer(db, "job2", trigger_id=reused)
+
+    report = cycle(db, START + timedelta(seconds=2))
+
+    assert report.submitted == [new]
+
+
 @POSTGRESQL_ONLY  # advisory locks exist on PostgreSQL only; SQLite runs one scheduler
 def test_on_postgresql_a_cycle_is_skipped_while_another_holds_the_allocator_lock(db: Database) -> None:
     defer(db, "job0")
