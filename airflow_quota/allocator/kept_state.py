@@ -32,7 +32,7 @@ from sqlalchemy import select
 from airflow_quota.allocator.queue_part import QueuePart, Waiting
 from airflow_quota.allocator.tasks import WaitingTask, is_postgres
 from airflow_quota.engine.model import Job, JobQueue, JobStatus, QueueState
-from airflow_quota.ledger.generation import QueueMark, read_mark
+from airflow_quota.ledger.generation import QueueMark, mark_written, read_mark
 from airflow_quota.ledger.job_rows import job_from_row
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.ledger.queue_state import load_queue
@@ -157,15 +157,14 @@ def keep_for_next_cycle(
     part: QueuePart, queue_name: str, state: QueueState, quiet: list[Waiting] | None = None
 ) -> None:
     """At the end of the queue's part: keep ``state`` (the queue as the part leaves it) for the next
-    cycle, once this one has committed, with the queue's mark now (its own job writes bumped it; no one
-    else's could, the row being locked, or on SQLite the database). A part that changed no job leaves
-    the mark as it was, so another host's kept state stays good too. ``quiet``: see ``KeptQueue``."""
+    cycle, once this one has committed, with the queue's mark now (``mark_written``, not read again: its
+    own job writes bumped it; no one else's could, the row being locked, or on SQLite the database). A
+    part that changed no job leaves the mark as it was, so another host's kept state stays good too.
+    ``quiet``: see ``KeptQueue``."""
     kept_queues = part.settings.kept_queues
     if kept_queues is None or part.mark is None:
         return
-    mark = read_mark(part.session, queue_name)
-    if mark is None or mark.revision != part.mark.revision:
-        return
+    mark = mark_written(part.session, queue_name, part.mark)
     if part.kept is not None and state is part.kept.state:  # the state it started from, unchanged
         kept_queues.pending[queue_name] = KeptQueue(mark, state, part.kept.others, quiet)
         return

@@ -44,15 +44,19 @@ def bump_generation(session: Session, job_queue_name: str) -> None:
         for transaction, queues in bumped:
             if job_queue_name in queues and _within(current, transaction):
                 return
-    session.execute(
+    generation = session.scalar(
         update(JobQueueRow)
         .where(JobQueueRow.job_queue_name == job_queue_name)
         .values(generation=JobQueueRow.generation + 1)
+        .returning(JobQueueRow.generation)
         .execution_options(synchronize_session=False)
     )
     current = session.get_nested_transaction() or session.get_transaction()
     if current is None:  # not in a transaction (an autocommit connection): nothing to remember
         return
+    root = session.get_transaction()
+    written = session.info.setdefault(_WRITTEN, {})
+    written[job_queue_name] = (root, generation)
     for transaction, queues in bumped:
         if transaction is current:
             queues.add(job_queue_name)
@@ -63,6 +67,22 @@ def bump_generation(session: Session, job_queue_name: str) -> None:
 
 #: ``Session.info`` key of the queues bumped per open transaction (``bump_generation``).
 _BUMPED = "airflow_quota.bumped_generations"
+#: ``Session.info`` key of each queue's latest bump: the outermost transaction then, and the generation.
+_WRITTEN = "airflow_quota.written_generations"
+
+
+def mark_written(session: Session, job_queue_name: str, read: QueueMark) -> QueueMark:
+    """The queue's mark as this transaction leaves it so far, without reading it again: ``read`` (the mark
+    this transaction read, with the queue's row locked: no one else bumps it meanwhile), with the
+    generation of this transaction's latest bump of the queue, if any.
+
+    Off only when a savepoint rolled back that latest bump (the generation went back): then it names a
+    generation the ledger does not have, and a kept state with it is read whole next time. Never the other
+    way: a mark that equals the ledger's is the ledger's."""
+    latest = session.info.get(_WRITTEN, {}).get(job_queue_name)
+    if latest is None or latest[0] is not session.get_transaction():
+        return read
+    return QueueMark(read.revision, latest[1])
 
 
 def _bumped(session: Session) -> list[tuple[SessionTransaction, set[str]]]:

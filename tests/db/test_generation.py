@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_quota.ledger.configuration import apply_quota_config
-from airflow_quota.ledger.generation import bump_generation, read_mark
+from airflow_quota.ledger.generation import QueueMark, bump_generation, mark_written, read_mark
 from tests.db.conftest import Database
 from tests.db.test_apply_lock_order import quotas
 
@@ -51,3 +51,28 @@ def test_a_queue_is_bumped_once_per_transaction_and_again_after_a_rolled_back_sa
         with session.begin():
             bump_generation(session, "gen-b")
     assert generation(migrated, "gen-b") == start_b + 4
+
+
+def test_the_mark_a_transaction_leaves_is_known_without_reading_it_again(migrated: Database) -> None:
+    with migrated.session() as session, session.begin():
+        apply_quota_config(session, quotas(2, "gen-a", "gen-b"), applied_by="test", source="test")
+
+    with migrated.session() as session:
+        with session.begin():
+            read = read_mark(session, "gen-a", lock=True)
+            assert read is not None
+            assert mark_written(session, "gen-a", read) == read  # nothing written yet
+            with session.begin_nested():
+                bump_generation(session, "gen-a")
+            bumped = QueueMark(read.revision, read.generation + 1)
+            assert mark_written(session, "gen-a", read) == read_mark(session, "gen-a") == bumped
+        with session.begin():  # the next transaction starts from its own read
+            read = read_mark(session, "gen-a", lock=True)
+            assert read == bumped
+            assert mark_written(session, "gen-a", read) == read
+            savepoint = session.begin_nested()
+            bump_generation(session, "gen-a")
+            savepoint.rollback()
+            # The rolled-back bump leaves it off: a kept state with it is read whole next time, never
+            # taken for the ledger's.
+            assert mark_written(session, "gen-a", read) != read_mark(session, "gen-a")
