@@ -694,12 +694,13 @@ def render(results: Results, console: Console) -> None:
             f"cycle ms median {statistics.median(durations):.0f}, p95 {p95:.0f}, max {max(durations):.0f}; "
             f"most jobs RUNNABLE at once {waiting:,}; {results.allocator_error_count} failed cycles"
         )
-        wait, seen_by = _turnover(results)
-        console.print(
-            f"turnover: a job's success waited {wait:.0f} ms on average for the next cycle to start, and "
-            f"that cycle took {seen_by:.0f} ms on average (a cycle turning over many jobs is long, and more "
-            "jobs end while it runs)"
-        )
+        for job_class, turnover in _turnover(results).items():
+            console.print(
+                f"turnover, {job_class}: between one job's end and the next one's start on its capacity "
+                f"{turnover.total:.0f} ms on average: its success waited {turnover.wait:.0f} ms for a cycle "
+                f"to start, that cycle took {turnover.cycle:.0f} ms (it saw {turnover.turned:.0f} jobs end), "
+                f"the runner saw the next grant {turnover.notice:.0f} ms after its commit"
+            )
     for error in results.allocator_errors[:3]:
         console.print(f"[red]allocator error: {error}[/red]")
     if results.timed_out:
@@ -713,19 +714,52 @@ def render(results: Results, console: Console) -> None:
         console.print(results.profile)
 
 
-def _turnover(results: Results) -> tuple[float, float]:
-    """Per finished job, on average: ms from its success to the start of the cycle that sees it, and
-    that cycle's ms (its capacity is granted again when that cycle commits)."""
-    starts = [cycle.started for cycle in results.cycles]
-    waits: list[float] = []
-    durations: list[float] = []
-    for finished_at in (job.finished_at for job in results.jobs if job.finished_at is not None):
-        seen_by = bisect.bisect_right(starts, finished_at)
-        if seen_by < len(starts):
-            cycle = results.cycles[seen_by]
-            waits.append((cycle.started - finished_at) * 1000)
-            durations.append((cycle.committed - cycle.started) * 1000)
-    return (statistics.mean(waits), statistics.mean(durations)) if waits else (0.0, 0.0)
+@dataclass(frozen=True)
+class Turnover:
+    """What one job's capacity does between its success and the next job's start on it, on average (ms)."""
+
+    #: From its success to the start of the cycle that sees it ...
+    wait: float
+    #: ... that cycle, which grants the capacity again when it commits (a cycle seen by many jobs counts
+    #: once for each: length-biased) ...
+    cycle: float
+    #: ... and from that commit to the runner seeing the grant (measured on the job's own grant).
+    notice: float
+    #: The jobs that cycle finished, on average over the jobs it saw end.
+    turned: float
+
+    @property
+    def total(self) -> float:
+        return self.wait + self.cycle + self.notice
+
+
+def _turnover(results: Results) -> dict[str, Turnover]:
+    """Per job class, its jobs' ``Turnover``: where the capacity idles between two jobs (Kueue's runner
+    starts a job the moment it is admitted; here a success waits for a cycle, and a grant for its commit)."""
+    cycles = results.cycles
+    starts = [cycle.started for cycle in cycles]
+    commits = [cycle.committed for cycle in cycles]
+    seen: dict[str, list[tuple[float, float, float, float]]] = defaultdict(list)
+    for job in results.jobs:
+        if job.finished_at is None or job.first_admitted_at is None or job.evictions:
+            continue
+        seen_by = bisect.bisect_right(starts, job.finished_at)
+        granted_by = bisect.bisect_right(commits, job.first_admitted_at) - 1
+        if seen_by < len(cycles) and granted_by >= 0:
+            cycle = cycles[seen_by]
+            seen[job.job_class.name].append(
+                (
+                    (cycle.started - job.finished_at) * 1000,
+                    (cycle.committed - cycle.started) * 1000,
+                    (job.first_admitted_at - commits[granted_by]) * 1000,
+                    cycle.finished,
+                )
+            )
+    return {
+        each.name: Turnover(*(statistics.mean(column) for column in zip(*seen[each.name], strict=True)))
+        for each in reversed(JOB_CLASSES)
+        if seen[each.name]
+    }
 
 
 def _seconds(value: float | None) -> str:

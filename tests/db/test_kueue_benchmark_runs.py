@@ -41,4 +41,5 @@ def test_kueue_scheduling_benchmark_tiny_run_finishes_every_job_and_prints_its_t
         assert metric in result.stdout, f"{metric!r} missing from the table:\n{result.stdout}"
     assert "180 of 180" in result.stdout, result.stdout
     assert "0 failed cycles" in result.stdout, result.stdout
-    assert "turnover: a job's success waited" in result.stdout, result.stdout
+    for job_class in ("large", "medium", "small"):
+        assert f"turnover, {job_class}: between one job's end" in result.stdout, result.stdout
