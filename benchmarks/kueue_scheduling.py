@@ -699,7 +699,8 @@ def render(results: Results, console: Console) -> None:
                 f"turnover, {job_class}: between one job's end and the next one's start on its capacity "
                 f"{turnover.total:.0f} ms on average: its success waited {turnover.wait:.0f} ms for a cycle "
                 f"to start, that cycle took {turnover.cycle:.0f} ms (it saw {turnover.turned:.0f} jobs end), "
-                f"the runner saw the next grant {turnover.notice:.0f} ms after its commit"
+                f"the runner saw the next grant {turnover.notice:.0f} ms after its commit",
+                soft_wrap=True,  # one line per class, for a reader's grep
             )
     for error in results.allocator_errors[:3]:
         console.print(f"[red]allocator error: {error}[/red]")

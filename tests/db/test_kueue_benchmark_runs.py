@@ -1,6 +1,7 @@
-"""The Kueue scheduling benchmark still runs: a tiny PostgreSQL run finishes every job and prints its table.
+"""The Kueue scheduling benchmark still runs: a tiny PostgreSQL run finishes every job and prints its table;
+so does its turnover cycle on its own (``turnover_cycle.py``).
 
-It needs PostgreSQL (``QUOTA_TEST_POSTGRES``); it skips when none is reachable, and fails instead under CI.
+They need PostgreSQL (``QUOTA_TEST_POSTGRES``); it skips when none is reachable, and fails instead under CI.
 """
 
 from __future__ import annotations
@@ -19,17 +20,11 @@ pytestmark = [pytest.mark.db, pytest.mark.airflow]  # the slow tier: see tests/c
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_kueue_scheduling_benchmark_tiny_run_finishes_every_job_and_prints_its_table() -> None:
+def run_benchmark(script: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """Run ``benchmarks/<script>`` on the test's PostgreSQL server; it must exit 0."""
     postgres_server_or_skip()
     result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "kueue_scheduling.py"),
-            "--scale",
-            "0.01",
-            "--timeout",
-            "120",
-        ],
+        [sys.executable, str(ROOT / "benchmarks" / script), *arguments],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -37,6 +32,11 @@ def test_kueue_scheduling_benchmark_tiny_run_finishes_every_job_and_prints_its_t
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def test_kueue_scheduling_benchmark_tiny_run_finishes_every_job_and_prints_its_table() -> None:
+    result = run_benchmark("kueue_scheduling.py", "--scale", "0.01", "--timeout", "120")
     assert "Kueue's scheduler benchmark (baseline)" in result.stdout, result.stdout
     for metric in ("makespan (s)", "usage, all shares", "mean time to admission, large", "physical bound"):
         assert metric in result.stdout, f"{metric!r} missing from the table:\n{result.stdout}"
@@ -44,3 +44,13 @@ def test_kueue_scheduling_benchmark_tiny_run_finishes_every_job_and_prints_its_t
     assert "0 failed cycles" in result.stdout, result.stdout
     # One line per job class with jobs that were never preempted (at this scale a class may have none).
     assert re.search(r"turnover, (large|medium|small): between one job's end", result.stdout), result.stdout
+
+
+def test_turnover_cycle_benchmark_tiny_run_finishes_and_grants_again_in_each_cycle() -> None:
+    result = run_benchmark(
+        "turnover_cycle.py", "--waiting", "2000", "--medium", "300", "--cycles", "2", "--warm-up", "1"
+    )
+    found = re.search(r"over 2 cycles; finished / granted per cycle: (\d+)/(\d+), (\d+)/(\d+)", result.stdout)
+    assert found is not None, result.stdout
+    # Each timed cycle finished what the one before granted, and granted the capacity again.
+    assert all(int(count) > 0 for count in found.groups()), result.stdout
