@@ -13,6 +13,7 @@ instead of being resurrected (research: grant-mechanism.md section 4.5).
 from __future__ import annotations
 
 import json
+import logging
 import typing
 import uuid
 from bisect import bisect_right
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from itertools import compress, repeat
-from operator import is_, is_not, itemgetter, not_
+from operator import is_, is_not, not_
 from typing import Any, NamedTuple
 
 from airflow.jobs.job import Job, JobState
@@ -44,6 +45,8 @@ from airflow_quota.engine.model import JobStatus
 from airflow_quota.ledger.job_rows import OPEN_STATUSES
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY, TrainingJobRecord
+
+log = logging.getLogger(__name__)
 
 
 def is_postgres(session: Session) -> bool:
@@ -99,10 +102,14 @@ class _WaitingTasks:
     Were two task instances ever deferred on one trigger row (Airflow never does so), their keys would be
     one: that read is made again with full keys, so no task is hidden behind another's. A full key
     (SQLite, which gives a new row the id of a deleted one) also holds the trigger's creation time (after
-    its id) and the task instance's id (last)."""
+    its id) and the task instance's id (last). Trigger ids are given again only when the sequence starts
+    over (``airflow db reset`` or a restored backup under a running scheduler): every ``CHECK_EVERY``
+    reads, the compact keys known are checked against the task instances' ids (``_still_theirs``), and
+    a key found to be another task's now makes that read start afresh."""
 
     def __init__(self) -> None:
         self._by_classpath: dict[str, _Read] = {}
+        self._reads = 0
 
     def read(self, session: Session, classpath: str) -> list[WaitingTask]:
         compact = is_postgres(session)
@@ -111,11 +118,13 @@ class _WaitingTasks:
             compact = False
             rows = _deferral_rows(session, classpath, compact=compact)
         latest = self._by_classpath.get(classpath)
-        top = max(map(itemgetter(0), rows), default=0)  # the highest trigger id
-        if latest is None or latest.compact is not compact or top < latest.top:
-            # Nothing to take for the same: a first read, keys of another kind, or trigger ids counted again
-            # from a lower one (the database was reset): a kept key may now be another deferral's.
-            latest = _Read(compact, top, False, [], [], [], {})
+        self._reads += 1
+        if (
+            latest is None
+            or latest.compact is not compact
+            or (compact and self._reads % CHECK_EVERY == 0 and not _still_theirs(session, classpath, latest))
+        ):
+            latest = _Read(compact, False, [], [], [], {})  # nothing to take for the same
         known = latest.by_deferral
         found = list(map(known.get, rows))
         missing = list(compress(rows, map(is_, found, repeat(None))))
@@ -160,10 +169,31 @@ class _WaitingTasks:
                 tasks.insert(at, task)
         known.update((each, task) for _, each, task in added)
         complete = len(tasks) == len(rows)  # else the next read must not take this one for the same
-        self._by_classpath[classpath] = _Read(
-            compact, max(top, latest.top), complete, ordered, keys, tasks, known
-        )
+        self._by_classpath[classpath] = _Read(compact, complete, ordered, keys, tasks, known)
         return tasks
+
+
+#: Every so many reads, the compact keys known are checked against the task instances' ids.
+CHECK_EVERY = 100
+
+
+def _still_theirs(session: Session, classpath: str, latest: _Read) -> bool:
+    """Whether every compact key ``latest`` knows that is read again now is still its task's: the same
+    trigger row, try and worker flag, and the same task instance (its id read with the full keys)."""
+    known = latest.by_deferral
+    for row in _deferral_rows(session, classpath, compact=False):
+        trigger_id, _, try_number, from_worker, ti_id = row
+        task = known.get((trigger_id, try_number, from_worker))
+        if task is not None and str(task.id) != ti_id:
+            log.warning(
+                "The deferral on trigger %s is task instance %s's now, not %s's: trigger ids were given "
+                "again (the database was reset or restored?); the waiting tasks are read afresh",
+                trigger_id,
+                ti_id,
+                task.id,
+            )
+            return False
+    return True
 
 
 def _order_key(task: WaitingTask) -> tuple[datetime, str]:
@@ -173,12 +203,11 @@ def _order_key(task: WaitingTask) -> tuple[datetime, str]:
 
 
 class _Read(NamedTuple):
-    """One read of the deferrals on a classpath: whether its keys are compact, the highest trigger id
-    read so far, whether every deferral read was found, its deferrals in order, their order keys
-    (``_order_key``) and tasks, and the tasks by deferral."""
+    """One read of the deferrals on a classpath: whether its keys are compact, whether every deferral
+    read was found, its deferrals in order, their order keys (``_order_key``) and tasks, and the tasks by
+    deferral."""
 
     compact: bool
-    top: int
     complete: bool
     rows: list[tuple[Any, ...]]
     keys: list[tuple[datetime, str]]

@@ -18,6 +18,7 @@ from airflow.models.taskinstance import TaskInstance
 from airflow.sdk.serde import deserialize
 from airflow.utils.state import TaskInstanceState
 
+from airflow_quota.allocator import tasks as tasks_module
 from airflow_quota.allocator.cycle import ALLOCATOR_LOCK_ID, CycleReport, run_allocation_cycle
 from airflow_quota.allocator.job_ids import job_id_for
 from airflow_quota.allocator.settings import CycleSettings
@@ -238,11 +239,15 @@ def test_two_task_instances_deferred_on_one_trigger_row_both_wait(db: Database) 
     assert sorted(lease.job_id for lease in report.granted) == sorted([first, second])
 
 
-def test_a_database_reset_under_a_running_allocator_is_read_afresh(db: Database) -> None:
-    # After ``airflow db reset`` trigger ids start again from a lower one, while the scheduler's allocator
-    # still knows the deferrals it read before by their triggers' ids: a new deferral on a trigger row
-    # that has an old one's id must be read as the new task it is.
-    defer(db, "job0")
+def test_a_database_reset_under_a_running_allocator_is_found_by_the_periodic_check(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # After ``airflow db reset`` trigger ids start again, while the scheduler's allocator still knows the
+    # deferrals it read before by their triggers' ids (PostgreSQL): a new deferral on a trigger row with an
+    # old one's id is taken for the old task until the periodic check (every CHECK_EVERY reads, here 2)
+    # finds that row another task's; meanwhile nothing is granted to the task that is gone.
+    monkeypatch.setattr(tasks_module, "CHECK_EVERY", 2)
+    old = defer(db, "job0")
     defer(db, "job1")
     table = TaskInstance.__table__
     with db.engine.begin() as connection:
@@ -251,9 +256,11 @@ def test_a_database_reset_under_a_running_allocator_is_read_afresh(db: Database)
     reset_for_allocation(db.engine, dag_id=DAG_ID, run_id=RUN_ID, start=START, quotas=QUOTAS)
     new = defer(db, "job2", trigger_id=reused)
 
-    report = cycle(db, START + timedelta(seconds=2))
+    reports = [cycle(db, START + timedelta(seconds=2 + number)) for number in range(2)]
 
-    assert report.submitted == [new]
+    assert [report.submitted for report in reports if report.submitted] == [[new]]
+    assert old not in [lease.job_id for report in reports for lease in report.granted]
+    assert [lease.job_id for report in reports for lease in report.granted] == [new]
 
 
 @POSTGRESQL_ONLY  # advisory locks exist on PostgreSQL only; SQLite runs one scheduler
