@@ -25,6 +25,7 @@ from airflow_quota.engine.model import (
     QueueState,
 )
 from airflow_quota.engine.planner import plan_cycle
+from airflow_quota.ledger.audit import add_audit_row, audit_rows_in_bulk
 from airflow_quota.ledger.configuration import applied_config, apply_quota_config
 from airflow_quota.ledger.decisions import record_cycle
 from airflow_quota.ledger.errors import ConfigApplyError, LedgerError
@@ -509,6 +510,44 @@ def test_a_batch_of_submissions_is_inserted_in_bulk_after_the_events_before_it(l
         ("FAILED", "late"),
         ("SUBMITTED", "old"),
     ]
+
+
+def test_audit_rows_in_bulk_keep_the_order_of_events_and_vanish_with_a_block_that_raises(
+    ledger: Ledger,
+) -> None:
+    """Within ``audit_rows_in_bulk`` (a cycle's reconciliation of hundreds of finishes) the events' audit
+    rows go in one INSERT when the block ends: after an event recorded before it in the same transaction,
+    in the order of the events; a block that raises leaves none of its rows."""
+    ledger.apply(quota_file(LENDER, BORROWER))
+    for job_id in ("first", "a", "b"):
+        ledger.submit(job_id, "lender", 1)
+    before, now = ledger.load(), ledger.tick()
+
+    def terminate_three(session: Session) -> QueueState:
+        state = record_termination(session, before, "first", now, "gone")  # pending, an ORM object
+        with audit_rows_in_bulk(session):
+            state = record_termination(session, state, "a", now, "gone too")
+            state = record_termination(session, state, "b", now, "gone as well")
+            assert session.scalar(sa.select(sa.func.count()).where(AuditRow.at == now)) == 2  # not yet
+        return state
+
+    ledger.state = ledger.step(terminate_three)
+
+    assert [(row.kind, row.job_id) for row in ledger.audit() if row.at == now] == [
+        ("TERMINATED", "first"),
+        ("FAILED", "first"),
+        ("TERMINATED", "a"),
+        ("FAILED", "a"),
+        ("TERMINATED", "b"),
+        ("FAILED", "b"),
+    ]
+    later = ledger.tick()
+    with ledger.database.session() as session, session.begin():  # committed: only the block failed
+        with pytest.raises(RuntimeError), audit_rows_in_bulk(session):
+            add_audit_row(session, later, QUEUE, AuditKind.FAILED, job_id="nobody", message="never")
+            raise RuntimeError("the block failed")
+        add_audit_row(session, later, QUEUE, AuditKind.FAILED, job_id="someone", message="after it")
+    assert [row.job_id for row in ledger.audit() if row.at == later] == ["someone"]
 
 
 def test_terminating_a_waiting_job_fails_it_and_a_running_one_after_its_stop(ledger: Ledger) -> None:
