@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from airflow_quota.engine.model import CyclePlan, Grant, Job, Preemption, QueueState
-from airflow_quota.ledger.audit import audit_values
+from airflow_quota.ledger.audit import add_audit_row, audit_rows_in_bulk
 from airflow_quota.ledger.job_rows import changed_jobs, write_jobs, write_reasons
 from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
 
@@ -26,17 +25,12 @@ def record_cycle(session: Session, before: QueueState, plan: CyclePlan, now: dat
     changed, reasons = _changed(before, plan)
     write_reasons(session, before.queue.name, reasons)
     rows = write_jobs(session, changed, now)
-    audit: list[dict[str, Any]] = []
-    for decision in plan.decisions:  # the jobs they name are in ``plan.decided`` as decided
-        if isinstance(decision, Grant):
-            audit.append(_record_grant(plan.decided, rows[decision.job_id], decision, now))
-        else:
-            audit += _record_preemption(plan.decided, rows, decision, now)
-    if audit:
-        # In bulk, not as ORM objects (a cycle turning over its capacity grants hundreds), after the
-        # session's pending rows (flushed first), so the log keeps its order.
-        session.flush()
-        session.execute(insert(AuditRow), audit)
+    with audit_rows_in_bulk(session):  # a cycle turning over its capacity grants hundreds: one INSERT
+        for decision in plan.decisions:  # the jobs they name are in ``plan.decided`` as decided
+            if isinstance(decision, Grant):
+                _record_grant(session, plan.decided, rows[decision.job_id], decision, now)
+            else:
+                _record_preemption(session, plan.decided, rows, decision, now)
     return rows
 
 
@@ -66,15 +60,15 @@ def _changed(before: QueueState, plan: CyclePlan) -> tuple[dict[str, Job], dict[
     return changed, reasons
 
 
-def _record_grant(state: QueueState, row: JobRow, grant: Grant, now: datetime) -> dict[str, Any]:
-    """Write the grant's lease on its job's row; its audit row."""
+def _record_grant(session: Session, state: QueueState, row: JobRow, grant: Grant, now: datetime) -> None:
     row.attempt += 1
     row.held_capacity_unit = grant.capacity_unit
     row.held_instance_count = grant.instance_count
     row.borrowed_instance_count = grant.borrowed
     row.borrowed_from = None
     borrowed = f" ({grant.borrowed} borrowed)" if grant.borrowed else ""
-    return audit_values(
+    add_audit_row(
+        session,
         now,
         state.queue.name,
         AuditKind.GRANTED,
@@ -90,31 +84,27 @@ def _record_grant(state: QueueState, row: JobRow, grant: Grant, now: datetime) -
 
 
 def _record_preemption(
-    state: QueueState, rows: Mapping[str, JobRow], preemption: Preemption, now: datetime
-) -> list[dict[str, Any]]:
-    """Write the preemption's rule on each victim's row; their audit rows."""
+    session: Session, state: QueueState, rows: Mapping[str, JobRow], preemption: Preemption, now: datetime
+) -> None:
     preemptor = state.jobs[preemption.preemptor_id]
-    audit: list[dict[str, Any]] = []
     for victim_id in preemption.victim_ids:
         victim, row = state.jobs[victim_id], rows[victim_id]
         row.preemption_rule = preemption.rule.value
-        audit.append(
-            audit_values(
-                now,
-                state.queue.name,
-                AuditKind.PREEMPTED,
-                job=victim,
-                related_job_id=preemptor.job_id,
-                rule=preemption.rule.value,
-                message=f"{victim_id} ({victim.share_name}) preempted by {preemptor.job_id} "
-                f"({preemptor.share_name}), rule {preemption.rule}: its {victim.count} {victim.unit} go to "
-                f"{preemptor.job_id} once it has stopped",
-                details={
-                    "capacityUnit": victim.unit,
-                    "instanceCount": victim.count,
-                    "preemptorShare": preemptor.share_name,
-                    "attempt": row.attempt,
-                },
-            )
+        add_audit_row(
+            session,
+            now,
+            state.queue.name,
+            AuditKind.PREEMPTED,
+            job=victim,
+            related_job_id=preemptor.job_id,
+            rule=preemption.rule.value,
+            message=f"{victim_id} ({victim.share_name}) preempted by {preemptor.job_id} "
+            f"({preemptor.share_name}), rule {preemption.rule}: its {victim.count} {victim.unit} go to "
+            f"{preemptor.job_id} once it has stopped",
+            details={
+                "capacityUnit": victim.unit,
+                "instanceCount": victim.count,
+                "preemptorShare": preemptor.share_name,
+                "attempt": row.attempt,
+            },
         )
-    return audit
