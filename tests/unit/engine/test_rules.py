@@ -442,6 +442,33 @@ CASES = [
         granted=("p",),
     ),
     Case(
+        # It stopped for "p", ran again and is being stopped for "q": "p" waits for its own victims only.
+        "a_victim_that_stopped_and_is_stopping_again_for_another_preemptor_is_that_ones_alone",
+        queue(4, share("a", 4, RESERVE, preempt=True)),
+        (
+            running("again", "a", 1, prio=0, stopping_for="q"),
+            running("low", "a", 1, prio=0, stopping_for="p"),
+            waiting("p", "a", 2, prio=5, at=1, awaiting=frozenset({"again", "low"})),
+            waiting("q", "a", 1, prio=6, at=2, awaiting=frozenset({"again"})),
+        ),
+        granted=(),
+        reasons={
+            "p": "Waiting for 1 preempted job(s) to stop: low",
+            "q": "Waiting for 1 preempted job(s) to stop: again",
+        },
+    ),
+    Case(
+        "a_preemptor_is_granted_when_its_own_victims_have_stopped_while_an_earlier_one_stops_for_another",
+        queue(4, share("a", 4, RESERVE, preempt=True)),
+        (
+            running("again", "a", 1, prio=0, stopping_for="q"),
+            running("r", "a", 1, prio=0),
+            waiting("p", "a", 2, prio=5, at=1, awaiting=frozenset({"again", "gone"})),
+            waiting("q", "a", 1, prio=6, at=2, awaiting=frozenset({"again"})),
+        ),
+        granted=("p",),
+    ),
+    Case(
         "preemptor_with_a_reservation_counts_in_its_share",
         queue(4, share("a", 2, RESERVE, preempt=True), share("l", 2, LEND)),
         (
