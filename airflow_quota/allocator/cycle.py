@@ -83,7 +83,7 @@ from airflow_quota.engine.model import CyclePlan, Grant, JobStatus, QueueState
 from airflow_quota.engine.planner import plan_cycle
 from airflow_quota.ledger.decisions import record_cycle
 from airflow_quota.ledger.errors import AppliedConfigError, LedgerError
-from airflow_quota.ledger.job_rows import OPEN_STATUSES, to_engine_time
+from airflow_quota.ledger.job_rows import OPEN_STATUSES, job_rows_in_bulk, to_engine_time
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH
 
@@ -114,7 +114,8 @@ def run_allocation_cycle(
     for queue_name in sorted(set(open_queues) | set(waiting_by_queue)):
         part = CycleReport(ran_at=now)
         try:
-            with session.begin_nested():  # a savepoint: a failure rolls back this queue's part alone
+            # A savepoint: a failure rolls back this queue's part alone. Its job rows are written in bulk.
+            with session.begin_nested(), job_rows_in_bulk(session):
                 queue_part = QueuePart(session, now, settings, views, records, part)
                 _allocate_queue(queue_part, queue_name, waiting_by_queue.get(queue_name, []))
         except Exception as error:  # whatever it was, the other queues go on

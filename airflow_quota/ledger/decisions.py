@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from airflow_quota.engine.model import CyclePlan, Grant, Job, Preemption, QueueState
 from airflow_quota.ledger.audit import add_audit_row, audit_rows_in_bulk
-from airflow_quota.ledger.job_rows import changed_jobs, write_jobs, write_reasons
+from airflow_quota.ledger.job_rows import changed_jobs, set_columns, write_jobs, write_reasons
 from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
 
 
@@ -61,11 +61,16 @@ def _changed(before: QueueState, plan: CyclePlan) -> tuple[dict[str, Job], dict[
 
 
 def _record_grant(session: Session, state: QueueState, row: JobRow, grant: Grant, now: datetime) -> None:
-    row.attempt += 1
-    row.held_capacity_unit = grant.capacity_unit
-    row.held_instance_count = grant.instance_count
-    row.borrowed_instance_count = grant.borrowed
-    row.borrowed_from = None
+    set_columns(
+        row,
+        {
+            "attempt": row.attempt + 1,
+            "held_capacity_unit": grant.capacity_unit,
+            "held_instance_count": grant.instance_count,
+            "borrowed_instance_count": grant.borrowed,
+            "borrowed_from": None,
+        },
+    )
     borrowed = f" ({grant.borrowed} borrowed)" if grant.borrowed else ""
     add_audit_row(
         session,
@@ -89,7 +94,7 @@ def _record_preemption(
     preemptor = state.jobs[preemption.preemptor_id]
     for victim_id in preemption.victim_ids:
         victim, row = state.jobs[victim_id], rows[victim_id]
-        row.preemption_rule = preemption.rule.value
+        set_columns(row, {"preemption_rule": preemption.rule.value})
         add_audit_row(
             session,
             now,

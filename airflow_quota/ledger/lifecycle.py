@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import func, insert, select
@@ -30,7 +29,14 @@ from airflow_quota.engine.model import JobRequest, JobStatus, QueueState, StopCa
 from airflow_quota.ledger.audit import add_audit_row, audit_values
 from airflow_quota.ledger.errors import LedgerError
 from airflow_quota.ledger.generation import bump_generation
-from airflow_quota.ledger.job_rows import changed_jobs, job_row, to_engine_time, write_job, write_jobs
+from airflow_quota.ledger.job_rows import (
+    changed_jobs,
+    job_row,
+    job_values,
+    to_engine_time,
+    write_job,
+    write_jobs,
+)
 from airflow_quota.ledger.models import RECENT_PREEMPTED_ATTEMPTS, AuditKind, AuditRow, JobRow
 
 #: The longest reason a termination keeps: the REST API and the CLI refuse a longer one, the ledger cuts it.
@@ -116,23 +122,24 @@ def record_submissions(
     for each in submissions:
         job = after.jobs[each.job_id]
         task = each.task
-        row = SimpleNamespace(
-            job_id=each.job_id,
-            job_queue_name=queue_name,
-            recent_preempted_attempts=[],
-            attempt=0,
-            held_instance_count=0,
-            borrowed_instance_count=0,
-            dag_id=task.dag_id,  # ``asdict(task)``, without its deep copy
-            run_id=task.run_id,
-            task_id=task.task_id,
-            map_index=task.map_index,
-            try_number=task.try_number,
-            ti_id=task.ti_id,
-            created_at=now,
+        jobs.append(
+            {
+                "job_id": each.job_id,
+                "job_queue_name": queue_name,
+                "recent_preempted_attempts": [],
+                "attempt": 0,
+                "held_instance_count": 0,
+                "borrowed_instance_count": 0,
+                "dag_id": task.dag_id,  # ``asdict(task)``, without its deep copy
+                "run_id": task.run_id,
+                "task_id": task.task_id,
+                "map_index": task.map_index,
+                "try_number": task.try_number,
+                "ti_id": task.ti_id,
+                "created_at": now,
+                **job_values(job, now),  # what ``write_job`` would set on a new row
+            }
         )
-        write_job(row, job, now)  # type: ignore[arg-type]  # what a JobRow would hold, as a dictionary
-        jobs.append(vars(row))
         request = each.request
         audit.append(
             audit_values(

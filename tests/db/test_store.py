@@ -29,7 +29,7 @@ from airflow_quota.ledger.audit import add_audit_row, audit_rows_in_bulk
 from airflow_quota.ledger.configuration import applied_config, apply_quota_config
 from airflow_quota.ledger.decisions import record_cycle
 from airflow_quota.ledger.errors import ConfigApplyError, LedgerError
-from airflow_quota.ledger.job_rows import to_engine_time
+from airflow_quota.ledger.job_rows import job_rows_in_bulk, to_engine_time
 from airflow_quota.ledger.lifecycle import (
     Submission,
     TaskInstanceRef,
@@ -510,6 +510,51 @@ def test_a_batch_of_submissions_is_inserted_in_bulk_after_the_events_before_it(l
         ("FAILED", "late"),
         ("SUBMITTED", "old"),
     ]
+
+
+def test_job_rows_in_bulk_are_written_before_the_next_query_with_their_latest_values(ledger: Ledger) -> None:
+    """Within ``job_rows_in_bulk`` (a queue's part of a cycle) the job rows that events change wait for
+    one UPDATE: written before the session's next query (what the block reads is what it wrote) and when
+    the block ends, each column with its latest value, also one the unit of work sets afterwards; a block
+    that raises writes none of its rows, and their objects read the ledger's values again."""
+    ledger.apply(quota_file(LENDER, BORROWER))
+    for job_id, share_name in (("a", "lender"), ("b", "lender"), ("c", "borrower")):
+        ledger.submit(job_id, share_name, 1)
+    ledger.cycle()  # all three granted: SCHEDULED, holding 1 gpu each
+    before, now = ledger.load(), ledger.tick()
+
+    def status_in_database(session: Session, job_id: str) -> str | None:
+        """Read on the session's connection itself, as the bulk's writes do not see it."""
+        query = sa.select(JobRow.status).where(JobRow.job_id == job_id)
+        return session.connection().execute(query).scalar()
+
+    def finish_two(session: Session) -> QueueState:
+        with job_rows_in_bulk(session):
+            state = record_finish(session, before, "a", now, succeeded=True)
+            assert session.get(JobRow, "a").status == "SUCCEEDED"  # the object holds it at once ...
+            assert status_in_database(session, "a") == "SCHEDULED"  # ... the row waits for the bulk
+            assert session.scalar(sa.select(JobRow.status).where(JobRow.job_id == "a")) == "SUCCEEDED"
+            state = record_finish(session, state, "b", now, succeeded=False, reason="it broke")
+            session.get(JobRow, "b").status_reason = "it broke, said the operator"  # later, the ORM's
+            assert status_in_database(session, "b") == "SCHEDULED"
+        assert status_in_database(session, "b") == "FAILED"  # written when the block ended
+        return state
+
+    ledger.state = ledger.step(finish_two)
+    a, b = ledger.job("a"), ledger.job("b")
+    assert (a.status, a.held_instance_count, a.held_capacity_unit) == ("SUCCEEDED", 0, None)
+    assert (b.status, b.status_reason, b.held_instance_count) == ("FAILED", "it broke, said the operator", 0)
+
+    later = ledger.tick()
+    with ledger.database.session() as session, session.begin():
+        state = ledger.load()
+        with pytest.raises(RuntimeError), session.begin_nested(), job_rows_in_bulk(session):
+            record_finish(session, state, "c", later, succeeded=True)
+            raise RuntimeError("the queue's part failed")
+        c = session.get(JobRow, "c")
+        assert c is not None and (c.status, c.held_instance_count) == ("SCHEDULED", 1)
+    assert ledger.job("c").status == "SCHEDULED"
+    assert [row.job_id for row in ledger.audit() if row.at == later] == []
 
 
 def test_audit_rows_in_bulk_keep_the_order_of_events_and_vanish_with_a_block_that_raises(
