@@ -132,12 +132,11 @@ class _WaitingTasks:
             return latest.tasks  # the same deferrals (a task instance is deferred once: no row twice)
         fetched: dict[Any, WaitingTask] = {}
         new = [each[0] for each in missing]  # their triggers' ids
-        deferred = (TaskInstance.state == TaskInstanceState.DEFERRED, Trigger.classpath == classpath)
         if len(new) > _CHUNK and 2 * len(new) > len(rows):  # mostly new (a burst): one read of all
-            fetched = _full_rows(session, None, deferred, compact=compact)
+            fetched = _full_rows(session, None, classpath, compact=compact)
         else:
             for start in range(0, len(new), _CHUNK):
-                fetched.update(_full_rows(session, new[start : start + _CHUNK], deferred, compact=compact))
+                fetched.update(_full_rows(session, new[start : start + _CHUNK], classpath, compact=compact))
         # A deferral that moved on between the two reads is left out: the next cycle reads it again.
         added = sorted(
             (_order_key(task), each, task) for each in missing if (task := fetched.get(each)) is not None
@@ -251,38 +250,49 @@ _DEFERRALS_SQL: dict[tuple[str, str, bool], str] = {}
 
 
 def _full_rows(
-    session: Session, trigger_ids: Sequence[int] | None, deferred: tuple[Any, ...], *, compact: bool
+    session: Session, trigger_ids: Sequence[int] | None, classpath: str, *, compact: bool
 ) -> dict[tuple[Any, ...], WaitingTask]:
-    """The ``WaitingTask`` of each task instance deferred as ``deferred`` says on a trigger of
-    ``trigger_ids`` (None: on any), by its deferral's key (``_WaitingTasks``)."""
+    """The ``WaitingTask`` of each task instance deferred on a trigger of ``classpath`` among
+    ``trigger_ids`` (None: any), by its deferral's key (``_WaitingTasks``).
+
+    Two reads of one table each, joined here by trigger id, not one join: with the statistics of tables
+    that were nearly empty a minute ago (a burst into a new or quiet database, before autovacuum analyzes
+    them), PostgreSQL joined them in nested loops, a scan of the triggers for each deferred task instance:
+    up to two seconds a read at a few thousand waiting (Kueue's benchmark). Each read here is one pass over
+    its table at worst. A deferral made between the two reads is left out (its trigger was not read): the
+    next cycle reads it."""
     ti = TaskInstance
-    query = (
-        select(
-            ti.id.label("ti_id"),
-            cast(ti.id, String).label("ti_id_text"),
-            ti.dag_id,
-            ti.run_id,
-            ti.task_id,
-            ti.map_index,
-            ti.try_number,
-            ti.pid,
-            Trigger.id.label("trigger_id"),
-            Trigger.created_date,
-            cast(Trigger.created_date, String).label("created_text"),
-            Trigger.encrypted_kwargs,
-        )
-        .join(Trigger, ti.trigger_id == Trigger.id)
-        .where(*deferred)
-    )
+    triggers_query = select(
+        Trigger.id,
+        Trigger.created_date,
+        cast(Trigger.created_date, String).label("created_text"),
+        Trigger.encrypted_kwargs,
+    ).where(Trigger.classpath == classpath)
+    tasks_query = select(
+        ti.id.label("ti_id"),
+        cast(ti.id, String).label("ti_id_text"),
+        ti.dag_id,
+        ti.run_id,
+        ti.task_id,
+        ti.map_index,
+        ti.try_number,
+        ti.pid,
+        ti.trigger_id,
+    ).where(ti.state == TaskInstanceState.DEFERRED, ti.trigger_id.is_not(None))
     if trigger_ids is not None:
-        query = query.where(Trigger.id.in_(trigger_ids))
+        triggers_query = triggers_query.where(Trigger.id.in_(trigger_ids))
+        tasks_query = tasks_query.where(ti.trigger_id.in_(trigger_ids))
+    triggers = {trigger.id: trigger for trigger in session.execute(triggers_query)}
     tasks: dict[tuple[Any, ...], WaitingTask] = {}
-    for row in session.execute(query):
+    for row in session.execute(tasks_query):
+        trigger = triggers.get(row.trigger_id)
+        if trigger is None:  # deferred on a trigger of another classpath (or one made since)
+            continue
         from_worker = row.pid is not None
         if compact:
             key: tuple[Any, ...] = (row.trigger_id, row.try_number, from_worker)
         else:
-            key = (row.trigger_id, row.created_text, row.try_number, from_worker, row.ti_id_text)
+            key = (row.trigger_id, trigger.created_text, row.try_number, from_worker, row.ti_id_text)
         tasks[key] = WaitingTask(
             id=row.ti_id,
             dag_id=row.dag_id,
@@ -291,9 +301,9 @@ def _full_rows(
             map_index=row.map_index,
             try_number=row.try_number,
             trigger_id=row.trigger_id,
-            deferred_at=row.created_date,
+            deferred_at=trigger.created_date,
             from_worker=from_worker,
-            kwargs=Trigger._decrypt_kwargs(row.encrypted_kwargs),
+            kwargs=Trigger._decrypt_kwargs(trigger.encrypted_kwargs),
             job_id=job_id_for(row.dag_id, row.run_id, row.task_id, row.map_index, row.try_number),
         )
     return tasks
