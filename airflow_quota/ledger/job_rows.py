@@ -305,6 +305,9 @@ def write_reasons(session: Session, job_queue_name: str, reasons: dict[str, str]
         return
     bump_generation(session, job_queue_name)  # another host's kept state holds the reasons it wrote
     session.flush()  # a row the session holds is in the database before it is updated
+    pending = session.info.get(_IN_BULK)
+    if pending:  # so are the rows ``job_rows_in_bulk`` holds (SQLite's statement skips the session)
+        _write_pending(session, pending)
     job_ids = sorted(reasons)
     if session.get_bind().dialect.name == "postgresql":
         for start in range(0, len(job_ids), _REASONS_PER_STATEMENT):
