@@ -170,7 +170,6 @@ def _write_pending(session: Session, pending: dict[str, tuple[JobRow, set[str]]]
     for row, changed in pending.values():
         if changed:
             by_columns[tuple(sorted(changed))].append(row)
-    pending.clear()
     connection = session.connection()
     dialect = connection.dialect
     for names, rows in by_columns.items():
@@ -185,8 +184,10 @@ def _write_pending(session: Session, pending: dict[str, tuple[JobRow, set[str]]]
                 _bulk_update_by_id(names),
                 [{f"b_{name}": values[at] for name, values in columns.items()} for at in range(len(rows))],
             )
+    pending.clear()  # (not before: when a statement fails, the block's end expires them all)
 
 
+@cache
 def _bind_processors(names: tuple[str, ...], dialect: Dialect) -> list[Callable[[Any], Any] | None]:
     """What the unit of work does to each column's value before the driver sees it (JSON serialized, a
     timestamp in UTC); the Core executemany applies them itself."""
