@@ -50,6 +50,8 @@ the next cycle to release their orphans' and victims' capacity; the victims amon
 
 Only the task instances a cycle resumes (grants, rejections, preempt events) are claimed and loaded as
 ORM objects; the waiting ones are read as plain columns, their trigger kwargs decrypted once per trigger.
+The job rows a queue's part changes are written in bulk (``ledger.job_rows.job_rows_in_bulk``), before the
+part's next query and at its end.
 
 This module holds the cycle's transaction, its per-queue savepoints and the order of a queue's steps;
 the steps are ``open_jobs`` (reconcile), ``admission`` (requests), ``decisions`` (grants, preemptions,
