@@ -29,7 +29,7 @@ from airflow_quota.ledger.audit import add_audit_row, audit_rows_in_bulk
 from airflow_quota.ledger.configuration import applied_config, apply_quota_config
 from airflow_quota.ledger.decisions import record_cycle
 from airflow_quota.ledger.errors import ConfigApplyError, LedgerError
-from airflow_quota.ledger.job_rows import job_rows_in_bulk, to_engine_time
+from airflow_quota.ledger.job_rows import job_rows_in_bulk, set_columns, to_engine_time
 from airflow_quota.ledger.lifecycle import (
     Submission,
     TaskInstanceRef,
@@ -516,7 +516,8 @@ def test_job_rows_in_bulk_are_written_before_the_next_query_with_their_latest_va
     """Within ``job_rows_in_bulk`` (a queue's part of a cycle) the job rows that events change wait for
     one UPDATE: written before the session's next query (what the block reads is what it wrote) and when
     the block ends, each column with its latest value, also one the unit of work sets afterwards; a block
-    that raises writes none of its rows, and their objects read the ledger's values again."""
+    that raises writes no more of its rows, and once its caller rolls back, the objects of the rows it wrote
+    and of those it did not read the ledger's values again."""
     ledger.apply(quota_file(LENDER, BORROWER))
     for job_id, share_name in (("a", "lender"), ("b", "lender"), ("c", "borrower")):
         ledger.submit(job_id, share_name, 1)
@@ -545,14 +546,18 @@ def test_job_rows_in_bulk_are_written_before_the_next_query_with_their_latest_va
     assert (a.status, a.held_instance_count, a.held_capacity_unit) == ("SUCCEEDED", 0, None)
     assert (b.status, b.status_reason, b.held_instance_count) == ("FAILED", "it broke, said the operator", 0)
 
-    later = ledger.tick()
+    later, a_reason = ledger.tick(), ledger.job("a").status_reason
     with ledger.database.session() as session, session.begin():
         state = ledger.load()
         with pytest.raises(RuntimeError), session.begin_nested(), job_rows_in_bulk(session):
             record_finish(session, state, "c", later, succeeded=True)
+            assert session.scalar(sa.select(JobRow.status).where(JobRow.job_id == "c")) == "SUCCEEDED"
+            set_columns(session.get(JobRow, "a"), {"status_reason": "never written"})  # waits for the bulk
             raise RuntimeError("the queue's part failed")
-        c = session.get(JobRow, "c")
+        c = session.get(JobRow, "c")  # written, then rolled back: as the ledger has it
         assert c is not None and (c.status, c.held_instance_count) == ("SCHEDULED", 1)
+        a = session.get(JobRow, "a")  # never written: as the ledger has it
+        assert a is not None and a.status_reason == a_reason != "never written"
     assert ledger.job("c").status == "SCHEDULED"
     assert [row.job_id for row in ledger.audit() if row.at == later] == []
 
