@@ -80,7 +80,14 @@ from airflow_quota.allocator.queue_part import QueuePart, Waiting
 from airflow_quota.allocator.report import CycleReport, first_line
 from airflow_quota.allocator.settings import CycleSettings
 from airflow_quota.allocator.stops import ask_to_stop
-from airflow_quota.allocator.tasks import WaitingTask, is_postgres, task_views, training_records, waiting_on
+from airflow_quota.allocator.tasks import (
+    WaitingTask,
+    is_postgres,
+    task_views,
+    training_records,
+    waiting_on,
+    write_resumed,
+)
 from airflow_quota.engine.model import CyclePlan, Grant, JobStatus, QueueState
 from airflow_quota.engine.planner import plan_cycle
 from airflow_quota.ledger.decisions import record_cycle
@@ -269,7 +276,7 @@ def _allocate_queue(part: QueuePart, queue_name: str, waiting: list[Waiting]) ->
             grant(part, plan.decided, decision, grantable.get(decision.job_id))
         else:
             preempt(part, plan.decided, decision)
-    part.session.flush()  # the tasks the grants resumed, together (``resume_grant``)
+    write_resumed(part.session, list(part.task_instances.values()))  # the tasks the grants resumed
     part.report.states[queue_name] = plan.decided
     after = QueueState(state.queue, {**state.jobs, **plan.state.jobs})
     quiet = given if _decided_nothing(state, planning, plan) and _all_waiting(after, given) else None

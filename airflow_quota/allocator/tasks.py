@@ -17,9 +17,10 @@ import logging
 import typing
 import uuid
 from bisect import bisect_right
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from itertools import compress, repeat
 from operator import is_, is_not, not_
 from typing import Any, NamedTuple
@@ -36,12 +37,13 @@ from airflow.state import TaskScope, get_state_backend
 from airflow.triggers.base import TriggerEvent
 from airflow.utils.sqlalchemy import with_row_locks
 from airflow.utils.state import TaskInstanceState
-from sqlalchemy import String, and_, cast, select, tuple_, update
+from sqlalchemy import String, Table, and_, cast, inspect, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from airflow_quota.allocator.job_ids import job_id_for
 from airflow_quota.allocator.reconcile import TRY_EVENTS, UNEXPLAINED_STATES, TaskView, is_current_try
 from airflow_quota.engine.model import JobStatus
+from airflow_quota.ledger.bulk_update import update_in_bulk
 from airflow_quota.ledger.job_rows import OPEN_STATUSES
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY, TrainingJobRecord
@@ -411,6 +413,44 @@ class _FlushLater:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._session, name)
+
+
+def write_resumed(session: Session, tis: Sequence[TaskInstance]) -> None:
+    """Write what ``resume(flush=False)`` changed on the task instances ``tis`` in bulk, then flush the
+    session (whatever else it holds, and any of ``tis`` changed in another way).
+
+    The unit of work would send one UPDATE per task instance (one round trip each on PostgreSQL) after
+    its bookkeeping of each: a cycle turning over its capacity resumes hundreds (a fifth of its time).
+    Here the task instances whose changes are all plain columns are written together, one statement
+    per set of columns (``ledger.bulk_update``), their ``updated_at`` set as the unit of work sets it,
+    and then expunged: the session forgets them (they hold what was written; a later query in the
+    session reads them again). When a statement fails, the caller's rollback expires them (the session
+    still knows them as changed), and they are read again as the database has them."""
+    now = datetime.now(UTC)  # what ``updated_at``'s ``onupdate`` gives
+    by_columns: dict[tuple[str, ...], list[TaskInstance]] = defaultdict(list)
+    for ti in tis:
+        changed = _TI_ATTRIBUTES - inspect(ti).unmodified
+        if changed and changed <= _TI_COLUMNS:
+            ti.updated_at = now
+            by_columns[tuple(sorted(changed | {"updated_at"}))].append(ti)
+    connection = session.connection()
+    for names, written in by_columns.items():
+        update_in_bulk(connection, _TI_TABLE, names, written)
+        for ti in written:
+            session.expunge(ti)  # (marking each attribute as written left them to the flush: x1.5)
+    session.flush()
+
+
+_TI_TABLE = typing.cast(Table, TaskInstance.__table__)
+#: Every attribute of a task instance; those that are its table's columns under their own name.
+_TI_ATTRIBUTES = frozenset(inspect(TaskInstance).attrs.keys())
+_TI_COLUMNS = frozenset(
+    attribute.key
+    for attribute in inspect(TaskInstance).column_attrs
+    if len(attribute.columns) == 1
+    and attribute.columns[0].table is _TI_TABLE
+    and attribute.columns[0].name == attribute.key
+)
 
 
 def task_views(

@@ -7,21 +7,20 @@ are the ones stored (timestamps keep microseconds, and such times round-trip exa
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from functools import cache
 from itertools import compress, islice
 from operator import is_not
-from typing import Any, cast
+from typing import cast
 
 from sqlalchemy import Table, bindparam, event, inspect, select, text, update
-from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import ORMExecuteState, Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 
 from airflow_quota.engine.model import Job, JobRequest, JobStatus, QueueState, StopCause
+from airflow_quota.ledger.bulk_update import update_in_bulk
 from airflow_quota.ledger.errors import LedgerError
 from airflow_quota.ledger.generation import bump_generation
 from airflow_quota.ledger.models import JobRow
@@ -171,53 +170,9 @@ def _write_pending(session: Session, pending: dict[str, tuple[JobRow, set[str]]]
         if changed:
             by_columns[tuple(sorted(changed))].append(row)
     connection = session.connection()
-    dialect = connection.dialect
     for names, rows in by_columns.items():
-        columns: dict[str, list[Any]] = {"job_id": [row.job_id for row in rows]}
-        for name, process in zip(names, _bind_processors(names, dialect), strict=True):
-            values = [getattr(row, name) for row in rows]
-            columns[name] = values if process is None else list(map(process, values))
-        if dialect.name == "postgresql":
-            connection.execute(_bulk_update_postgres(names, dialect), columns)
-        else:  # a Core executemany: SQLite runs it in-process, row by row
-            connection.execute(
-                _bulk_update_by_id(names),
-                [{f"b_{name}": values[at] for name, values in columns.items()} for at in range(len(rows))],
-            )
+        update_in_bulk(connection, cast(Table, JobRow.__table__), names, rows)
     pending.clear()  # (not before: when a statement fails, the block's end expires them all)
-
-
-@cache
-def _bind_processors(names: tuple[str, ...], dialect: Dialect) -> list[Callable[[Any], Any] | None]:
-    """What the unit of work does to each column's value before the driver sees it (JSON serialized, a
-    timestamp in UTC); the Core executemany applies them itself."""
-    if dialect.name != "postgresql":
-        return [None] * len(names)
-    table = JobRow.__table__
-    return [table.c[name].type.bind_processor(dialect) for name in names]
-
-
-@cache
-def _bulk_update_postgres(names: tuple[str, ...], dialect: Dialect) -> Any:
-    """``UPDATE quota_job ... FROM unnest(arrays)``: one statement, one array per column (cast to the
-    column's type; the driver sends each as an array literal)."""
-    table = JobRow.__table__
-    types = {name: table.c[name].type.compile(dialect=dialect) for name in ("job_id", *names)}
-    arrays = ", ".join(f"CAST(:{name} AS {types[name]}[])" for name in ("job_id", *names))
-    return text(
-        f"UPDATE quota_job SET {', '.join(f'{name} = new.{name}' for name in names)} "
-        f"FROM unnest({arrays}) AS new(job_id, {', '.join(names)}) WHERE quota_job.job_id = new.job_id"
-    )
-
-
-@cache
-def _bulk_update_by_id(names: tuple[str, ...]) -> Any:
-    table = cast(Table, JobRow.__table__)
-    return (
-        update(table)
-        .where(table.c.job_id == bindparam("b_job_id"))
-        .values({name: bindparam(f"b_{name}", type_=table.c[name].type) for name in names})
-    )
 
 
 #: ``Session.info`` key of the rows ``job_rows_in_bulk`` has not written yet, by job id.
