@@ -326,8 +326,10 @@ def timed_cycle(engine: sa.Engine, now: datetime) -> tuple[float, CycleReport]:
     clock = CLOCK[0]
     started = clock()
     try:
-        with Session(engine) as session, session.begin():
-            report = run_allocation_cycle(session, now, CycleSettings(kept_queues=kept))
+        with Session(engine, expire_on_commit=False) as session:  # each queue's part commits
+            report = run_allocation_cycle(
+                session, now, CycleSettings(kept_queues=kept), commit_each_queue=True
+            )
     except Exception:
         if kept is not None:
             kept.forget()

@@ -327,8 +327,8 @@ def allocator_loop(
         try:
             if profiler is not None:
                 profiler.enable()
-            with Session(engine, expire_on_commit=False) as session, session.begin():
-                report = run_allocation_cycle(session, datetime.now(UTC), settings)
+            with Session(engine, expire_on_commit=False) as session:  # each queue's part commits
+                report = run_allocation_cycle(session, datetime.now(UTC), settings, commit_each_queue=True)
         except Exception as error:  # recorded and reported; the loop goes on like the real host
             kept.forget()
             errors.append(repr(error))

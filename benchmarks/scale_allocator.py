@@ -129,8 +129,10 @@ def allocator_process(url: str, start: Event, stop: Event, summary_path: str) ->
         while not stop.is_set():
             began = time.perf_counter()
             try:
-                with Session(engine) as session, session.begin():
-                    report = run_allocation_cycle(session, datetime.now(UTC), settings)
+                with Session(engine, expire_on_commit=False) as session:  # each queue's part commits
+                    report = run_allocation_cycle(
+                        session, datetime.now(UTC), settings, commit_each_queue=True
+                    )
             except Exception:  # what allocator.host.run_cycle logs and counts
                 kept.forget()
                 summary["errors"].append(traceback.format_exc(limit=8))

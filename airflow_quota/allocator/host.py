@@ -154,8 +154,8 @@ def run_cycle(settings: CycleSettings | None = None) -> CycleReport | None:
     started = time.monotonic()
     kept = settings.kept_queues
     try:
-        with Session(bind=engine, expire_on_commit=False) as session, session.begin():
-            report = run_allocation_cycle(session, datetime.now(UTC), settings)
+        with Session(bind=engine, expire_on_commit=False) as session:
+            report = run_allocation_cycle(session, datetime.now(UTC), settings, commit_each_queue=True)
     except Exception:
         if kept is not None:
             kept.forget()  # rolled back, or its commit's outcome unknown: the next cycle reads everything

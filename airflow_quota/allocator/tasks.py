@@ -38,7 +38,7 @@ from airflow.triggers.base import TriggerEvent
 from airflow.utils.sqlalchemy import with_row_locks
 from airflow.utils.state import TaskInstanceState
 from sqlalchemy import String, Table, and_, cast, inspect, select, tuple_, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, lazyload
 
 from airflow_quota.allocator.job_ids import job_id_for
 from airflow_quota.allocator.reconcile import TRY_EVENTS, UNEXPLAINED_STATES, TaskView, is_current_try
@@ -351,7 +351,11 @@ def task_instances(session: Session, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID
     """The task instances ``ids`` (claimed by this session), by id."""
     found: dict[uuid.UUID, TaskInstance] = {}
     for start in range(0, len(ids), _CHUNK):
-        query = select(TaskInstance).where(TaskInstance.id.in_(ids[start : start + _CHUNK]))
+        query = (
+            select(TaskInstance)
+            .where(TaskInstance.id.in_(ids[start : start + _CHUNK]))
+            .options(lazyload(TaskInstance.dag_run))
+        )
         found.update((ti.id, ti) for ti in session.scalars(query))
     return found
 

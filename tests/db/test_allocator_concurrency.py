@@ -1,8 +1,8 @@
 """Two allocator processes on one PostgreSQL database, with tasks coming and going: nothing granted twice.
 
 Two allocator processes (forked: real OS processes, each with its own engine and connections) run
-``run_allocation_cycle`` back to back, one transaction per cycle as ``allocator.host.run_cycle`` does, for
-~15 s against the same database, while this process plays Airflow and the tasks: it defers new tasks for
+``run_allocation_cycle`` back to back as ``allocator.host.run_cycle`` does (each queue's part committed),
+for ~15 s against the same database, while this process plays Airflow and the tasks: it defers new tasks for
 admission in four shares (two LEND, two LEND_AND_BORROW; the busy shares alternate every few seconds, so
 borrowing, reclaims and in-share preemptions happen; some jobs on ``local-gpu`` get device indices), starts
 the tasks it sees resumed with a grant (running in a worker, or deferred on a monitoring trigger),
@@ -184,8 +184,10 @@ def allocator_process(url: str, stop: Event, committed: Synchronized[int], summa
     try:
         while not stop.is_set():
             try:
-                with Session(engine) as session, session.begin():
-                    report = run_allocation_cycle(session, datetime.now(UTC), SETTINGS)
+                with Session(engine) as session:  # each queue's part committed, as a host's cycle
+                    report = run_allocation_cycle(
+                        session, datetime.now(UTC), SETTINGS, commit_each_queue=True
+                    )
             except Exception:  # what allocator.host.run_cycle logs and counts; here a finding
                 summary["errors"].append(traceback.format_exc(limit=8))
                 continue
