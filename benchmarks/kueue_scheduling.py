@@ -42,7 +42,6 @@ benchmark creates its own database there and drops it at the end.
 from __future__ import annotations
 
 import argparse
-import bisect
 import cProfile
 import io
 import json
@@ -694,12 +693,12 @@ def render(results: Results, console: Console) -> None:
             f"cycle ms median {statistics.median(durations):.0f}, p95 {p95:.0f}, max {max(durations):.0f}; "
             f"most jobs RUNNABLE at once {waiting:,}; {results.allocator_error_count} failed cycles"
         )
-        for job_class, turnover in _turnover(results).items():
+        classes = {each.name: each for each in JOB_CLASSES}
+        for name, phase in _phases(results).items():
             console.print(
-                f"turnover, {job_class}: between one job's end and the next one's start on its capacity "
-                f"{turnover.total:.0f} ms on average: its success waited {turnover.wait:.0f} ms for a cycle "
-                f"to start, that cycle took {turnover.cycle:.0f} ms (it saw {turnover.turned:.0f} jobs end), "
-                f"the runner saw the next grant {turnover.notice:.0f} ms after its commit",
+                f"phase, {name}: {phase.start:.1f} to {phase.end:.1f} s, the capacity running completed "
+                f"work {100 * phase.running:.0f}% of the time: between one job's end and the next one's "
+                f"start on its capacity about {phase.turnover_ms(classes[name]):.0f} ms",
                 soft_wrap=True,  # one line per class, for a reader's grep
             )
     for error in results.allocator_errors[:3]:
@@ -716,51 +715,43 @@ def render(results: Results, console: Console) -> None:
 
 
 @dataclass(frozen=True)
-class Turnover:
-    """What one job's capacity does between its success and the next job's start on it, on average (ms)."""
+class Phase:
+    """When one job class ran (from the last start of its 2nd percentile to its last success), and how much
+    of the capacity ran work that completed meanwhile (a run that was preempted counts as idle)."""
 
-    #: From its success to the start of the cycle that sees it ...
-    wait: float
-    #: ... that cycle, which grants the capacity again when it commits (a cycle seen by many jobs counts
-    #: once for each: length-biased) ...
-    cycle: float
-    #: ... and from that commit to the runner seeing the grant (measured on the job's own grant).
-    notice: float
-    #: The jobs that cycle finished, on average over the jobs it saw end.
-    turned: float
+    start: float
+    end: float
+    running: float
 
-    @property
-    def total(self) -> float:
-        return self.wait + self.cycle + self.notice
+    def turnover_ms(self, job_class: JobClass) -> float:
+        """The capacity idle per job of ``job_class``, were the phase this class's alone: between one job's
+        end and the next one's start on its capacity."""
+        return 1000 * job_class.runtime_seconds * (1 / self.running - 1) if self.running else math.inf
 
 
-def _turnover(results: Results) -> dict[str, Turnover]:
-    """Per job class, its jobs' ``Turnover``: where the capacity idles between two jobs (Kueue's runner
-    starts a job the moment it is admitted; here a success waits for a cycle, and a grant for its commit)."""
-    cycles = results.cycles
-    starts = [cycle.started for cycle in cycles]
-    commits = [cycle.committed for cycle in cycles]
-    seen: dict[str, list[tuple[float, float, float, float]]] = defaultdict(list)
-    for job in results.jobs:
-        if job.finished_at is None or job.first_admitted_at is None or job.evictions:
+def _phases(results: Results) -> dict[str, Phase]:
+    """Per job class, its ``Phase``: where the capacity idles between two jobs (Kueue's runner starts a job
+    the moment it is admitted; here a success waits for its queue's part of a cycle to see it, and a grant
+    for that part to commit)."""
+    capacity = JOB_QUEUES * SHARES_PER_QUEUE * SHARE_UNITS
+    runs = [
+        (job.finished_at - job.job_class.runtime_seconds, job.finished_at, job.job_class.units, job.job_class)
+        for job in results.jobs
+        if job.finished_at is not None
+    ]
+    phases: dict[str, Phase] = {}
+    for each in reversed(JOB_CLASSES):
+        own = [(start, end) for start, end, _, job_class in runs if job_class is each]
+        if not own:
             continue
-        seen_by = bisect.bisect_right(starts, job.finished_at)
-        granted_by = bisect.bisect_right(commits, job.first_admitted_at) - 1
-        if seen_by < len(cycles) and granted_by >= 0:
-            cycle = cycles[seen_by]
-            seen[job.job_class.name].append(
-                (
-                    (cycle.started - job.finished_at) * 1000,
-                    (cycle.committed - cycle.started) * 1000,
-                    (job.first_admitted_at - commits[granted_by]) * 1000,
-                    cycle.finished,
-                )
-            )
-    return {
-        each.name: Turnover(*(statistics.mean(column) for column in zip(*seen[each.name], strict=True)))
-        for each in reversed(JOB_CLASSES)
-        if seen[each.name]
-    }
+        # From the start of its 50th in 1,000 (a few of a class fill gaps long before its turn).
+        starts = sorted(run[0] for run in own)
+        start, end = starts[len(starts) // 50], max(run[1] for run in own)
+        if end <= start:
+            continue
+        ran = sum(units * max(0.0, min(end, until) - max(start, since)) for since, until, units, _ in runs)
+        phases[each.name] = Phase(start, end, ran / (capacity * (end - start)))
+    return phases
 
 
 def _seconds(value: float | None) -> str:

@@ -11,10 +11,12 @@ anywhere leaves the ledger as the last commit wrote it. Steps:
    With ``commit_each_queue`` each queue's part takes it again in its own transaction; when another
    allocator took it in between, the cycle ends there (that allocator's cycle runs the other queues,
    reading them afresh; the tasks this cycle read at its start and did not act on are only read).
-2. Read every open job's task instance and training job record, and the task instances deferred on
-   ``QuotaAdmissionTrigger`` with their requests (``tasks.waiting_on``: plain columns, no locks).
+2. Read the task instances deferred on ``QuotaAdmissionTrigger`` with their requests
+   (``tasks.waiting_on``: plain columns, no locks).
 3. Per job queue, in a savepoint (a queue whose part raises is rolled back alone, logged and listed in
-   ``CycleReport.failed_queues``; the others go on), reconcile each open job with its task instance
+   ``CycleReport.failed_queues``; the others go on), read its open jobs' task instances and training job
+   records (at the part's start: what its tasks did while the parts before it ran counts in this cycle),
+   and reconcile each open job with its task instance
    (``reconcile.task_outcome``):
 
    - the try is over: a waiting job ends; a job holding capacity releases it, unless a training job
@@ -127,8 +129,6 @@ def run_allocation_cycle(
     if settings.kept_queues is not None:
         settings.kept_queues.start_cycle()
     report = CycleReport(ran_at=now)
-    views = task_views(session, waiting_too=False)  # a RUNNABLE job not waiting: ``_view_not_waiting``
-    records = training_records(session)
     waiting_by_queue = _waiting_by_queue(waiting_on(session, ADMISSION_CLASSPATH), now, settings)
     open_queues = session.scalars(
         select(JobRow.job_queue_name).where(JobRow.status.in_(OPEN_STATUSES)).distinct()
@@ -142,6 +142,11 @@ def run_allocation_cycle(
         try:
             # A savepoint: a failure rolls back this queue's part alone. Its job rows are written in bulk.
             with session.begin_nested(), job_rows_in_bulk(session):
+                # What the queue's tasks did until its part starts (the parts before it may have committed:
+                # ``commit_each_queue``), and their training jobs. A RUNNABLE job's task is read only when
+                # it is not waiting (``_view_not_waiting``).
+                views = task_views(session, waiting_too=False, job_queue_name=queue_name)
+                records = training_records(session, job_queue_name=queue_name)
                 queue_part = QueuePart(session, now, settings, views, records, part)
                 _allocate_queue(queue_part, queue_name, waiting_by_queue.get(queue_name, []))
         except Exception as error:  # whatever it was, the other queues go on

@@ -458,14 +458,18 @@ _TI_COLUMNS = frozenset(
 
 
 def task_views(
-    session: Session, job_ids: Sequence[str] | None = None, *, waiting_too: bool = True
+    session: Session,
+    job_ids: Sequence[str] | None = None,
+    *,
+    waiting_too: bool = True,
+    job_queue_name: str | None = None,
 ) -> dict[str, TaskView]:
     """The task instance of every open (not final) job, by job id; jobs without one are left out.
 
     ``waiting_too=False``: leave out the RUNNABLE jobs (a cycle reads their tasks as waiting requests,
     ``waiting_on``, and a RUNNABLE job whose task it does not find waiting is viewed by its id: at 10,000
     waiting that is nearly every row, and their join to ``task_instance`` was most of a steady cycle's
-    read). ``job_ids``: only those jobs.
+    read). ``job_ids``: only those jobs; ``job_queue_name``: only that job queue's.
 
     For a job whose try is over (the task instance ended it, or moved on from it), the view also carries
     what Airflow recorded about that try (``_what_ended``), so its reason can say what happened.
@@ -474,6 +478,8 @@ def task_views(
     jobs_query = select(JobRow.job_id, JobRow.try_number, JobRow.ti_id).where(JobRow.status.in_(statuses))
     if job_ids is not None:
         jobs_query = jobs_query.where(JobRow.job_id.in_(job_ids))
+    if job_queue_name is not None:
+        jobs_query = jobs_query.where(JobRow.job_queue_name == job_queue_name)
     rows = _views_by_ti_id(session, session.execute(jobs_query).all())
     moved = [job_id for job_id, row in rows.items() if row is None]  # a later try, or no id known
     for start in range(0, len(moved), _CHUNK):
@@ -635,14 +641,17 @@ def _what_ended(session: Session, over: dict[str, _Try]) -> tuple[dict[str, set[
     return events, gone
 
 
-def training_records(session: Session) -> dict[str, TrainingJobRecord]:
-    """What each open job's task last recorded under ``TRAINING_JOB_KEY``, by job id."""
+def training_records(session: Session, job_queue_name: str | None = None) -> dict[str, TrainingJobRecord]:
+    """What each open job's task (of ``job_queue_name`` only, when given) last recorded under
+    ``TRAINING_JOB_KEY``, by job id."""
     store = TaskStateStoreModel
     query = (
         select(JobRow.job_id, store.value)
         .join(store, _of_the_jobs_task(store))
         .where(JobRow.status.in_(OPEN_STATUSES), store.key == TRAINING_JOB_KEY)
     )
+    if job_queue_name is not None:
+        query = query.where(JobRow.job_queue_name == job_queue_name)
     records: dict[str, TrainingJobRecord] = {}
     for job_id, value in session.execute(query).all():
         try:

@@ -180,3 +180,29 @@ def _advisory_locks(db: Database, *, granted: bool) -> int:
             )
             or 0
         )
+
+
+@POSTGRESQL_ONLY  # row locks that block: SQLite takes one lock for the whole file
+def test_a_task_that_ends_while_an_earlier_queues_part_runs_is_finished_in_the_same_cycle(
+    db: Database,
+) -> None:
+    host_cycle(db)  # both granted
+    set_state(db, "on-b", TaskInstanceState.RUNNING)  # its worker runs it
+    blocker = hold_queue_row(db, "queue-a")  # the next cycle waits inside queue-a's part
+    try:
+        thread, reports = in_thread(lambda: host_cycle(db))
+        eventually(lambda: _advisory_holders(db) == 1, "the cycle holds the lock")
+        set_state(db, "on-b", TaskInstanceState.SUCCESS)  # while queue-a's part runs
+    finally:
+        blocker.rollback()
+        blocker.close()
+    thread.join(WAIT_S)
+    assert not thread.is_alive()
+    assert [job_id.split("/")[2] for job_id in reports[0].finished] == ["on-b"]
+    assert jobs_of(db, "queue-b") == ["SUCCEEDED"]
+
+
+def set_state(db: Database, task_id: str, state: TaskInstanceState) -> None:
+    with db.engine.begin() as connection:
+        table = TaskInstance.__table__
+        connection.execute(sa.update(table).where(table.c.task_id == task_id).values(state=state))
