@@ -3,9 +3,9 @@
 ``run_allocation_cycle`` works in the session it is given. By default it never commits: the caller's
 transaction holds the whole cycle. A host's cycle (``commit_each_queue``) commits each job queue's part as
 it ends instead, so a queue's grants reach their tasks without waiting for the other queues' parts
-(Kueue's benchmark, five queues: the capacity idles a third less between two jobs). Either way a queue's
-part (its ledger rows, resumed and signalled task instances) commits together, or not at all, and a crash
-anywhere leaves the ledger as the last commit wrote it. Steps:
+(Kueue's benchmark, five queues: the capacity idles about half as long between two medium or small
+jobs). Either way a queue's part (its ledger rows, resumed and signalled task instances) commits together,
+or not at all, and a crash anywhere leaves the ledger as the last commit wrote it. Steps:
 
 1. PostgreSQL: ``pg_try_advisory_xact_lock(ALLOCATOR_LOCK_ID)``; when another allocator holds it, skip.
    With ``commit_each_queue`` each queue's part takes it again in its own transaction; when another

@@ -2,10 +2,11 @@
 
 A host calls ``run_cycle()`` as often as it likes: each call opens its own session on Airflow's engine
 (never the scheduler's scoped session: nesting ``create_session`` closes it under the scheduler), runs
-one cycle, commits, emits the cycle's metrics through Airflow's ``Stats`` and returns the report. A
-job queue whose part of the cycle fails is rolled back alone by the cycle and counted here
-(``quota.queue.errors``); a cycle that raises is rolled back whole, logged, and counted
-(``quota.cycle.errors``); the host goes on.
+one cycle, each job queue's part committed as it ends (``commit_each_queue``), emits the cycle's metrics
+through Airflow's ``Stats`` and returns the report. A job queue whose part of the cycle fails is rolled
+back alone by the cycle and counted here (``quota.queue.errors``); a cycle that raises is rolled back from
+the part it was in (the parts before it committed), logged, and counted (``quota.cycle.errors``); the
+host goes on.
 
 Only once the cycle has committed does the host call out of the process: it asks SageMaker to stop the
 training jobs the cycle listed (``request_stops``: victims' and orphans' still running), and keeps the
@@ -146,8 +147,9 @@ def refreeze_if_thawed() -> None:
 
 
 def run_cycle(settings: CycleSettings | None = None) -> CycleReport | None:
-    """One cycle in its own transaction, then its stop requests; None when it failed (rolled back, logged,
-    nothing asked). ``settings`` defaults to ``cycle_settings()``; settings passed in should name a
+    """One cycle, each job queue's part in its own transaction, then its stop requests; None when it failed
+    (its part in progress rolled back, logged, nothing asked: the next cycle lists again what the committed
+    parts would have asked). ``settings`` defaults to ``cycle_settings()``; settings passed in should name a
     ``stopped_training_jobs`` kept across calls, else an orphan's capacity waits for ``orphan_timeout``."""
     engine = _engine()
     settings = settings or cycle_settings()
@@ -159,7 +161,9 @@ def run_cycle(settings: CycleSettings | None = None) -> CycleReport | None:
     except Exception:
         if kept is not None:
             kept.forget()  # rolled back, or its commit's outcome unknown: the next cycle reads everything
-        log.exception("Quota allocation cycle failed; it was rolled back and will run again")
+        log.exception(
+            "Quota allocation cycle failed; its uncommitted part was rolled back and will run again"
+        )
         Stats.incr("quota.cycle.errors")
         return None
     if kept is not None and not report.skipped:

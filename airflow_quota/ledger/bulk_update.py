@@ -5,7 +5,8 @@ same few columns; the unit of work writes each row with its own UPDATE (on Postg
 each) after its own bookkeeping. ``update_in_bulk`` sends one ``UPDATE ... FROM unnest(arrays)`` per set
 of columns on PostgreSQL (each array cast to its column's type, the values through the columns' own bind
 processors, as the unit of work would send them) and a Core executemany on SQLite (in-process, row by
-row). The caller keeps the objects' own state right (``set_committed_value``): this writes, nothing more.
+row). The caller keeps the objects' own state right (job rows: ``set_committed_value``; resumed task
+instances: expunged): this writes, nothing more.
 """
 
 from __future__ import annotations
