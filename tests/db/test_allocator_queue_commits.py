@@ -168,6 +168,20 @@ def _advisory_waiters(db: Database) -> int:
     return _advisory_locks(db, granted=False)
 
 
+def _waiting_for_a_row_lock(db: Database) -> int:
+    """The sessions on this database waiting for a lock another one holds (the cycle, on a queue's row)."""
+    with db.engine.connect() as connection:
+        return int(
+            connection.scalar(
+                sa.text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            )
+            or 0
+        )
+
+
 def _advisory_locks(db: Database, *, granted: bool) -> int:
     with db.engine.connect() as connection:
         return int(
@@ -191,7 +205,7 @@ def test_a_task_that_ends_while_an_earlier_queues_part_runs_is_finished_in_the_s
     blocker = hold_queue_row(db, "queue-a")  # the next cycle waits inside queue-a's part
     try:
         thread, reports = in_thread(lambda: host_cycle(db))
-        eventually(lambda: _advisory_holders(db) == 1, "the cycle holds the lock")
+        eventually(lambda: _waiting_for_a_row_lock(db) == 1, "the cycle waits inside queue-a's part")
         set_state(db, "on-b", TaskInstanceState.SUCCESS)  # while queue-a's part runs
     finally:
         blocker.rollback()
