@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -89,6 +90,27 @@ def batch(endpoint_url: str, answers: AnswerLog) -> Any:
     import boto3
 
     return checked(boto3.client("batch", endpoint_url=endpoint_url, region_name=REGION), answers)
+
+
+def emulator_behaviour(
+    endpoint_url: str, prefix: str, *, region: str = REGION, account_id: str = ACCOUNT_ID, **behaviour: Any
+) -> None:
+    """Make the emulator's resources whose name (a quota share: its job queue's) starts with ``prefix``
+    behave as AWS may, from their next Create or Update on: ``invisibleSeconds`` (left out of answers after
+    their Create), ``creatingSeconds``, ``updatingSeconds``, ``invalidReason`` (INVALID once created),
+    ``refuse`` ({operation: message}); no keyword: as at once again (``batch_resources.Behaviour``)."""
+    import botocore.session
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+
+    body = {"accountId": account_id, "region": region, "prefix": prefix, "behaviour": behaviour}
+    url = f"{endpoint_url}/v1/emulatorsettings"
+    signed = AWSRequest("POST", url, data=json.dumps(body), headers={"Content-Type": "application/json"})
+    # Signed as AWS Batch's requests are: moto's server tells the service from the signature.
+    SigV4Auth(botocore.session.get_session().get_credentials(), "batch", region).add_auth(signed)
+    request = urllib.request.Request(url, data=signed.body, headers=dict(signed.headers), method="POST")
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        answer.read()
 
 
 @pytest.fixture

@@ -15,8 +15,12 @@ process that hosts the server, these operations of botocore's ``batch`` model:
   DescribeServiceJob, ListServiceJobs, UpdateServiceJob, TerminateServiceJob(s), GetJobQueueSnapshot,
 
 scheduled by our engine (``service_jobs``): each attempt is a training job of the emulated SageMaker of
-the same server, stopped when preempted. ``python -m tests.aws_batch.moto_batch`` starts the server with
-both emulators (``tests.sagemaker.moto_process`` runs it); it prints ``PORT <n>`` once it serves.
+the same server, stopped when preempted. One route is the tests' own, not AWS's: ``POST
+/v1/emulatorsettings`` ``{"accountId", "region", "prefix", "behaviour": {"invisibleSeconds",
+"creatingSeconds", "updatingSeconds", "invalidReason", "refuse": {operation: message}}}`` makes the
+resources of a name prefix behave so (``batch_resources.Behaviour``; ``conftest.emulator_behaviour``).
+``python -m tests.aws_batch.moto_batch`` starts the server with both emulators
+(``tests.sagemaker.moto_process`` runs it); it prints ``PORT <n>`` once it serves.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from moto.batch.exceptions import ClientException
 from moto.core.exceptions import ServiceException
 from moto.sagemaker.models import sagemaker_backends
 
-from tests.aws_batch.batch_resources import BatchClientError, BatchResources
+from tests.aws_batch.batch_resources import BatchClientError, BatchResources, Behaviour
 from tests.aws_batch.regions import REJECTING_REGION
 from tests.aws_batch.service_jobs import ServiceJobs
 from tests.sagemaker import moto_sagemaker
@@ -329,6 +333,15 @@ def _tags(response: Any) -> str:
         return json.dumps({"tags": body.get("tags", {})})
 
 
+def _emulator_settings(response: Any) -> str:
+    """The tests' route (not AWS's): how the resources of a name prefix behave from now on."""
+    body = json.loads(response.body or "{}")
+    with _LOCK:
+        resources = emulator(body["accountId"], body["region"]).resources
+        resources.behave(body["prefix"], Behaviour.from_request(body.get("behaviour") or {}))
+    return "{}"
+
+
 def install() -> None:
     """Patch moto's Batch responses and routes in this process (idempotent); SageMaker's too."""
     moto_sagemaker.install()
@@ -344,6 +357,8 @@ def install() -> None:
     response_class.updateschedulingpolicy = _update_scheduling_policy  # type: ignore[method-assign,assignment]
     response_class.updatejobqueue = _update_job_queue  # type: ignore[method-assign,assignment]
     response_class.tags = _tags  # type: ignore[method-assign,assignment]
+    response_class.emulatorsettings = _emulator_settings  # type: ignore[attr-defined]
+    batch_urls.url_paths["{0}/v1/emulatorsettings$"] = response_class.dispatch
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,8 +16,17 @@ import pytest
 from botocore.exceptions import ClientError
 
 from airflow_quota.aws_batch.design import import_design
+from airflow_quota.aws_batch.export import export_design
 from airflow_quota.engine.config import parse_quota_config
-from tests.aws_batch.conftest import UNIT, AnswerLog, create_design, quota_file, share, submit
+from tests.aws_batch.conftest import (
+    UNIT,
+    AnswerLog,
+    create_design,
+    emulator_behaviour,
+    quota_file,
+    share,
+    submit,
+)
 from tests.sagemaker.conftest import finish_training
 from tests.waiting import wait_for
 
@@ -381,3 +390,93 @@ def test_updates_change_what_describe_answers_and_unknown_names_are_left_out(
         "UpdateJobQueue",
         "ListSchedulingPolicies",
     } <= set(answers.checked)
+
+
+def test_resources_on_request_are_invisible_then_creating_then_valid_and_refused_until_valid(
+    batch: Any, endpoint_url: str, unique: str, answers: AnswerLog
+) -> None:
+    """What ``apply --to-aws`` has to wait out (``emulator_behaviour``): a resource left out of Describe and
+    List answers right after its Create, then CREATING, then VALID; a job queue naming a service environment
+    that is not VALID yet and a quota share on a job queue not VALID yet are refused, as AWS refuses them."""
+    queue = f"slow-{unique}"
+    emulator_behaviour(endpoint_url, queue, invisibleSeconds=0.6, creatingSeconds=1.2)
+    bundle = create_design(batch, quota_file(f"fast-{unique}", 2, share("a", "LEND", 1)))  # other prefix
+    environment = {**bundle["serviceEnvironments"][0], "serviceEnvironmentName": queue}
+    batch.create_service_environment(**environment)
+
+    assert batch.describe_service_environments(serviceEnvironments=[queue])["serviceEnvironments"] == []
+    job_queue = {
+        **bundle["jobQueues"][0],
+        "jobQueueName": queue,
+        "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": queue}],
+    }
+    with pytest.raises(ClientError, match=f"Service environment {queue} does not exist"):
+        batch.create_job_queue(**job_queue)
+
+    def environment_status() -> str | None:
+        found = batch.describe_service_environments(serviceEnvironments=[queue])["serviceEnvironments"]
+        return found[0]["status"] if found else None
+
+    wait_for("the service environment to show", lambda: environment_status() is not None, timeout_s=10)
+    assert environment_status() == "CREATING"
+    with pytest.raises(ClientError, match=f"Service environment {queue} is CREATING: .* once it is VALID"):
+        batch.create_job_queue(**job_queue)
+    with pytest.raises(ClientError, match=f"Service environment {queue} is CREATING: update it once"):
+        batch.update_service_environment(serviceEnvironment=queue, state="ENABLED")
+    wait_for("the service environment to be VALID", lambda: environment_status() == "VALID", timeout_s=10)
+
+    batch.create_job_queue(**job_queue)
+    wait_for("the job queue to show", lambda: batch.describe_job_queues(jobQueues=[queue])["jobQueues"])
+    (described,) = batch.describe_job_queues(jobQueues=[queue])["jobQueues"]
+    assert (described["status"], described["statusReason"]) == ("CREATING", "Creating")
+    with pytest.raises(ClientError, match=f"Job queue {queue} is CREATING: create its quota shares once"):
+        batch.create_quota_share(jobQueue=queue, **share("a", "LEND", 1))
+
+
+def test_on_request_a_resource_ends_invalid_an_update_is_updating_and_an_operation_is_refused(
+    batch: Any, endpoint_url: str, unique: str, answers: AnswerLog
+) -> None:
+    bad, slow, refused = f"bad-{unique}", f"slow-{unique}", f"refused-{unique}"
+    emulator_behaviour(endpoint_url, slow, updatingSeconds=30)
+    emulator_behaviour(endpoint_url, refused, refuse={"CreateQuotaShare": "Throttled by the test"})
+    create_design(batch, quota_file(slow, 2, share("a", "LEND", 1)))
+    bundle = export_design(parse_quota_config(quota_file(bad, 2, share("a", "LEND", 1)), "test"))
+    batch.create_service_environment(**bundle["serviceEnvironments"][0])
+    batch.create_scheduling_policy(**bundle["schedulingPolicies"][0])
+    emulator_behaviour(endpoint_url, bad, invalidReason="CLIENT_ERROR - the role cannot be assumed")
+    batch.create_job_queue(**bundle["jobQueues"][0])  # it alone: what is created from now on
+
+    (invalid,) = batch.describe_job_queues(jobQueues=[bad])["jobQueues"]
+    assert (invalid["status"], invalid["statusReason"]) == (
+        "INVALID",
+        "CLIENT_ERROR - the role cannot be assumed",
+    )
+    (slow_share,) = batch.list_quota_shares(jobQueue=slow)["quotaShares"]
+    assert slow_share["status"] == "VALID"
+    batch.update_quota_share(quotaShareArn=slow_share["quotaShareArn"], state="DISABLED")
+    (updating,) = batch.list_quota_shares(jobQueue=slow)["quotaShares"]
+    assert (updating["status"], updating["state"]) == ("UPDATING", "DISABLED")
+    with pytest.raises(ClientError, match="Quota share a is UPDATING: update it once it is VALID"):
+        batch.update_quota_share(quotaShareArn=slow_share["quotaShareArn"], state="ENABLED")
+    with pytest.raises(ClientError, match="Throttled by the test"):
+        create_design(batch, quota_file(refused, 2, share("a", "LEND", 1)))
+    emulator_behaviour(endpoint_url, refused)  # as at once again
+    batch.create_quota_share(jobQueue=refused, **share("a", "LEND", 1))
+
+
+def test_what_aws_refuses_beyond_botocores_validator_is_refused(batch: Any, unique: str) -> None:
+    queue = f"limits-{unique}"
+    create_design(batch, quota_file(queue, 40, *(share(f"s{i}", "LEND", 1) for i in range(20))))
+
+    with pytest.raises(
+        ClientError, match=f"Job queue {queue} has 20 quota shares: a job queue has at most 20"
+    ):
+        batch.create_quota_share(jobQueue=queue, **share("s20", "LEND", 1))
+    with pytest.raises(ClientError, match="capacityUnit local-gpu is not a SageMaker instance type"):
+        batch.create_service_environment(
+            serviceEnvironmentName=f"local-{unique}",
+            serviceEnvironmentType="SAGEMAKER_TRAINING",
+            capacityLimits=[{"capacityUnit": "local-gpu", "maxCapacity": 2}],
+        )
+    with pytest.raises(ClientError, match="priority 1001: a job queue's priority is 0 to 1000"):
+        batch.update_job_queue(jobQueue=queue, priority=1001)
