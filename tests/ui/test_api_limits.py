@@ -40,6 +40,11 @@ def seeded(server: ApiServer) -> Iterator[Seeded]:
 JOB = "train/run-1/vision-b/-1/1"
 NUL = "%00"  # as it arrives in a URL
 
+
+class RawJson(str):
+    """A request body sent as these bytes (JSON that a dict cannot hold, such as a key given twice)."""
+
+
 #: Case name -> (method, path, query parameters or body, status, words the answer must hold).
 BAD_INPUTS: dict[str, tuple[str, str, Any, int, list[str]]] = {
     "a NUL in a job queue filter": (
@@ -182,6 +187,69 @@ BAD_INPUTS: dict[str, tuple[str, str, Any, int, list[str]]] = {
         422,
         ["NUL"],
     ),
+    "a timeline ending in year 1 (its default hour starts before it)": (
+        "GET",
+        f"/jobQueues/{QUEUE}/timeline",
+        {"until": "0001-01-01T00:00:00"},
+        422,
+        ["until", "window", "later until"],
+    ),
+    "a timeline's day ending on the first day of year 1": (
+        "GET",
+        f"/jobQueues/{QUEUE}/timeline",
+        {"until": "0001-01-01T12:00:00", "window": "1d"},
+        422,
+        ["until", "1d"],
+    ),
+    "a NUL in a task instance timeline's dagId": (
+        "GET",
+        "/taskInstances/timeline",
+        {"dagId": "\x00", "runId": "r", "taskId": "t"},
+        422,
+        ["dagId", "NUL"],
+    ),
+    "a NUL in a task instance timeline's runId": (
+        "GET",
+        "/taskInstances/timeline",
+        {"dagId": "train", "runId": "\x00", "taskId": "t"},
+        422,
+        ["runId", "NUL"],
+    ),
+    "a NUL in a task instance timeline's taskId": (
+        "GET",
+        "/taskInstances/timeline",
+        {"dagId": "train", "runId": "r", "taskId": "t\x00"},
+        422,
+        ["taskId", "NUL"],
+    ),
+    "a NUL in a task instance's service jobs": (
+        "GET",
+        "/taskInstances/serviceJobs",
+        {"dagId": "train", "runId": "\x00", "taskId": "t"},
+        422,
+        ["runId", "NUL"],
+    ),
+    "a key given twice in a share change": (
+        "PATCH",
+        f"/quotaShares/{QUEUE}/vision",
+        RawJson('{"state": "ENABLED", "state": "DISABLED"}'),
+        422,
+        ["'state' appears twice", "keep only one"],
+    ),
+    "a key given twice in a nested object": (
+        "PATCH",
+        f"/quotaShares/{QUEUE}/vision",
+        RawJson('{"resourceSharingConfiguration": {"strategy": "LEND", "strategy": "RESERVE"}}'),
+        422,
+        ["'strategy' appears twice"],
+    ),
+    "a key given twice in a priority change": (
+        "POST",
+        "/jobs/update-priority",
+        RawJson(f'{{"jobId": "{JOB}", "schedulingPriority": 1, "schedulingPriority": 9}}'),
+        422,
+        ["'schedulingPriority' appears twice"],
+    ),
 }
 
 #: Bodies no JSON parser reads as a document: refused before any field is looked at.
@@ -202,6 +270,8 @@ def test_every_bad_input_answers_4xx_naming_the_field_and_changes_nothing(
     for case, (method, path, given, status, words) in BAD_INPUTS.items():
         if method == "GET":
             response = server.get(API + path, **(given or {}))
+        elif isinstance(given, RawJson):
+            response = server.send_raw(method, API + path, given.encode())
         else:
             response = server.send(method, API + path, given)
         text = response.text
@@ -211,7 +281,7 @@ def test_every_bad_input_answers_4xx_naming_the_field_and_changes_nothing(
         response = server.send_raw("POST", f"{API}/jobs/update-priority", body)
         if response.status_code != 400 or "error parsing the body" not in response.text:
             wrong.append(f"{case}: {response.status_code} {response.text[:300]}")
-    assert wrong == []
+    assert wrong == [], "\n".join(wrong)
     assert seeded.rows() == before
 
 

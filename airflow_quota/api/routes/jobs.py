@@ -21,7 +21,8 @@ from airflow_quota.api.aws_queue_reports import (
     unreadable,
 )
 from airflow_quota.api.job_reports import job_reports
-from airflow_quota.api.routes.params import Offset, QueueFilter, ShareFilter
+from airflow_quota.api.routes.params import Offset, QueueFilter, ShareFilter, TaskIdPart
+from airflow_quota.api.routes.strict_json import StrictJsonRoute
 from airflow_quota.api.schemas import JobId, Name
 from airflow_quota.api.usage_reports import queue_states, scheduled_by_aws_batch
 from airflow_quota.aws_batch.queue_reports import aws_scheduled_queues
@@ -29,13 +30,13 @@ from airflow_quota.aws_batch.service_job_priority import ServiceJobError, change
 from airflow_quota.engine.model import JobStatus
 from airflow_quota.ledger.job_rows import FINAL_STATUSES
 from airflow_quota.ledger.lifecycle import record_priority_change, record_termination
-from airflow_quota.ledger.models import ID_LENGTH, JobRow
+from airflow_quota.ledger.models import JobRow
 from airflow_quota.ledger.queue_state import load_queue_state
 from airflow_quota.ledger.views import DEFAULT_JOBS, MAX_PAGE, job_page
 
 STATUSES = [status.value for status in JobStatus]
 
-router = APIRouter()
+router = APIRouter(route_class=StrictJsonRoute)
 
 
 @router.get(
@@ -188,9 +189,9 @@ def _update_service_job_priority(
 )
 def task_instance_service_jobs(
     session: SessionDep,
-    dagId: Annotated[str, Query(max_length=ID_LENGTH)],
-    runId: Annotated[str, Query(max_length=ID_LENGTH)],
-    taskId: Annotated[str, Query(max_length=ID_LENGTH)],
+    dagId: TaskIdPart,
+    runId: TaskIdPart,
+    taskId: TaskIdPart,
     mapIndex: Annotated[int, Query(ge=-1, le=2**31 - 1)] = -1,
 ) -> schemas.TaskInstanceServiceJobs:
     aws_queues = aws_scheduled_queues(session)

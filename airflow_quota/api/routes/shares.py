@@ -12,6 +12,7 @@ from fastapi import APIRouter, HTTPException, status
 from airflow_quota.api import schemas
 from airflow_quota.api.access import MAY_CHANGE, MAY_READ
 from airflow_quota.api.routes.params import QueueFilter
+from airflow_quota.api.routes.strict_json import StrictJsonRoute
 from airflow_quota.api.schemas import Name
 from airflow_quota.api.usage_reports import (
     queue_share_reports,
@@ -24,7 +25,7 @@ from airflow_quota.ledger.configuration import applied_config, apply_quota_confi
 from airflow_quota.ledger.errors import ConfigApplyError
 from airflow_quota.ledger.queue_state import job_queue_names
 
-router = APIRouter()
+router = APIRouter(route_class=StrictJsonRoute)
 
 
 @router.get(

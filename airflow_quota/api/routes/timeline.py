@@ -16,10 +16,11 @@ from sqlalchemy.orm import Session
 from airflow_quota.api import schemas
 from airflow_quota.api.access import MAY_READ
 from airflow_quota.api.job_reports import task_instance_path
+from airflow_quota.api.routes.params import TaskIdPart
 from airflow_quota.api.schemas import Name
 from airflow_quota.ledger import timeline as ledger_timeline
 from airflow_quota.ledger.configuration import applied_config
-from airflow_quota.ledger.models import ID_LENGTH, JobRow
+from airflow_quota.ledger.models import JobRow
 from airflow_quota.ledger.queue_state import job_queue_names
 from airflow_quota.ledger.timeline import QueueTimeline, TaskInstanceKey, queue_timeline
 from airflow_quota.ledger.views import utc_time
@@ -51,7 +52,6 @@ WindowParam = Annotated[
     Window | None,
     Query(description="The window's length before `until`: 15m, 1h, 1d, or all (since the first job)"),
 ]
-TaskIdPart = Annotated[str, Query(max_length=ID_LENGTH)]
 
 
 def window_bounds(
@@ -72,7 +72,16 @@ def window_bounds(
             )
         return since, end
     chosen = window or default
-    return (None if chosen is Window.ALL else end - LENGTHS[chosen]), end
+    if chosen is Window.ALL:
+        return None, end
+    try:
+        return end - LENGTHS[chosen], end
+    except OverflowError:  # the window would start before 0001-01-01
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_ENTITY,
+            f"until ({end.isoformat()}) is less than the window ({chosen.value}) after the earliest time "
+            "there is (0001-01-01T00:00:00): give a later until, a shorter window, or window=all",
+        ) from None
 
 
 @router.get(
