@@ -5,9 +5,10 @@
 ``.json`` files are read as JSON; everything else as YAML (a superset of JSON). Unreadable files, syntax
 errors (with their line), duplicate keys and a top level that is not a mapping raise ``QuotaConfigError``
 like any other problem, so callers handle one exception. So does a document no quota file needs and no
-reader should spend itself on: nested more than ``MAX_DEPTH`` levels, or more than ``MAX_VALUES`` values
-once YAML aliases are expanded. A number of more than ``MAX_NUMBER_DIGITS`` digits is read as
-``TooManyDigits``, which validation then refuses at its path.
+reader should spend itself on: more than ``MAX_FILE_BYTES`` (reading stops there), nested more than
+``MAX_DEPTH`` levels, or more than ``MAX_VALUES`` values once YAML aliases are expanded. A number of
+more than ``MAX_NUMBER_DIGITS`` digits is read as ``TooManyDigits``, which validation then refuses at its
+path.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ MAX_DEPTH = 100
 MAX_VALUES = 1_000_000
 #: No field needs a number this long (Python itself refuses to convert more than 4,300 digits).
 MAX_NUMBER_DIGITS = 100
+#: The most a document read takes: a quota file needs a few KiB, a scenario or AWS Batch's answers for a
+#: large design a few MiB. Reading stops there, so a device or an endless stream (``/dev/zero``) is refused
+#: in a line instead of filling the memory.
+MAX_FILE_BYTES = 16 * 2**20
 
 
 def load_quota_file(path: str | os.PathLike[str]) -> QuotaConfig:
@@ -43,7 +48,15 @@ def read_mapping_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The mapping at the top of a YAML or JSON file (also used for simulator scenario files)."""
     source = str(path)
     try:
-        text = Path(path).read_bytes().decode("utf-8")
+        with open(path, "rb") as file:
+            data = file.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise _file_error(
+                source,
+                f"the file holds more than {MAX_FILE_BYTES // 2**20} MiB: quota files, AWS Batch documents "
+                "and scenarios need far less; give the file itself, not a device or a stream",
+            )
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise _file_error(source, f"cannot read the file: {_reason(error)}") from error
     document = (

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import resource
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +15,7 @@ import yaml
 
 from airflow_quota.cli.aws_design import run_export, run_import
 from airflow_quota.cli.validate import run_validate
-from airflow_quota.config_file import load_quota_file
+from airflow_quota.config_file import MAX_FILE_BYTES, load_quota_file
 from airflow_quota.ledger.models import JobQueueRow, QuotaShareRow
 from tests.cli.in_process import run_quota
 from tests.cli.test_quota_cli import EXAMPLE_FILE, airflow
@@ -81,6 +85,43 @@ def test_import_of_an_incomplete_design_exits_1_writes_nothing_and_names_the_fix
     assert "quotaShares[0].jobQueueArn" in printed.err
     assert "add its CreateJobQueue body or DescribeJobQueues answer" in printed.err
     assert not output.exists()
+
+
+#: The address space the import below may use: enough for Python and its imports, far less than a read
+#: of /dev/zero without a bound takes before it fails (so the test never starves the machine).
+IMPORT_ADDRESS_SPACE = 3 * 2**30
+
+
+@pytest.mark.parametrize("endless", ["/dev/zero", "/dev/urandom"])
+def test_import_of_an_endless_file_says_it_is_too_large_without_a_traceback(endless: str) -> None:
+    def limit_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (IMPORT_ADDRESS_SPACE, IMPORT_ADDRESS_SPACE))
+
+    started = time.monotonic()
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from airflow_quota.cli.aws_design import run_import; "
+            f"sys.exit(run_import([{endless!r}]))",
+        ],
+        capture_output=True,
+        text=True,
+        preexec_fn=limit_memory,
+        timeout=120,
+        check=False,
+    )
+
+    assert ran.returncode == 1, ran.stderr[-2000:]
+    assert "Traceback" not in ran.stderr, ran.stderr[-2000:]
+    assert ran.stdout == ""
+    assert [line.strip() for line in ran.stderr.splitlines()] == [
+        f"{endless} is invalid: 1 error",
+        f"the file holds more than {MAX_FILE_BYTES // 2**20} MiB: quota files, AWS Batch documents and "
+        "scenarios need far less; give the file itself, not a device or a stream",
+        "Nothing was written.",
+    ]
+    assert time.monotonic() - started < 60
 
 
 def test_validate_reads_aws_documents_and_warns_at_their_paths(
