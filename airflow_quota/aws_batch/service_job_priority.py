@@ -1,15 +1,19 @@
-"""A priority change on a job of a queue AWS Batch schedules: sent to AWS Batch, and audited here.
+"""A priority change or a termination of a job of a queue AWS Batch schedules: sent to AWS Batch, and
+audited here.
 
 The ledger holds no job of such a queue (AWS Batch admits, preempts and re-queues it), so
 ``airflow quota jobs update-priority`` and the REST API's ``POST /jobs/update-priority`` look a job they do
 not find in the ledger up in AWS Batch (``find_service_job``: by service job id or ARN, or by job name among
-the queue's unfinished jobs) and change it there with UpdateServiceJob (``change_priority``). The change is
-audited like one of ours (PRIORITY_CHANGED, old and new, with the service job's ARN); AWS Batch applies it to
-its own order of the quota share.
+the queue's unfinished jobs, else its finished ones) and change it there with UpdateServiceJob
+(``change_priority``). The change is audited like one of ours (PRIORITY_CHANGED, old and new, with the
+service job's ARN); AWS Batch applies it to its own order of the quota share. ``POST /jobs/terminate``
+terminates such a job with TerminateServiceJob (``terminate_service_job``, audited TERMINATED). A finished
+job is refused either way.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from datetime import datetime
 from typing import Any
@@ -31,6 +35,14 @@ class ServiceJobError(Exception):
     """The job cannot be changed; the message says why and what to do."""
 
 
+class ServiceJobReferenceError(ServiceJobError):
+    """What names the job cannot name a service job (an ARN of another resource type): bad input."""
+
+
+#: The ARN of a service job: ``arn:<partition>:batch:<region>:<account>:service-job/<job id>``.
+_SERVICE_JOB_ARN = re.compile(r"arn:[a-z-]+:batch:[a-z0-9-]+:\d{12}:service-job/(?P<job_id>[^/\s]+)")
+
+
 def queue_name_of(job_queue: str) -> str:
     """A job queue's name from its ARN (``...:job-queue/<name>``) or name."""
     return job_queue.rsplit("/", 1)[-1]
@@ -38,16 +50,25 @@ def queue_name_of(job_queue: str) -> str:
 
 def find_service_job(client: Any, reference: str, job_queue_names: Collection[str]) -> dict[str, Any] | None:
     """The DescribeServiceJob answer of the job ``reference`` names (a service job id, its ARN, or its job
-    name among the unfinished jobs of ``job_queue_names``), when it is a job of one of those queues; None
-    when AWS Batch has none. Several unfinished jobs with that name: ``ServiceJobError``."""
-    described = _describe(client, reference.rsplit("/", 1)[-1] if reference.startswith("arn:") else reference)
+    name: among the unfinished jobs of ``job_queue_names``, else among their finished ones), when it is a
+    job of one of those queues; None when AWS Batch has none. Several jobs with that name (unfinished, or
+    when none is, finished): ``ServiceJobError``. An ARN that is not a service job's:
+    ``ServiceJobReferenceError``."""
+    described = _describe(client, _job_id_of(reference))
     if described is None:
-        named = [job_id for name in job_queue_names for job_id in _unfinished_named(client, name, reference)]
-        if len(set(named)) > 1:
+        named = _named(client, job_queue_names, reference, _OPEN_STATUSES)
+        if len(named) > 1:
             raise ServiceJobError(
-                f"several unfinished service jobs are named {reference} ({', '.join(sorted(set(named)))}): "
+                f"several unfinished service jobs are named {reference} ({', '.join(named)}): "
                 "give the service job id"
             )
+        if not named:  # a finished job named so is the one meant (refused by a change: it has finished)
+            named = _named(client, job_queue_names, reference, sorted(FINAL_STATUSES))
+            if len(named) > 1:
+                raise ServiceJobError(
+                    f"no unfinished service job is named {reference}, and {len(named)} finished ones are "
+                    f"({', '.join(named)}): give the service job id"
+                )
         described = _describe(client, named[0]) if named else None
     if described is None or queue_name_of(str(described.get("jobQueue", ""))) not in job_queue_names:
         return None
@@ -80,10 +101,60 @@ def change_priority(
     return after if after is not None else described
 
 
-def _unfinished_named(client: Any, job_queue_name: str, job_name: str) -> list[str]:
-    """The ids of the queue's unfinished service jobs named ``job_name`` (none when AWS has no such queue)."""
+def terminate_service_job(
+    session: Session, client: Any, described: dict[str, Any], reason: str, now: datetime
+) -> dict[str, Any]:
+    """TerminateServiceJob of the job ``described`` (a DescribeServiceJob answer) with ``reason``, audited
+    (TERMINATED); returns the job's DescribeServiceJob answer after the call. AWS Batch stops its training
+    job and fails it; the task that follows it then fails with its statusReason."""
+    job_id, queue = str(described["jobId"]), queue_name_of(str(described["jobQueue"]))
+    if described.get("status") in FINAL_STATUSES:
+        raise ServiceJobError(
+            f"service job {job_id} has already finished ({described['status']}): cannot terminate it"
+        )
+    client.terminate_service_job(jobId=job_id, reason=reason)
+    add_audit_row(
+        session,
+        now,
+        queue,
+        AuditKind.TERMINATED,
+        job_id=job_id,
+        quota_share_name=described.get("quotaShareName"),
+        message=reason,
+        details={"status": described.get("status"), "serviceJobArn": described.get("jobArn")},
+    )
+    after = _describe(client, job_id)
+    return after if after is not None else described
+
+
+def _job_id_of(reference: str) -> str:
+    """The service job id a reference gives: the id in a service job's ARN, else the reference itself
+    (an id or a job name); ``ServiceJobReferenceError`` for any other ARN."""
+    if not reference.startswith("arn:"):
+        return reference
+    matched = _SERVICE_JOB_ARN.fullmatch(reference)
+    if matched is None:
+        raise ServiceJobReferenceError(
+            f"jobId {reference} is not the ARN of an AWS Batch service job: give the service job's ARN "
+            "(arn:aws:batch:REGION:ACCOUNT_ID:service-job/ID), its id, or its job name"
+        )
+    return matched["job_id"]
+
+
+def _named(
+    client: Any, job_queue_names: Collection[str], job_name: str, statuses: Collection[str]
+) -> list[str]:
+    """The ids, sorted, of the service jobs named ``job_name`` in ``statuses`` in the queues."""
+    return sorted(
+        {job_id for name in job_queue_names for job_id in _named_in(client, name, job_name, statuses)}
+    )
+
+
+def _named_in(client: Any, job_queue_name: str, job_name: str, statuses: Collection[str]) -> list[str]:
+    """The ids of the queue's service jobs named ``job_name`` in ``statuses`` (none when AWS has no such
+    queue)."""
     found = []
-    for status in _OPEN_STATUSES:
+    for status in statuses:
         try:
             answer = client.list_service_jobs(
                 jobQueue=job_queue_name,

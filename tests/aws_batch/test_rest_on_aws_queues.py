@@ -148,6 +148,88 @@ def test_a_priority_change_through_the_api_reaches_aws_batch(
     assert batch.describe_service_job(jobId=waiting)["schedulingPriority"] == 70
 
 
+def test_a_service_job_is_terminated_through_aws_batch_and_a_finished_one_is_a_409(
+    batch: Any, server: ApiServer, queues: dict[str, Any]
+) -> None:
+    aws, jobs = queues["aws"], queues["jobs"]
+    running_arn = batch.describe_service_job(jobId=jobs["nlp-1"])["jobArn"]
+
+    by_arn = server.send("POST", f"{API}/jobs/terminate", {"jobId": running_arn, "reason": "wrong data"})
+    by_name = server.send("POST", f"{API}/jobs/terminate", {"jobId": "nlp-2", "reason": "not needed"})
+
+    assert by_arn.status_code == 200, by_arn.text
+    answer = by_arn.json()
+    assert (answer["jobId"], answer["jobQueueName"], answer["scheduledBy"]) == (
+        jobs["nlp-1"],
+        aws,
+        "AWS_BATCH",
+    )
+    assert answer["isTerminated"] is True
+    assert by_name.status_code == 200, by_name.text
+    assert by_name.json()["jobId"] == jobs["nlp-2"]
+    wait_for(
+        "both nlp jobs to fail",
+        lambda: status(batch, jobs["nlp-1"]) == status(batch, jobs["nlp-2"]) == "FAILED",
+    )
+    assert "not needed" in batch.describe_service_job(jobId=jobs["nlp-2"])["statusReason"]
+    assert status(batch, jobs["research"]) == "RUNNING"
+    events = [
+        event for event in get(server, "/events", jobQueueName=aws)["events"] if event["kind"] == "TERMINATED"
+    ]
+    assert [(event["jobId"], event["quotaShareName"], event["message"]) for event in events] == [
+        (jobs["nlp-1"], "nlp", "wrong data"),
+        (jobs["nlp-2"], "nlp", "not needed"),
+    ]
+
+    # Finished: given by its name (no unfinished job has it), by its id, to terminate or to reprioritise.
+    for path, body in [
+        ("/jobs/update-priority", {"jobId": "nlp-2", "schedulingPriority": 5}),
+        ("/jobs/update-priority", {"jobId": jobs["nlp-2"], "schedulingPriority": 5}),
+        ("/jobs/terminate", {"jobId": "nlp-2", "reason": "again"}),
+    ]:
+        finished = server.send("POST", API + path, body)
+        assert finished.status_code == 409, (path, body, finished.text)
+        assert f"service job {jobs['nlp-2']} has already finished (FAILED)" in finished.json()["detail"]
+    assert get(server, "/jobs/nlp-2")["jobId"] == jobs["nlp-2"]  # read by its name, finished as it is
+    viewer = server.send(
+        "POST", f"{API}/jobs/terminate", {"jobId": jobs["research"], "reason": "x"}, user="viewer"
+    )
+    assert viewer.status_code == 403
+    assert status(batch, jobs["research"]) == "RUNNING"
+
+
+def test_an_arn_of_another_resource_type_is_refused_naming_what_to_give(
+    batch: Any, server: ApiServer, queues: dict[str, Any]
+) -> None:
+    research = queues["jobs"]["research"]
+    prefix = batch.describe_service_job(jobId=research)["jobArn"].rsplit(":", 1)[0]
+    training_arn = batch.describe_service_job(jobId=research)["latestAttempt"]["serviceResourceId"]["value"]
+    wrong = [
+        f"{prefix}:job-queue/{research}",  # the right id behind the wrong resource type
+        f"{prefix}:job/{research}",  # an ECS-style Batch job, not a service job
+        training_arn.rsplit("/", 1)[0] + f"/{research}",  # a SageMaker training job's ARN
+        "arn:aws:batch",  # not an ARN at all
+    ]
+    for arn in wrong:
+        for method, path, body in [
+            ("POST", "/jobs/update-priority", {"jobId": arn, "schedulingPriority": 9}),
+            ("POST", "/jobs/terminate", {"jobId": arn, "reason": "no"}),
+        ]:
+            response = server.send(method, API + path, body)
+            assert response.status_code == 422, (arn, path, response.text)
+            detail = response.json()["detail"]
+            assert f"jobId {arn} is not the ARN of an AWS Batch service job" in detail
+            assert "arn:aws:batch:REGION:ACCOUNT_ID:service-job/ID" in detail
+        read = server.get(f"{API}/jobs/{arn}")
+        assert read.status_code == 422, (arn, read.text)
+    described = batch.describe_service_job(jobId=research)
+    assert (described["status"], described["schedulingPriority"], described["isTerminated"]) == (
+        "RUNNING",
+        0,
+        False,
+    )
+
+
 def test_one_service_job_shows_its_preemption_as_aws_batch_reports_it(
     batch: Any, server: ApiServer, unique: str
 ) -> None:

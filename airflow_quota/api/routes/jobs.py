@@ -26,7 +26,13 @@ from airflow_quota.api.routes.strict_json import StrictJsonRoute
 from airflow_quota.api.schemas import JobId, Name
 from airflow_quota.api.usage_reports import queue_states, scheduled_by_aws_batch
 from airflow_quota.aws_batch.queue_reports import aws_scheduled_queues
-from airflow_quota.aws_batch.service_job_priority import ServiceJobError, change_priority, find_service_job
+from airflow_quota.aws_batch.service_job_priority import (
+    ServiceJobError,
+    ServiceJobReferenceError,
+    change_priority,
+    find_service_job,
+    terminate_service_job,
+)
 from airflow_quota.engine.model import JobStatus
 from airflow_quota.ledger.job_rows import FINAL_STATUSES
 from airflow_quota.ledger.lifecycle import record_priority_change, record_termination
@@ -144,15 +150,23 @@ def update_job_priority(
     summary="Terminate a job",
     description=(
         "A waiting job is FAILED now; a granted one is stopped first (the allocator stops its task) and is "
-        "FAILED once stopped. Audited (TERMINATED, with the reason)."
+        "FAILED once stopped. Audited (TERMINATED, with the reason). A job of a queue AWS Batch schedules "
+        "(`jobId` its service job id, ARN or job name) is terminated by AWS Batch (TerminateServiceJob): "
+        "the answer is then its ServiceJob, read back from AWS Batch."
     ),
-    responses=schemas.WRITE_ERRORS,
+    responses={
+        **schemas.WRITE_ERRORS,
+        502: {"model": schemas.ErrorDetail, "description": "AWS Batch refused"},
+    },
     dependencies=[MAY_CHANGE],
 )
-def terminate_job(session: SessionDep, body: schemas.Termination) -> schemas.Job:
+def terminate_job(session: SessionDep, body: schemas.Termination) -> schemas.Job | schemas.ServiceJob:
     reason = body.reason.strip()
     if not reason:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, "reason must say why the job is terminated")
+    aws_queues = aws_scheduled_queues(session)
+    if aws_queues and session.get(JobRow, body.jobId) is None:
+        return _terminate_service_job(session, body.jobId, reason, aws_queues)
     row = _unfinished_job(session, body.jobId, "terminate it")
     state = load_queue_state(session, row.job_queue_name)
     record_termination(session, state, row.job_id, datetime.now(UTC), reason)
@@ -167,6 +181,21 @@ def _update_service_job_priority(
     client, described = _service_job(body.jobId, aws_queues)
     try:
         after = change_priority(session, client, described, body.schedulingPriority, datetime.now(UTC))
+    except ServiceJobError as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error
+    except Exception as error:  # AWS Batch refused, or could not be asked: nothing was changed
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, unreadable(error)) from error
+    session.flush()
+    return described_job(after, client.meta.region_name)
+
+
+def _terminate_service_job(
+    session: Session, reference: str, reason: str, aws_queues: list[str]
+) -> schemas.ServiceJob:
+    """The job is not in the ledger: a service job of a queue AWS Batch schedules, terminated there."""
+    client, described = _service_job(reference, aws_queues)
+    try:
+        after = terminate_service_job(session, client, described, reason, datetime.now(UTC))
     except ServiceJobError as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error
     except Exception as error:  # AWS Batch refused, or could not be asked: nothing was changed
@@ -202,10 +231,13 @@ def task_instance_service_jobs(
 
 def _service_job(reference: str, aws_queues: list[str]) -> tuple[Any, dict[str, Any]]:
     """A Batch client and the DescribeServiceJob answer of the job ``reference`` names in the queues AWS
-    Batch schedules; 404 when there is none, 409 when its name is ambiguous, 502 when AWS cannot answer."""
+    Batch schedules; 404 when there is none, 409 when its name is ambiguous, 422 when it is an ARN of
+    another resource type, 502 when AWS cannot answer."""
     try:
         client = aws_client()
         described = find_service_job(client, reference, aws_queues)
+    except ServiceJobReferenceError as error:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(error)) from error
     except ServiceJobError as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error
     except Exception as error:
