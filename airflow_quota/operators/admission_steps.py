@@ -101,12 +101,15 @@ class AdmissionSteps(BaseOperator):
         #: The AWS Batch service job this worker process submitted (what ``on_kill`` terminates).
         self._current_service_job: str | None = None
         self._training_backend: TrainingBackend | None = None
-        # A bad argument fails this task when it runs, never the DAG file: its other tasks stay.
+        # A bad argument or request fails this task when it runs, never the DAG file: its other tasks stay.
         problems = self._argument_problems() + self._quota_problems("placeholder", 1)
+        prepared = None
+        if not problems:
+            prepared, problems = self._parse_time_request()
         if problems:
             self.log.warning("Task %s will fail when it runs: %s", self.task_id, "; ".join(problems))
-        else:
-            self._start_from_trigger_when_static()
+        elif prepared is not None:
+            self._start_from_trigger_when_static(prepared)
 
     def _argument_problems(self) -> list[str]:
         """What is wrong with the operator's own arguments (the request is checked by ``_prepare``)."""
@@ -118,8 +121,26 @@ class AdmissionSteps(BaseOperator):
             attempt_timeout=self.attempt_timeout,
         )
 
-    def _start_from_trigger_when_static(self) -> None:
-        """Wait for quota from the triggerer, with no worker run first, when the request is known now.
+    def _parse_time_request(self) -> tuple[PreparedRequest | None, list[str]]:
+        """The request, validated, when it is known as the DAG file is parsed (a dict without templates),
+        and what will fail the task when it runs (the request's own problems, its capacity's against the
+        quota bounds: an ``InstanceCount`` or capacity unit out of them). What only a worker can tell (the
+        local backend's ``working_dir`` on that worker) is left to it."""
+        templated = [getattr(self, name) for name in self.template_fields]
+        if self.model_trainer is not None or has_template(templated):
+            return None, []
+        try:
+            prepared = self._backend().prepare(self._request_config(), cast("Context", {}))
+        except TrainingRequestError as error:
+            return None, [problem for problem in error.problems if not problem.startswith("working_dir:")]
+        except ValueError:
+            return None, []
+        finally:
+            self._training_backend = None
+        return prepared, self._quota_problems(prepared.capacity_unit, prepared.instance_count)
+
+    def _start_from_trigger_when_static(self, prepared: PreparedRequest) -> None:
+        """Wait for quota from the triggerer, with no worker run first: the request is known now.
 
         Airflow's ``start_from_trigger``: the scheduler defers the task on ``QuotaAdmissionTrigger`` as it
         schedules it. That saves a worker run per task, and the first grant needs no settle time (only a
@@ -130,18 +151,7 @@ class AdmissionSteps(BaseOperator):
         ``execution_timeout`` also starts in a worker: from the triggerer, Airflow would count the wait
         for quota against it (``TaskInstance.defer_task``), and a long queue would fail the task.
         """
-        templated = [getattr(self, name) for name in self.template_fields]
-        if self.model_trainer is not None or has_template(templated) or self.get_dag() is None:
-            return
-        if self.execution_timeout is not None:
-            return
-        try:
-            prepared = self._backend().prepare(self._request_config(), cast("Context", {}))
-        except (TrainingRequestError, ValueError):
-            return
-        finally:
-            self._training_backend = None
-        if self._quota_problems(prepared.capacity_unit, prepared.instance_count):
+        if self.get_dag() is None or self.execution_timeout is not None:
             return
         job_name = parse_time_job_name(self.dag_id, self.task_id)
         trigger = self._admission_trigger(job_name, prepared, submitted_at=None, admission=0)

@@ -114,6 +114,45 @@ def test_a_bad_argument_fails_its_task_when_it_runs_not_the_dag_file(
     assert says in str(failure.value)
 
 
+BAD_CAPACITY = [
+    pytest.param(
+        {"instance_count": 0},
+        "ResourceConfig.InstanceCount: must be a whole number >= 1, got 0",
+        id="no_instances",
+    ),
+    pytest.param(
+        {"instance_count": 100_001},
+        "instanceCount: instanceCount is 100001: it must be a whole number from 1 to 100000",
+        id="instances_past_the_bound",
+    ),
+    pytest.param(
+        {"instance_type": "ml.p4d 24xlarge"},
+        "capacityUnit: capacityUnit is 'ml.p4d 24xlarge'",
+        id="unit_with_a_space",
+    ),
+    pytest.param({"instance_type": "ml." + "x" * 300}, "capacityUnit: capacityUnit is", id="unit_too_long"),
+]
+
+
+@pytest.mark.parametrize(("request_arguments", "says"), BAD_CAPACITY)
+def test_a_request_whose_capacity_is_out_of_bounds_is_warned_about_when_the_dag_file_is_parsed(
+    request_arguments: dict[str, Any], says: str, unique: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    with DAG("team_a_pipeline", schedule=None):
+        bad = operator(training_job_config=training_request(**request_arguments))
+    assert not bad.start_from_trigger  # it starts in a worker, which fails it
+    parse_log = "".join(capfd.readouterr())
+    assert "Task train will fail when it runs: " in parse_log  # the dag-processor's log warns
+    assert says in parse_log
+    run = TaskRun(bad, TaskInstanceStandIn(dag_id="team_a_pipeline", run_id=f"run-{unique}"))
+
+    with pytest.raises(AirflowFailException) as failure:
+        run.operator.execute(run.context)
+
+    assert str(failure.value).startswith("task train: 1 error\n")
+    assert says in str(failure.value)
+
+
 def test_a_dag_file_with_a_bad_task_keeps_its_other_tasks(tmp_path: Path) -> None:
     from airflow.dag_processing.dagbag import DagBag
 
