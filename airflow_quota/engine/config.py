@@ -50,6 +50,9 @@ from airflow_quota.engine.model import (
 #: What AWS Batch accepts (we accept more, and warn).
 AWS_MAX_SHARES_PER_QUEUE = 20
 AWS_MAX_CAPACITY_LIMITS_PER_SHARE = 5
+#: A job queue's ``priority`` in AWS Batch (research/quota-semantics.md 1.2; the service model states none).
+AWS_MIN_QUEUE_PRIORITY = 0
+AWS_MAX_QUEUE_PRIORITY = 1000
 
 # Upper bounds: every value fits the ledger's columns (names 128 characters, units 256, whole numbers
 # 32-bit like AWS's Integer) and nothing anyone types makes the allocator build or count more than this.
@@ -69,6 +72,15 @@ _UNIT_PATTERN = rf"^[A-Za-z0-9._:/+-]{{1,{MAX_UNIT_LENGTH}}}$"
 _UNIT_RULE = f"1 to {MAX_UNIT_LENGTH} letters, digits, '.', '-', '_', ':', '/' or '+'"
 Name = Annotated[StrictStr, Field(pattern=_NAME_PATTERN)]
 Unit = Annotated[StrictStr, Field(pattern=_UNIT_PATTERN)]
+
+
+def _name_or_arn(kind: str) -> str:
+    """A resource's name, or its AWS Batch ARN (``arn:aws:batch:us-east-1:123456789012:<kind>/<name>``)."""
+    return rf"^(arn:[a-z-]+:batch:[A-Za-z0-9-]*:[A-Za-z0-9_]*:{kind}/)?[A-Za-z0-9_-]{{1,{MAX_NAME_LENGTH}}}$"
+
+
+PolicyReference = Annotated[StrictStr, Field(pattern=_name_or_arn("scheduling-policy"))]
+EnvironmentReference = Annotated[StrictStr, Field(pattern=_name_or_arn("service-environment"))]
 Capacity = Annotated[StrictInt, Field(ge=0, le=MAX_CAPACITY)]
 
 #: What each field must hold, in the words the error messages use.
@@ -93,6 +105,23 @@ _EXPECTED: dict[str, str] = {
         "it: tasks submit AWS Batch service jobs to its quota shares)"
     ),
     "state": "ENABLED or DISABLED",
+    "priority": (
+        f"a whole number from {AWS_MIN_QUEUE_PRIORITY} to {AWS_MAX_QUEUE_PRIORITY} (AWS Batch's job queue "
+        "priority), or left out"
+    ),
+    "schedulingPolicyArn": (
+        "the name or ARN of the job queue's AWS Batch scheduling policy, e.g. quota or "
+        "arn:aws:batch:us-east-1:123456789012:scheduling-policy/quota; or left out"
+    ),
+    "serviceEnvironmentOrder": (
+        "one [{order: 1, serviceEnvironment: NAME}] entry naming the job queue's AWS Batch service "
+        "environment (our job queue has one capacity); or left out"
+    ),
+    "serviceEnvironment": (
+        "the name or ARN of an AWS Batch service environment, e.g. ml-g5 or "
+        "arn:aws:batch:us-east-1:123456789012:service-environment/ml-g5"
+    ),
+    "order": f"a whole number from 0 to {MAX_INTEGER}",
     "schedulingPriority": f"a whole number from {MIN_PRIORITY} to {MAX_PRIORITY} (higher runs first)",
     "instanceCount": f"a whole number from 1 to {MAX_CAPACITY}",
     "preemptionRetriesBeforeTermination": (
@@ -214,6 +243,13 @@ class JobQueueConfig(_AwsModel):
         )
 
 
+class ServiceEnvironmentOrderEntry(_AwsModel):
+    """CreateJobQueue's ``serviceEnvironmentOrder`` entry: which service environment holds the capacity."""
+
+    order: StrictInt = Field(ge=0, le=MAX_INTEGER)
+    service_environment: EnvironmentReference = Field(alias="serviceEnvironment")
+
+
 #: Who schedules a job queue's jobs: our allocator in Airflow, or AWS Batch itself (service jobs).
 QueueScheduler = Literal["AIRFLOW", "AWS_BATCH"]
 DEFAULT_SCHEDULER: QueueScheduler = "AIRFLOW"
@@ -226,6 +262,16 @@ class JobQueueWithShares(JobQueueConfig):
     quota_shares: list[QuotaShareConfig] = Field(alias="quotaShares", min_length=1)
     #: None when absent (read as AIRFLOW), so a file that does not say is written back as it was.
     scheduler: QueueScheduler | None = None
+    # CreateJobQueue's own fields, optional: only ``export`` and ``apply --to-aws`` read them (our allocator
+    # schedules the queue whatever they say). Left out (None), export writes its defaults (priority 1,
+    # ENABLED, a service environment and scheduling policy named after the job queue) and ``apply --to-aws``
+    # leaves what AWS Batch has (docs/aws-batch.md).
+    priority: StrictInt | None = Field(None, ge=AWS_MIN_QUEUE_PRIORITY, le=AWS_MAX_QUEUE_PRIORITY)
+    state: Literal["ENABLED", "DISABLED"] | None = None
+    scheduling_policy_arn: PolicyReference | None = Field(None, alias="schedulingPolicyArn")
+    service_environment_order: list[ServiceEnvironmentOrderEntry] | None = Field(
+        None, alias="serviceEnvironmentOrder", min_length=1, max_length=1
+    )
 
     @field_validator("scheduler", mode="before")
     @classmethod
@@ -313,6 +359,7 @@ def parse_quota_config(raw: object, source: str) -> QuotaConfig:
                 f"jobQueues[{index}].quotaShares",
             )
         issues += _local_units_after_the_first(raw_queues)
+        issues += _shared_service_environments(raw_queues)
     if issues or config is None:
         raise QuotaConfigError(source, issues)
     return config
@@ -403,6 +450,34 @@ def _duplicate_queue_names(raw_queues: Sequence[object]) -> list[ConfigIssue]:
         )
         for index, first, name in _repeats(names)
     ]
+
+
+def _shared_service_environments(raw_queues: Sequence[object]) -> list[ConfigIssue]:
+    """A service environment (``serviceEnvironmentOrder``'s, or the job queue's own name when left out) that
+    two job queues would use: AWS Batch would give both one capacity, our file gives each its own."""
+    users: dict[str, int] = {}
+    issues: list[ConfigIssue] = []
+    for index, raw_queue in enumerate(raw_queues):
+        order = _get(raw_queue, "serviceEnvironmentOrder")
+        entry = order[0] if isinstance(order, list) and len(order) == 1 else None
+        reference = (
+            _get(entry, "serviceEnvironment") if entry is not None else _get(raw_queue, "jobQueueName")
+        )
+        if not isinstance(reference, str):
+            continue
+        name = reference.rsplit("/", 1)[-1]
+        first = users.setdefault(name, index)
+        if first != index:
+            path = f"jobQueues[{index}]" + (".serviceEnvironmentOrder" if entry is not None else "")
+            issues.append(
+                ConfigIssue(
+                    path,
+                    f"service environment {name} is also jobQueues[{first}]'s: each job queue has its own "
+                    "capacity, so give this job queue another serviceEnvironmentOrder "
+                    "[{order: 1, serviceEnvironment: NAME}]",
+                )
+            )
+    return issues
 
 
 def _local_units_after_the_first(raw_queues: Sequence[object]) -> list[ConfigIssue]:

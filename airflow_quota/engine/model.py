@@ -60,8 +60,6 @@ class PreemptionRule(StrEnum):
     RECLAIM = "RECLAIM"
     #: Search 2: a higher-priority job displaces strictly lower-priority jobs of its own share.
     IN_SHARE_PRIORITY = "IN_SHARE_PRIORITY"
-    #: A job already being stopped whose preemptor is gone is taken over at no cost.
-    ADOPT_STOPPING = "ADOPT_STOPPING"
 
 
 class StopCause(StrEnum):
@@ -152,8 +150,10 @@ class Job:
     """A job as the engine sees it at one moment.
 
     ``submitted`` is the original submission order and never changes, so a requeued job keeps its place.
-    While a job is being stopped it keeps its status (``stop_cause`` is set); a preempted job's units go
-    to ``preempted_by`` alone. A waiting preemptor lists the victims it waits for in ``awaiting_victims``.
+    While a job is being stopped it keeps its status (``stop_cause`` is set) and its units; a preempted
+    job names its preemptor in ``preempted_by``, which gets its units first once it has stopped. A waiting
+    job that will take units of jobs being stopped (its victims, or spare units of stops under way) lists
+    them in ``awaiting_victims``: it holds a reservation (``engine.usage`` says what it counts).
     """
 
     job_id: str
@@ -237,20 +237,8 @@ class Job:
 
     @property
     def holds_reservation(self) -> bool:
-        """A RUNNABLE preemptor that already owns its capacity and waits for its victims to stop."""
+        """A RUNNABLE job that already owns its capacity and waits for jobs being stopped to release it."""
         return self.status is JobStatus.RUNNABLE and bool(self.awaiting_victims)
-
-    @property
-    def counts_in_share(self) -> bool:
-        """Counted in its share's usage: holding capacity and never promised to a preemptor, or reserving.
-
-        From a preemption decision on, a victim counts in its preemptor's share instead, and never again
-        in its own, even if that preemptor is terminated before the victim has stopped. A job being
-        terminated still counts in its own share until it has stopped.
-        """
-        if self.status.holds_capacity:
-            return self.preempted_by is None
-        return self.holds_reservation
 
 
 _new_object = object.__new__
@@ -310,7 +298,22 @@ class Preemption:
     capacity_unit: str
 
 
-Decision = Grant | Preemption
+@dataclass(frozen=True, slots=True)
+class Promise:
+    """``job_id`` gets spare units of the stops under way ``stop_ids`` (units their preemptors do not
+    need) and waits for those stops instead of preempting anyone."""
+
+    job_id: str
+    stop_ids: tuple[str, ...]
+    capacity_unit: str
+
+
+Decision = Grant | Preemption | Promise
+
+
+def decided_job(decision: Decision) -> str:
+    """The job a decision is for: the one granted, preempting or promised units."""
+    return decision.preemptor_id if isinstance(decision, Preemption) else decision.job_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,14 +2,19 @@
 
 Decisions are made one after another on a state updated after each:
 
-1. Preemptors whose victims have all stopped get the capacity they reserved.
+1. Reservations no stop under way gives units any more (a preemptor whose victims have stopped, a job
+   promised spare units of a stop that has ended) get the capacity they reserved.
 2. Jobs that fit within their share's own limit, each share in its own order (priority descending,
-   then submission order), are granted, or reclaim what their share lent.
-3. The remaining jobs, which would borrow, merged across shares by submission order, are granted
-   idle capacity or preempt strictly lower-priority jobs of their own share.
+   then submission order), are granted, promised spare units of stops under way, or reclaim what their
+   share lent. A job of the share that would have to borrow, and could start now, stops the later jobs
+   of its share on its unit here: they follow it in step 3 (priority order inside a share).
+3. The remaining jobs, merged across shares by submission order, are granted idle capacity, promised
+   spare units of stops under way, or preempt strictly lower-priority jobs of their own share.
 
-A job that cannot start does not stop later jobs of its share. Every RUNNABLE job leaves the cycle with
-a statusReason that says what it waits for. Same state in, same decisions out.
+Whichever the step, a job is granted idle capacity when it fits; else it is promised spare units of stops
+under way when they (with idle capacity) let it fit, and preempts nobody; else it may preempt. A later job
+of a share starts before an earlier one only when the earlier one cannot start now. Every RUNNABLE job
+leaves the cycle with a statusReason that says what it waits for. Same state in, same decisions out.
 
 A cycle never preempts a job it granted. When a later decision would need the units of a job granted
 earlier in the same cycle, that grant is taken back before anyone hears of it: the job keeps waiting (its
@@ -37,7 +42,6 @@ from itertools import accumulate, compress, islice
 from operator import attrgetter, ne
 
 from airflow_quota.engine.model import (
-    HOLDING_CAPACITY,
     CyclePlan,
     Decision,
     Grant,
@@ -45,8 +49,10 @@ from airflow_quota.engine.model import (
     JobStatus,
     OrderKey,
     Preemption,
+    Promise,
     QueueState,
     StopCause,
+    decided_job,
 )
 from airflow_quota.engine.queued import SUBMISSION, GroupKey, Queued
 from airflow_quota.engine.reasons import (
@@ -58,7 +64,7 @@ from airflow_quota.engine.reasons import (
     withheld_reason,
 )
 from airflow_quota.engine.usage import Usage
-from airflow_quota.engine.victims import Candidates, VictimChoice, choose_victims
+from airflow_quota.engine.victims import Candidates, VictimChoice, choose_victims, claim_spare, spare_order
 
 
 def share_order_key(job: Job) -> tuple[int, OrderKey, str]:
@@ -107,33 +113,38 @@ class _Cycle:
         #: The jobs that could be stopped: holding capacity and not being stopped (and not granted their
         #: reservation in this cycle).
         self.running = Candidates.of(job for job in queued.holding if job.stop_cause is None)
-        #: Per unit, jobs being stopped whose preemptor is gone: free to take over.
-        self.orphans: dict[str, dict[str, Job]] = defaultdict(dict)
         self.next_start_seq = 1
         for job in queued.holding:
             started = job.started
             if started and started[1] >= self.next_start_seq:
                 self.next_start_seq = started[1] + 1
-            if job.stop_cause is not None and job.job_id in self.usage.orphan_ids:
-                self.orphans[job.unit][job.job_id] = job
         #: Per unit and share, failed (count, priority) attempts since the last decision on that unit: a
         #: job of the same share needing at least as much with no higher priority cannot succeed either.
         self.failures: dict[str, dict[str, list[tuple[int, int]]]] = {}
         #: In step 3, the shares out of the merge while failed searches rule out all their jobs.
         self.sleeping: _Sleeping | None = None
-        #: Per preemptor that came in holding a reservation, its victims still being stopped (step 1), for
-        #: its statusReason: no decision changes them (being stopped for a preemptor that waits for them,
-        #: they are neither candidates nor orphans).
-        self.stopping_victims: dict[str, list[str]] = {}
 
     # -- the three steps -----------------------------------------------------------------------------
 
     def grant_ready_reservations(self) -> None:
-        """Step 1: a preemptor whose victims have all stopped gets what it reserved, once the queue
-        physically has it: its capacity may have been lowered since the preemption."""
+        """Step 1: a reservation no stop under way gives units any more gets what it reserved, once the
+        queue physically has it: its capacity may have been lowered since the preemption. A reservation
+        forgets the jobs it awaited that are no longer being stopped (one stopped, requeued and stopped
+        again later is not awaited again)."""
         for job in self.queued.reserved:
-            stopping = self.stopping_victims[job.job_id] = self._stopping_victims(job)
-            if not stopping and not self._overdrawn(job.unit):
+            stopping = self.jobs
+            awaited = frozenset(
+                job_id
+                for job_id in job.awaiting_victims
+                if (stop := stopping.get(job_id)) is not None
+                and stop.is_stopping
+                and stop.status.holds_capacity
+            )
+            if awaited != job.awaiting_victims:
+                job = job.reserving(awaited) if awaited else job
+                if awaited:
+                    self._set_job(job)
+            if not self.usage.stops_giving(job.job_id) and not self._overdrawn(job.unit):
                 self._grant(job)
 
     def admit_within_own_limits(self) -> dict[str, list[Job]]:
@@ -141,7 +152,9 @@ class _Cycle:
 
         A share's room within its own limits changes only by its own decisions during its turn: it is
         worked out per unit when the turn starts and after each decision, and a share with no room for
-        its smallest waiting job on any unit passes all its (remaining) jobs on at once.
+        its smallest waiting job on any unit passes all its (remaining) jobs on at once. A job beyond the
+        room that could start now by borrowing or preempting passes the later jobs of its share on its
+        unit on with it: they must not start before it (``_could_start_beyond_room``).
         """
         deferred: dict[str, list[Job]] = {}
         failures = self.failures
@@ -154,10 +167,14 @@ class _Cycle:
             left: list[Job] = []
             # The share's failed searches per unit: only ``_admit`` changes them (read again after it).
             share_failed = _failed_of(failures, share_name)
+            #: The units on which an earlier job of the share, beyond its room, could start now.
+            behind: set[str] = set()
             for index, job in enumerate(jobs):
                 request = job.request
                 unit = request.capacity_unit
-                if request.instance_count <= room[unit]:
+                if unit in behind:
+                    left.append(job)
+                elif request.instance_count <= room[unit]:
                     failed = share_failed.get(unit)
                     if failed and _covered(failed, request.instance_count, request.scheduling_priority):
                         continue  # a failed search rules it out (``_admit`` would return at once)
@@ -183,8 +200,22 @@ class _Cycle:
                         break
                 else:
                     left.append(job)
+                    if self._could_start_beyond_room(job):
+                        behind.add(unit)
             deferred[share_name] = left
         return deferred
+
+    def _could_start_beyond_room(self, job: Job) -> bool:
+        """Whether a job that does not fit within its share's own room could start now anyway: by
+        borrowing idle capacity, or by preempting lower-priority jobs of its share."""
+        request = job.request
+        share = self.usage.shares[request.quota_share_name]
+        if share.borrows and self.usage.fits(share.name, request.capacity_unit, request.instance_count):
+            return True
+        if share.in_share_preemption:
+            own = self.running.of_share(request.capacity_unit, share.name)
+            return bool(own) and own[0][1].request.scheduling_priority < request.scheduling_priority
+        return False
 
     def _has_room(self, share_name: str) -> bool:
         """Whether the share's smallest waiting job fits within its own limit on some unit now."""
@@ -193,9 +224,13 @@ class _Cycle:
         return any(count <= room[unit] for unit, count in smallest.items())
 
     def _room_within_own_limits(self, share_name: str, units: Iterable[str]) -> dict[str, int]:
-        """Per unit, the units the share may still take within its own limit (negative: above it)."""
-        usage, own_limits = self.usage.share_usage, self.usage.shares[share_name].capacity_limits
-        return {unit: own_limits.get(unit, 0) - usage.get((share_name, unit), 0) for unit in units}
+        """Per unit, the units the share may still take within its own limit (negative: above it),
+        counting the spare units of its own jobs being stopped (a job it is promised them counts once)."""
+        usage, own_limits = self.usage, self.usage.shares[share_name].capacity_limits
+        return {
+            unit: own_limits.get(unit, 0) - usage.usage(share_name, unit) + usage.own_spare(share_name, unit)
+            for unit in units
+        }
 
     def admit_borrowers(self, deferred: dict[str, list[Job]]) -> None:
         """Step 3: merge the shares' remaining queues by submission order of their heads.
@@ -206,21 +241,20 @@ class _Cycle:
         its jobs in between would have been passed over one by one.
         """
         heads: list[tuple[OrderKey, str, str, int]] = []
-        no_orphans = not any(self.orphans.values())
+        no_spare = not self.usage.has_spare()
         sleeping = self.sleeping = _Sleeping(self.queued.smallest)
         for share_name, jobs in deferred.items():
             share = self.usage.shares[share_name]
             if (
-                no_orphans
+                no_spare
                 and not share.borrows
                 and not share.in_share_preemption
                 and not self._has_room(share_name)
             ):
                 # None of its jobs can start: they would pass its own limit (its ceiling), its usage can
-                # only grow from here (no share takes from one that does not borrow, and no orphan is
-                # left to be taken), and it has no victims to take. Leaving a whole share out keeps the
-                # order of the others' jobs. (Its room is asked again: a preemptor of another share may
-                # have taken one of its orphans since its turn in step 2, which lowered its usage.)
+                # only grow from here (no share takes from one that does not borrow, and no stop under
+                # way has spare units to promise), and it has no victims to take. Leaving a whole share
+                # out keeps the order of the others' jobs.
                 continue
             if not jobs:
                 continue
@@ -325,7 +359,7 @@ class _Cycle:
         # The jobs this cycle granted or let preempt have no waiting reason (a preemptor: the victims it
         # waits for); those whose grant was taken back name the job that needed their units.
         for decision in self.decisions:
-            job_id = decision.job_id if isinstance(decision, Grant) else decision.preemptor_id
+            job_id = decided_job(decision)
             reasons.pop(job_id, None)
             current = jobs[job_id]
             if current.status is JobStatus.RUNNABLE:
@@ -363,7 +397,7 @@ class _Cycle:
         queued, jobs = self.queued, self.jobs
         decided_shares: set[str] = set()
         for decision in self.decisions:
-            job = queued.state.jobs[decision.job_id if isinstance(decision, Grant) else decision.preemptor_id]
+            job = queued.state.jobs[decided_job(decision)]
             if not job.awaiting_victims:  # not a reservation granted in step 1
                 decided_shares.add(job.share_name)
         fronts: dict[tuple[str, str], list[Job]] = {}
@@ -398,14 +432,16 @@ class _Cycle:
         return stopping
 
     def _explain_reserved(self, job: Job) -> None:
-        """The statusReason of a RUNNABLE preemptor: the victims it waits for, or why it still waits."""
+        """The statusReason of a RUNNABLE reservation: the stops it waits for, or why it still waits."""
         if job.status is not JobStatus.RUNNABLE:
             return
-        stopping = self.stopping_victims.get(job.job_id)
-        if stopping is None:
-            stopping = self._stopping_victims(job)
+        stopping = self.usage.stops_giving(job.job_id)
         if stopping:
-            reason = awaiting_victims_reason(stopping)
+            victims = [stop_id for stop_id in stopping if self.jobs[stop_id].preempted_by == job.job_id]
+            spare_of = {
+                stop_id: self.jobs[stop_id].preempted_by for stop_id in stopping if stop_id not in victims
+            }
+            reason = awaiting_victims_reason(victims, spare_of)
         else:
             reason = capacity_lowered_reason(
                 job, self.usage.capacity(job.unit), self.usage.occupancy.get(job.unit, 0)
@@ -427,9 +463,14 @@ class _Cycle:
         if self.usage.fits(share_name, unit, count):
             self._grant(job)
             return
-        on_unit = self.orphans.get(unit)
-        orphans = tuple(on_unit.values()) if on_unit else ()
-        choice = choose_victims(self.usage, job, self.running, orphans)
+        spare = self.usage.spare(unit)
+        if spare:
+            spare = spare_order(spare, share_name)
+            stops = claim_spare(self.usage, job, spare)
+            if stops is not None:
+                self._promise(job, stops)
+                return
+        choice = choose_victims(self.usage, job, self.running, spare)
         if choice is None:
             self.failures.setdefault(unit, {}).setdefault(share_name, []).append((count, priority))
             return
@@ -443,17 +484,6 @@ class _Cycle:
     def _overdrawn(self, unit: str) -> bool:
         """Whether more of ``unit`` is held and reserved than the queue has (its capacity was lowered)."""
         return self.usage.occupancy.get(unit, 0) > self.usage.capacity(unit)
-
-    def _stopping_victims(self, preemptor: Job) -> list[str]:
-        jobs, preemptor_id = self.jobs, preemptor.job_id
-        return [
-            job_id
-            for job_id in preemptor.awaiting_victims
-            if (victim := jobs.get(job_id)) is not None
-            and victim.stop_cause is not None
-            and victim.status in HOLDING_CAPACITY
-            and victim.preempted_by == preemptor_id
-        ]
 
     # -- applying decisions ----------------------------------------------------------------------------
 
@@ -487,9 +517,10 @@ class _Cycle:
 
     def _grant(self, job: Job) -> None:
         share = self.usage.shares[job.share_name]
-        if not job.holds_reservation:
-            self.usage.add_to_share(job.share_name, job.unit, job.count)
-            self.usage.add_occupancy(job.unit, job.count)
+        if job.holds_reservation:
+            self.usage.reservation_granted(job)
+        else:
+            self.usage.hold(job)
         used_after = self.usage.usage(job.share_name, job.unit)
         borrowed = max(0, min(job.count, used_after - share.own_limit(job.unit)))
         granted = job.granted((self.now, self.next_start_seq))
@@ -513,8 +544,7 @@ class _Cycle:
         for job in granted:
             self.running.remove(job)
             self.granted_now.discard(job.job_id)
-            self.usage.add_to_share(job.share_name, job.unit, -job.count)
-            self.usage.add_occupancy(job.unit, -job.count)
+            self.usage.hold(job, -1)
             self._set_job(self.queued.state.jobs[job.job_id])
             self.withheld[job.job_id] = needed_by
             self.failures.pop(job.unit, None)  # room came back on the unit
@@ -522,30 +552,33 @@ class _Cycle:
                 self.sleeping.forgotten(job.unit, None)
 
     def _preempt(self, preemptor: Job, choice: VictimChoice) -> None:
+        """Stop ``choice``'s victims for ``preemptor``, which awaits them (and the stops under way whose
+        spare units it takes too). The victims keep their units and keep counting in their shares until
+        they have stopped."""
         overdraft_before = self.usage.overdraft(preemptor.unit)
-        held_by_victims = 0
         for victim in choice.victims:
-            held_by_victims += victim.count
-            if victim.counts_in_share:
-                self.usage.add_to_share(victim.share_name, victim.unit, -victim.count)
-            self.usage.orphan_ids.discard(victim.job_id)
-            reason = victim.status_reason
-            if victim.stop_cause is not StopCause.TERMINATED:
-                reason = f"Being stopped: preempted by {preemptor.job_id} ({choice.rule})"
-            self._set_job(
-                victim.being_stopped(victim.stop_cause or StopCause.PREEMPTED, preemptor.job_id, reason)
-            )
+            reason = f"Being stopped: preempted by {preemptor.job_id} ({choice.rule})"
+            stopping = victim.being_stopped(StopCause.PREEMPTED, preemptor.job_id, reason)
+            self._set_job(stopping)
             self.running.remove(victim)
-            self.orphans[victim.unit].pop(victim.job_id, None)
-        self.usage.add_to_share(preemptor.share_name, preemptor.unit, preemptor.count)
-        self.usage.add_occupancy(preemptor.unit, max(0, preemptor.count - held_by_victims))
+            self.usage.stop(stopping)
         victim_ids = tuple(victim.job_id for victim in choice.victims)
-        self._set_job(preemptor.reserving(frozenset(victim_ids)))
+        reserving = preemptor.reserving(frozenset(victim_ids) | {stop.job_id for stop in choice.spare_of})
+        self._set_job(reserving)
+        self.usage.reserve(reserving)
         changed = {preemptor.share_name} | {victim.share_name for victim in choice.victims}
         pool_grew = self.usage.overdraft(preemptor.unit) < overdraft_before
         self._decided(
             Preemption(preemptor.job_id, victim_ids, choice.rule, preemptor.unit), changed, pool_grew
         )
+
+    def _promise(self, job: Job, stops: tuple[Job, ...]) -> None:
+        """``job`` gets the spare units of the stops under way ``stops`` and waits for them."""
+        stop_ids = tuple(stop.job_id for stop in stops)
+        reserving = job.reserving(frozenset(stop_ids))
+        self._set_job(reserving)
+        self.usage.reserve(reserving)
+        self._decided(Promise(job.job_id, stop_ids, job.unit), {job.share_name}, pool_grew=False)
 
 
 class _Sleeping:

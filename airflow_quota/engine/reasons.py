@@ -283,6 +283,18 @@ def capacity_lowered_reason(job: Job, capacity: int, held: int) -> str:
     )
 
 
-def awaiting_victims_reason(stopping: list[str]) -> str:
-    names = ", ".join(sorted(stopping))
-    return f"Waiting for {len(stopping)} preempted job(s) to stop: {names}"
+def awaiting_victims_reason(victims: list[str], spare_of: Mapping[str, str | None] | None = None) -> str:
+    """What a reservation waits for: its own victims to stop, and stops under way whose spare units it
+    was promised (``spare_of``: each stop and the job it is being stopped for, None when terminated)."""
+    parts = []
+    if victims:
+        parts.append(f"{len(victims)} preempted job(s) to stop: {', '.join(sorted(victims))}")
+    if spare_of:
+        stops = ", ".join(
+            f"{stop_id} (being stopped for {by})" if by else f"{stop_id} (being terminated)"
+            for stop_id, by in sorted(spare_of.items())
+        )
+        parts.append(
+            f"the units it was promised of {len(spare_of)} stop(s) under way to be released: {stops}"
+        )
+    return "Waiting for " + "; and for ".join(parts)

@@ -1,23 +1,35 @@
 """Capacity accounting for one job queue: who uses what, who borrows, and whether a job fits.
 
-Two ledgers are kept per capacity unit:
+Jobs being stopped are physical: a job keeps its units, and keeps counting in its own share, until its
+stop has ended. A waiting job that will take units of jobs being stopped (a preemptor its victims', or a
+job promised the spare units of a stop under way) holds a *reservation*: it awaits those stops, and
+``allocate_claims`` says how many units each one gives it (``Claims``). Three figures are kept per share
+and capacity unit:
 
-* *share usage*: what counts against each share's limits. A running job counts in its share until it
-  is chosen as a victim; from that decision on its preemptor counts instead (two-phase preemption).
-* *occupancy*: what is physically held. A job being stopped still holds its units until the stop
-  completes; a waiting preemptor holds whatever of its request its victims do not already hold.
+* *usage* (``usage``): what the share holds now, against its own limit and its ceiling: its jobs holding
+  capacity, those being stopped included, and its reservations, less the units they take from its own
+  jobs being stopped (counted once, not twice);
+* *future usage* (``future_usage``): what the share will hold once the stops under way have ended and
+  every reservation is granted: its jobs not being stopped and its reservations, whole. Lending is judged
+  on it: a lender taking back its units while the borrower's job stops is not "borrowing";
+* and per unit the *occupancy*: what is physically held: every job holding capacity, and of each
+  reservation the units its stops do not give it.
 
-A job fits when, after adding it: its share has a limit for the unit, stays within its ceiling (its own
-limit for RESERVE and LEND shares), the queue is not exceeded physically, and the lending rule holds:
-the total borrowed on the unit does not exceed the lenders' idle capacity plus the unowned capacity (or,
-where a configuration change already broke that, the overdraft does not grow).
+A job fits when, after adding it (and what it would take from jobs being stopped, a ``Claim``): its share
+has a limit for the unit, its usage stays within its ceiling (its own limit for RESERVE and LEND shares),
+the queue is not exceeded physically, a job of a share that is not RESERVE leaves idle the units RESERVE
+shares have free (``reserve_free``: while a lender's units are still held by a borrower being stopped,
+nobody else's job lands on RESERVE capacity), and the lending rule holds on the future usage: the total
+borrowed on the unit does not exceed the lenders' idle capacity plus the unowned capacity (or, where a
+configuration change or a reclaim under way already broke that, the overdraft does not grow).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import NamedTuple
 
 from airflow_quota.engine.model import (
@@ -31,17 +43,23 @@ from airflow_quota.engine.model import (
 )
 
 
-class Removal(NamedTuple):
-    """Jobs hypothetically taken away: units per share (share usage) and units freed physically.
+class Claim(NamedTuple):
+    """What a job would take from jobs being stopped instead of idle capacity.
 
-    A named tuple, not a frozen dataclass: a victim search builds one per fit it asks, and a tuple is
-    built in C."""
+    ``physical``: units of jobs being stopped it would take (its victims', spare units of stops under
+    way); ``own``: of those, units of its own share's jobs (its share counts them once); ``leaving``: per
+    share, the units of victims newly chosen, which leave that share's future usage. A named tuple: a
+    victim search builds one per fit it asks, and a tuple is built in C.
+    """
 
-    by_share: Mapping[str, int]
+    own: int
     physical: int
+    leaving: Mapping[str, int]
 
 
-NO_REMOVAL = Removal({}, 0)
+NO_CLAIM = Claim(0, 0, {})
+#: A job's submission key, then its job id.
+_SUBMISSION = attrgetter("submitted", "job_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,13 +83,65 @@ class UnitTotals:
         return {unit: UnitTotals(owned[unit], lent[unit]) for unit in queue.capacity}
 
 
+#: Per reservation (job id), the units each stop it awaits gives it (stop's job id -> units).
+Claims = dict[str, dict[str, int]]
+
+
+def allocate_claims(
+    reservations: Iterable[Job], stopping: Mapping[str, Job]
+) -> tuple[Claims, dict[str, int]]:
+    """How the units of the jobs being stopped (``stopping``, by job id) go to the reservations awaiting
+    them, and the units of each stop nobody takes (its spare units).
+
+    A victim's units go first to the preemptor it is being stopped for, then, in submission order, to the
+    other reservations awaiting it (jobs promised its spare units); each reservation takes from its own
+    share's stops first, then by job id, never more than its count. A reservation that awaits a job no
+    longer being stopped (or stopping for another preemptor, with nothing spare) gets nothing from it.
+    """
+    left = {job_id: job.request.instance_count for job_id, job in stopping.items()}
+    ordered = sorted(reservations, key=_SUBMISSION)
+    claims: Claims = {job.job_id: {} for job in ordered}
+
+    def take(reservation: Job, stop_ids: list[str]) -> None:
+        taken = claims[reservation.job_id]
+        need = reservation.request.instance_count - sum(taken.values())
+        share_name = reservation.request.quota_share_name
+        for stop_id in sorted(stop_ids, key=lambda each: (stopping[each].share_name != share_name, each)):
+            units = min(need, left[stop_id])
+            if units > 0:
+                taken[stop_id] = taken.get(stop_id, 0) + units
+                left[stop_id] -= units
+                need -= units
+
+    for reservation in ordered:  # each victim's own preemptor first
+        victims = [
+            stop_id
+            for stop_id in reservation.awaiting_victims
+            if stop_id in stopping and stopping[stop_id].preempted_by == reservation.job_id
+        ]
+        take(reservation, victims)
+    for reservation in ordered:  # then spare units, in submission order
+        others = [
+            stop_id
+            for stop_id in reservation.awaiting_victims
+            if stop_id in stopping
+            and stopping[stop_id].preempted_by != reservation.job_id
+            and stopping[stop_id].request.capacity_unit == reservation.request.capacity_unit
+        ]
+        if others:
+            take(reservation, others)
+    return claims, left
+
+
 class Usage:
     """Mutable usage counters for one cycle, kept exact as decisions are applied."""
 
     def __init__(self, queue: JobQueue, jobs: Iterable[Job]) -> None:
         self.queue = queue
         self.shares: dict[str, QuotaShare] = {share.name: share for share in queue.shares}
+        #: Per (share, unit): what the share holds now (module docstring), and once the stops have ended.
         self.share_usage: dict[tuple[str, str], int] = defaultdict(int)
+        self.future_usage: dict[tuple[str, str], int] = defaultdict(int)
         self.occupancy: dict[str, int] = defaultdict(int)
         self._borrowed_total: dict[str, int] = defaultdict(int)
         self._lendable_idle: dict[str, int] = defaultdict(int)
@@ -80,48 +150,48 @@ class Usage:
         self._unowned = {
             unit: max(0, queue.capacity.get(unit, 0) - totals.owned) for unit, totals in self.totals.items()
         }
-        #: Per unit, the shares whose usage there is above their own limit.
+        #: Per unit, the shares whose future usage there is above their own limit.
         self.borrowing: dict[str, set[str]] = defaultdict(set)
+        #: Per unit, the units RESERVE shares have free within their own limits (kept idle for them).
+        self.reserve_free: dict[str, int] = defaultdict(int)
+        #: The reservations and the jobs being stopped, per unit, by job id.
+        self.reservations: dict[str, dict[str, Job]] = defaultdict(dict)
+        self.stopping: dict[str, dict[str, Job]] = defaultdict(dict)
+        #: Per reservation, the units each stop gives it; per stop, its spare units (``allocate_claims``).
+        self.claims: Claims = {}
+        self.spare_units: dict[str, int] = {}
 
-        #: Jobs being stopped whose units are promised to nobody: terminated jobs (they still count in their
-        #: share until they have stopped) and victims whose preemptor is gone (their share gave them up).
-        self.orphan_ids: set[str] = set()
-        reservations: dict[str, Job] = {}
-        stopping: list[Job] = []
+        for share in queue.shares:
+            if share.strategy is SharingStrategy.RESERVE:
+                for unit, limit in share.capacity_limits.items():
+                    self.reserve_free[unit] += max(0, limit)
         for job in jobs:
             request = job.request
+            key = (request.quota_share_name, request.capacity_unit)
             if job.status is JobStatus.RUNNABLE:
                 if job.awaiting_victims:
-                    reservations[job.job_id] = job
-                    self.share_usage[(request.quota_share_name, request.capacity_unit)] += (
-                        request.instance_count
-                    )
+                    self.reservations[request.capacity_unit][job.job_id] = job
+                    self.future_usage[key] += request.instance_count
             elif job.status in HOLDING_CAPACITY:
                 self.occupancy[request.capacity_unit] += request.instance_count
+                self._add_held(key, request.instance_count)
                 if job.stop_cause is None:
-                    self.share_usage[(request.quota_share_name, request.capacity_unit)] += (
-                        request.instance_count
-                    )
+                    self.future_usage[key] += request.instance_count
                 else:
-                    stopping.append(job)
-        victims_held: dict[str, int] = defaultdict(int)
-        for job in stopping:
-            preemptor = reservations.get(job.preempted_by) if job.preempted_by else None
-            if preemptor is not None and job.job_id in preemptor.awaiting_victims:
-                victims_held[preemptor.job_id] += job.count
-                continue
-            self.orphan_ids.add(job.job_id)
-            if job.counts_in_share:
-                self.share_usage[(job.share_name, job.unit)] += job.count
-        for job in reservations.values():
-            self.occupancy[job.unit] += max(0, job.count - victims_held.get(job.job_id, 0))
+                    self.stopping[request.capacity_unit][job.job_id] = job
+        for unit in {*self.reservations, *self.stopping}:
+            claims, spare = allocate_claims(self.reservations[unit].values(), self.stopping[unit])
+            self.claims.update(claims)
+            self.spare_units.update(spare)
+            for job in self.reservations[unit].values():
+                self._count_reservation(job, +1)
 
         units_in_use: dict[str, set[str]] = defaultdict(set)
-        for share_name, unit in self.share_usage:
+        for share_name, unit in self.future_usage:
             units_in_use[share_name].add(unit)
         for share in queue.shares:
             for unit in units_in_use[share.name] | set(share.capacity_limits):
-                borrowed, lendable = self._share_terms(share, unit, self.usage(share.name, unit))
+                borrowed, lendable = self._share_terms(share, unit, self.future(share.name, unit))
                 self._borrowed_total[unit] += borrowed
                 self._lendable_idle[unit] += lendable
                 if borrowed:
@@ -130,20 +200,39 @@ class Usage:
     # -- reading -----------------------------------------------------------------------------------
 
     def usage(self, share_name: str, unit: str) -> int:
+        """What the share holds of ``unit`` now, its jobs being stopped included."""
         return self.share_usage.get((share_name, unit), 0)
 
-    def removal(self, jobs: Collection[Job]) -> Removal:
-        """What taking ``jobs`` away would free: in their shares' usage and physically."""
-        if not jobs:
-            return NO_REMOVAL  # (most searches: no orphan to take)
-        by_share: dict[str, int] = defaultdict(int)
-        physical = 0
-        for job in jobs:
-            count = job.request.instance_count
-            physical += count
-            if job.counts_in_share:
-                by_share[job.request.quota_share_name] += count
-        return Removal(by_share, physical)
+    def future(self, share_name: str, unit: str) -> int:
+        """What the share will hold of ``unit`` once the stops under way have ended."""
+        return self.future_usage.get((share_name, unit), 0)
+
+    def spare(self, unit: str) -> list[tuple[Job, int]]:
+        """The jobs being stopped on ``unit`` with units nobody awaits, and how many: free to claim."""
+        spare_units = self.spare_units
+        return [
+            (job, spare_units[job_id])
+            for job_id, job in self.stopping[unit].items()
+            if spare_units.get(job_id)
+        ]
+
+    def has_spare(self) -> bool:
+        return any(self.spare_units.values())
+
+    def own_spare(self, share_name: str, unit: str) -> int:
+        """The spare units of the share's own jobs being stopped on ``unit``."""
+        stopping = self.stopping.get(unit)
+        if not stopping:
+            return 0
+        return sum(
+            self.spare_units.get(job_id, 0)
+            for job_id, job in stopping.items()
+            if job.request.quota_share_name == share_name
+        )
+
+    def stops_giving(self, reservation_id: str) -> list[str]:
+        """The stops under way that give the reservation units (what it still waits for)."""
+        return sorted(self.claims.get(reservation_id, {}))
 
     def capacity(self, unit: str) -> int:
         return self.queue.capacity.get(unit, 0)
@@ -153,17 +242,18 @@ class Usage:
         return max(0, self.capacity(unit) - self.occupancy.get(unit, 0))
 
     def others_borrowing(self, share_name: str, unit: str) -> bool:
-        """Whether a share other than ``share_name`` is borrowing on ``unit``."""
+        """Whether a share other than ``share_name`` will still be borrowing on ``unit`` after the stops."""
         return bool(self.borrowing[unit] - {share_name})
 
     def borrowable_by(self, share_name: str, unit: str) -> int:
         """Units ``share_name`` could borrow from other shares and unowned capacity now (idle, pooled)."""
         share = self.shares.get(share_name)
-        own_lendable = self._share_terms(share, unit, self.usage(share_name, unit))[1] if share else 0
+        own_lendable = self._share_terms(share, unit, self.future(share_name, unit))[1] if share else 0
         return max(0, min(-self.overdraft(unit) - own_lendable, self.idle(unit)))
 
     def overdraft(self, unit: str) -> int:
-        """Borrowed beyond the lenders' idle plus unowned capacity on ``unit`` (negative: room to lend)."""
+        """Borrowed beyond the lenders' idle plus unowned capacity on ``unit`` once the stops have ended
+        (negative: room to lend)."""
         return (
             self._borrowed_total.get(unit, 0) - self._lendable_idle.get(unit, 0) - self._unowned.get(unit, 0)
         )
@@ -178,91 +268,144 @@ class Usage:
         share_name: str,
         unit: str,
         count: int,
-        removal: Removal = NO_REMOVAL,
+        claim: Claim = NO_CLAIM,
         *,
         within_own_limit: bool = False,
     ) -> bool:
-        """Whether ``count`` units of ``unit`` can go to ``share_name`` once ``removal`` is taken away.
-
-        With ``within_own_limit`` the share must also end within its own limit (the reclaim search).
-        """
+        """Whether ``count`` units of ``unit`` can go to ``share_name``, taking ``claim`` from jobs being
+        stopped. With ``within_own_limit`` the share must also stay within its own limit (the reclaim
+        search)."""
         # (The hottest function of a cycle: the small methods it needs are written out.)
         share = self.shares.get(share_name)
         if share is None or unit not in share.capacity_limits:
             return False
-        by_share, physical = removal
-        if self.occupancy.get(unit, 0) - physical + count > self.queue.capacity.get(unit, 0):
-            return False
-        own_removed = by_share.get(share_name, 0) if by_share else 0
-        new_usage = self.share_usage.get((share_name, unit), 0) - own_removed + count
-        if within_own_limit and new_usage > share.capacity_limits[unit]:
+        own, physical, leaving = claim
+        from_idle = count - physical
+        if from_idle > 0:
+            kept = 0 if share.strategy is SharingStrategy.RESERVE else self.reserve_free.get(unit, 0)
+            if self.occupancy.get(unit, 0) + from_idle + kept > self.queue.capacity.get(unit, 0):
+                return False
+        held = self.share_usage.get((share_name, unit), 0) + count - (own if own < count else count)
+        if within_own_limit and held > share.capacity_limits[unit]:
             return False
         ceiling = share.ceiling(unit)
-        if ceiling is not None and new_usage > ceiling:
+        if ceiling is not None and held > ceiling:
             return False
         excess = (
             self._borrowed_total.get(unit, 0) - self._lendable_idle.get(unit, 0) - self._unowned.get(unit, 0)
         )
-        after = excess + self._excess_change(share, unit, count - own_removed)
-        for name, units in by_share.items():
-            if units and name != share_name:
-                other = self.shares.get(name)
-                if other is not None:
-                    after += self._excess_change(other, unit, -units)
+        after = excess + self._excess_change(
+            share, unit, count - (leaving.get(share_name, 0) if leaving else 0)
+        )
+        if leaving:
+            for name, units in leaving.items():
+                if units and name != share_name:
+                    other = self.shares.get(name)
+                    if other is not None:
+                        after += self._excess_change(other, unit, -units)
         return after <= max(0, excess)
 
     # -- applying decisions --------------------------------------------------------------------------
 
-    def add_to_share(self, share_name: str, unit: str, units: int) -> None:
-        share = self.shares.get(share_name)
-        key = (share_name, unit)
+    def hold(self, job: Job, sign: int = 1) -> None:
+        """``job`` granted from idle capacity (``sign`` -1: that grant taken back)."""
+        request = job.request
+        units = sign * request.instance_count
+        self._add_held((request.quota_share_name, request.capacity_unit), units)
+        self.occupancy[request.capacity_unit] += units
+        self._add_future(request.quota_share_name, request.capacity_unit, units)
+
+    def reservation_granted(self, job: Job) -> None:
+        """A reservation no stop gives units any more becomes a job holding capacity: nothing it counts
+        changes (its units came from idle capacity already)."""
+        unit = job.request.capacity_unit
+        self.reservations[unit].pop(job.job_id, None)
+        self.claims.pop(job.job_id, None)
+
+    def stop(self, victim: Job) -> None:
+        """``victim`` is being stopped (as it now is): it leaves its share's future usage."""
+        request = victim.request
+        self._add_future(request.quota_share_name, request.capacity_unit, -request.instance_count)
+        self.stopping[request.capacity_unit][victim.job_id] = victim
+
+    def reserve(self, job: Job) -> None:
+        """``job`` (awaiting its stops) holds a reservation from now on."""
+        request = job.request
+        self._add_future(request.quota_share_name, request.capacity_unit, request.instance_count)
+        self._allocate(request.capacity_unit, new=job)
+
+    # -- internals -----------------------------------------------------------------------------------
+
+    def _allocate(self, unit: str, new: Job | None = None) -> None:
+        """Work out again who gets the units of the stops under way on ``unit`` (with ``new``, a reservation
+        not counted yet, if given), and what each reservation counts: in its share, its units less those
+        its own share's stops give it; physically, its units less those any stop gives it."""
+        reservations, stopping = self.reservations[unit], self.stopping[unit]
+        for job in reservations.values():
+            self._count_reservation(job, -1)
+        if new is not None:
+            reservations[new.job_id] = new
+        claims, left = allocate_claims(reservations.values(), stopping)
+        self.claims.update(claims)
+        self.spare_units.update(left)
+        for job in reservations.values():
+            self._count_reservation(job, +1)
+
+    def _count_reservation(self, job: Job, sign: int) -> None:
+        request = job.request
+        taken = self.claims.get(job.job_id, {})
+        own = sum(
+            units
+            for stop_id, units in taken.items()
+            if self.stopping[request.capacity_unit][stop_id].request.quota_share_name
+            == request.quota_share_name
+        )
+        count = request.instance_count
+        self._add_held((request.quota_share_name, request.capacity_unit), sign * (count - own))
+        self.occupancy[request.capacity_unit] += sign * (count - sum(taken.values()))
+
+    def _add_held(self, key: tuple[str, str], units: int) -> None:
+        """``units`` more held now by the share of ``key`` (share, unit), RESERVE shares' free units kept."""
         before = self.share_usage.get(key, 0)
         after = self.share_usage[key] = before + units
+        share = self.shares.get(key[0])
+        if share is not None and share.strategy is SharingStrategy.RESERVE:
+            own = share.capacity_limits.get(key[1], 0)
+            self.reserve_free[key[1]] += max(0, own - after) - max(0, own - before)
+
+    def _add_future(self, share_name: str, unit: str, units: int) -> None:
+        share = self.shares.get(share_name)
+        key = (share_name, unit)
+        before = self.future_usage.get(key, 0)
+        after = self.future_usage[key] = before + units
         if share is None:
             return
-        # ``_share_terms`` before and after, written out (every decision calls this).
         own = share.capacity_limits.get(unit, 0)
         new_borrowed = after - own if after > own else 0
         self._borrowed_total[unit] += new_borrowed - (before - own if before > own else 0)
-        lent_change = 0
         if share.strategy is not SharingStrategy.RESERVE:
-            lent_change = (own - after if own > after else 0) - (own - before if own > before else 0)
-        self._lendable_idle[unit] += lent_change
+            self._lendable_idle[unit] += (own - after if own > after else 0) - (
+                own - before if own > before else 0
+            )
         if new_borrowed:
             self.borrowing[unit].add(share_name)
         else:
             self.borrowing[unit].discard(share_name)
 
-    def add_occupancy(self, unit: str, units: int) -> None:
-        self.occupancy[unit] += units
-
-    # -- internals -----------------------------------------------------------------------------------
-
     @staticmethod
     def _share_terms(share: QuotaShare, unit: str, usage: int) -> tuple[int, int]:
-        """(units borrowed, idle units lent to the pool) for ``share`` at ``usage``."""
+        """(units borrowed, idle units lent to the pool) for ``share`` at (future) ``usage``."""
         own = share.own_limit(unit)
         borrowed = max(0, usage - own)
         lendable = max(0, own - usage) if share.lends else 0
         return borrowed, lendable
 
-    def _excess(self, unit: str, changes: Mapping[str, int]) -> int:
-        """Borrowed beyond what lenders' idle and unowned capacity cover, after ``changes`` to usage."""
-        excess = (
-            self._borrowed_total.get(unit, 0) - self._lendable_idle.get(unit, 0) - self._unowned.get(unit, 0)
-        )
-        for share_name, delta in changes.items():
-            share = self.shares.get(share_name)
-            if share is not None:
-                excess += self._excess_change(share, unit, delta)
-        return excess
-
     def _excess_change(self, share: QuotaShare, unit: str, delta: int) -> int:
-        """How much ``_excess`` changes when ``share``'s usage of ``unit`` changes by ``delta``."""
+        """How much the overdraft changes when ``share``'s future usage of ``unit`` changes by ``delta``."""
         if not delta:
             return 0
         own = share.capacity_limits.get(unit, 0)
-        before = self.share_usage.get((share.name, unit), 0)
+        before = self.future_usage.get((share.name, unit), 0)
         after = before + delta
         change = max(0, after - own) - max(0, before - own)
         if share.strategy is not SharingStrategy.RESERVE:  # it lends: its idle units count against
@@ -278,7 +421,8 @@ def lent_capacity(state: QueueState) -> dict[tuple[str, str], int]:
     """Units each lending share has lent, by (share, unit): what borrowers use beyond the unowned capacity.
 
     Lending is pooled, so which lender lent a unit is a convention: borrowers use the capacity no share
-    owns first, then the lenders' idle capacity in the order the shares are configured.
+    owns first, then the lenders' idle capacity in the order the shares are configured. Both sides are
+    counted as the shares hold them now (jobs being stopped included).
     """
     usage = usage_of(state)
     lent: dict[tuple[str, str], int] = {}

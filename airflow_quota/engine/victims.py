@@ -9,25 +9,31 @@ The rules (README, "Victim order"):
   within its own limit.
 * Search 2, *in-share priority*: only with in-share preemption; the share's own strictly lower-priority
   jobs; the preemptor must fit (its share may end up borrowing, within its ceiling).
-* Jobs already being stopped whose preemptor is gone cost nothing to take and come first in any search;
-  when no other search applies they may still be adopted alone.
-* Order: stopping orphans, then other shares' jobs before the preemptor's own, lowest priority first,
-  most recently started first, most recently submitted first, then job id.
+* Spare units of stops under way (units of jobs being stopped that no preemptor needs) cost nothing to
+  take and come first in any search, the preemptor's own share's first; a job that fits with them alone
+  (and idle capacity) is promised them and preempts nobody (``claim_spare``).
+* Order: spare units, then other shares' jobs before the preemptor's own, lowest priority first, most
+  recently started first, most recently submitted first, then job id.
 * Then minimize: walk the chosen victims from last to first and drop each one without which the job
   still fits under the same search's rule. If no set makes the job fit, nothing is preempted.
+
+Jobs being stopped keep counting in their shares until they have stopped (``engine.usage``): a search
+asks whether the preemptor fits counting them (its share's ceiling, the queue physically), and whether
+lending holds once they have stopped.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, compress
+from itertools import compress
 from operator import itemgetter
+from typing import NamedTuple
 
 from airflow_quota.engine.model import Job, PreemptionRule
-from airflow_quota.engine.usage import Removal, Usage
+from airflow_quota.engine.usage import Claim, Usage
 
 VictimKey = tuple[bool, bool, int, float, int, float, int, str]
 #: The part of the victim order that depends on the candidate alone (``victim_order_key`` without its
@@ -128,28 +134,50 @@ class Candidates:
 
 @dataclass(frozen=True, slots=True)
 class VictimChoice:
+    """Jobs to stop for a preemptor (``victims``), and the stops under way whose spare units it takes too."""
+
     rule: PreemptionRule
     victims: tuple[Job, ...]
+    spare_of: tuple[Job, ...] = ()
+
+
+#: A stop under way with spare units, and how many.
+Spare = tuple[Job, int]
+
+
+def spare_order(spare: Iterable[Spare], share_name: str) -> list[Spare]:
+    """Spare units in the order a job of ``share_name`` takes them: its own share's stops first (its share
+    counts those units once), then in victim order."""
+    return sorted(spare, key=lambda entry: (entry[0].share_name != share_name, *rank_key(entry[0])))
+
+
+def claim_spare(usage: Usage, job: Job, spare: Sequence[Spare]) -> tuple[Job, ...] | None:
+    """The stops under way whose spare units let ``job`` fit (with idle capacity), fewest needed; None
+    when they do not. ``spare``: in ``spare_order``."""
+    if not spare:
+        return None
+    found = _search(
+        usage, job, [_Entry(stop, units, False) for stop, units in spare], None, within_own_limit=False
+    )
+    return None if found is None else tuple(entry.job for entry in found)
 
 
 def choose_victims(
-    usage: Usage, preemptor: Job, candidates: Candidates, orphans: Collection[Job]
+    usage: Usage, preemptor: Job, candidates: Candidates, spare: Sequence[Spare]
 ) -> VictimChoice | None:
     """The victims that let ``preemptor`` fit, or None when no allowed set does.
 
-    ``orphans`` are the jobs of the preemptor's unit being stopped whose preemptor is gone.
+    ``spare``: the spare units of stops under way on the preemptor's unit, in ``spare_order``; they are
+    taken first, at no cost, and the choice says which it took beside its victims.
     """
     share_name, unit = preemptor.share_name, preemptor.unit
     share = usage.shares.get(share_name)
     if share is None:
         return None
-    ranked_orphans: list[Job] = []
-    orphan_ids: frozenset[str] = frozenset()
-    if orphans:
-        ranked_orphans = sorted(orphans, key=lambda job: victim_order_key(job, share_name, True))
-        orphan_ids = frozenset(job.job_id for job in orphans)
+    spare_entries = [_Entry(stop, units, False) for stop, units in spare]
+    spare_claim = _claim_of(spare_entries, share_name)
     own_lower: list[Job] = []
-    own_lower_units = 0  # all of them count in the share: none is being stopped
+    own_lower_units = 0
     if share.in_share_preemption:
         own = candidates.of_share(unit, share_name)
         own_lower = [job for _, job in own[: bisect_left(own, (preemptor.priority,), key=_RANK)]]
@@ -157,128 +185,136 @@ def choose_victims(
 
     own_limit = share.own_limit(unit)
     used = usage.usage(share_name, unit)
+    count = preemptor.count
     if used < own_limit and usage.others_borrowing(share_name, unit):
-        own_freed = _with_own(usage.removal(orphans), share_name, own_lower_units)
+        own_freed = spare_claim.own + own_lower_units
         # Only the share's own jobs lower its usage: without room for the job there, no reclaim can do.
-        if used - own_freed.by_share.get(share_name, 0) + preemptor.count <= own_limit:
+        if used + count - min(count, own_freed) <= own_limit:
             borrowers = usage.borrowing[unit] - {share_name}
             # And none without the room physically: what the borrowers hold is added only while the
-            # room is short. (The whole fit rule is left to the search: with every borrowing share
-            # changed it costs more than the search itself.)
-            short = usage.occupancy.get(unit, 0) - own_freed.physical + preemptor.count - usage.capacity(unit)
+            # room is short. (The whole fit rule is left to the search.)
+            short = (
+                usage.occupancy.get(unit, 0)
+                - spare_claim.physical
+                - own_lower_units
+                + count
+                - usage.capacity(unit)
+            )
             for name in borrowers:
                 if short <= 0:
                     break
                 short -= candidates.units(unit, name)
             if short <= 0:
-                borrowed = candidates.of_shares(unit, borrowers)
-                ranked = chain(ranked_orphans, borrowed, own_lower)
-                found = _search(usage, preemptor, ranked, None, orphan_ids, within_own_limit=True)
-                if found:
-                    return VictimChoice(PreemptionRule.RECLAIM, found)
-    if share.in_share_preemption and (own_lower or ranked_orphans):  # else nothing to take
-        in_share = [*ranked_orphans, *own_lower]
-        everyone = _with_own(usage.removal(ranked_orphans), share_name, own_lower_units)
-        found = _search(usage, preemptor, in_share, everyone, orphan_ids, within_own_limit=False)
-        if found:
-            return VictimChoice(PreemptionRule.IN_SHARE_PRIORITY, found)
-    if orphans:
-        found = _search(
-            usage,
-            preemptor,
-            ranked_orphans,
-            usage.removal(ranked_orphans),
-            orphan_ids,
-            within_own_limit=False,
-        )
-        if found:
-            return VictimChoice(PreemptionRule.ADOPT_STOPPING, found)
+                ranked = [
+                    *spare_entries,
+                    *(_Entry(job, job.count, True) for job in candidates.of_shares(unit, borrowers)),
+                    *(_Entry(job, job.count, True) for job in own_lower),
+                ]
+                found = _search(usage, preemptor, ranked, None, within_own_limit=True)
+                if found and any(entry.victim for entry in found):
+                    return _choice(PreemptionRule.RECLAIM, found)
+    if share.in_share_preemption and own_lower:  # else nothing to take
+        in_share = [*spare_entries, *(_Entry(job, job.count, True) for job in own_lower)]
+        found = _search(usage, preemptor, in_share, _claim_of(in_share, share_name), within_own_limit=False)
+        if found and any(entry.victim for entry in found):
+            return _choice(PreemptionRule.IN_SHARE_PRIORITY, found)
     return None
 
 
-def _with_own(removal: Removal, share_name: str, units: int) -> Removal:
-    """``removal`` and ``units`` more of ``share_name``'s own jobs, none of them being stopped."""
-    if not units:
-        return removal
-    by_share = dict(removal.by_share)
-    by_share[share_name] = by_share.get(share_name, 0) + units
-    return Removal(by_share, removal.physical + units)
+class _Entry(NamedTuple):
+    """A candidate of a search: a job to preempt (``victim``), or a stop under way's spare ``units``."""
+
+    job: Job
+    units: int
+    victim: bool
+
+
+def _choice(rule: PreemptionRule, found: Sequence[_Entry]) -> VictimChoice:
+    return VictimChoice(
+        rule,
+        tuple(entry.job for entry in found if entry.victim),
+        tuple(entry.job for entry in found if not entry.victim),
+    )
+
+
+def _claim_of(entries: Iterable[_Entry], share_name: str) -> Claim:
+    taken = _Taken(share_name)
+    for entry in entries:
+        taken.add(entry)
+    return taken.claim()
 
 
 def _search(
     usage: Usage,
     preemptor: Job,
-    ranked: Iterable[Job],
-    everyone: Removal | None,
-    orphan_ids: frozenset[str],
+    ranked: Iterable[_Entry],
+    everyone: Claim | None,
     *,
     within_own_limit: bool,
-) -> tuple[Job, ...] | None:
+) -> list[_Entry] | None:
     """Take candidates (``ranked``: in victim order) until the preemptor fits, then minimize; None if it
     never fits. ``everyone``, what taking them all frees, when given, answers a hopeless search at once."""
     share_name, unit = preemptor.share_name, preemptor.unit
 
-    def fits_without(removal: Removal) -> bool:
-        return usage.fits(share_name, unit, preemptor.count, removal, within_own_limit=within_own_limit)
+    def fits_with(claim: Claim) -> bool:
+        return usage.fits(share_name, unit, preemptor.count, claim, within_own_limit=within_own_limit)
 
-    if everyone is not None and (not everyone.physical or not fits_without(everyone)):
-        return None  # taking every candidate would not do: no subset will (fit only grows with removal)
+    if everyone is not None and (not everyone.physical or not fits_with(everyone)):
+        return None  # taking every candidate would not do: no subset will (fit only grows with a claim)
     # Until enough is taken to fit physically, the full fit rule need not be asked.
     short = usage.occupancy.get(unit, 0) + preemptor.count - usage.capacity(unit)
-    taken = _Taken()
-    for candidate in ranked:
-        if _protected(usage, candidate, share_name, taken.by_share, orphan_ids):
+    taken = _Taken(share_name)
+    for entry in ranked:
+        if entry.victim and _protected(usage, entry.job, share_name, taken.leaving):
             continue
-        taken.add(candidate)
-        if taken.physical >= short and fits_without(taken.removal()):
-            return taken.minimized(fits_without)
+        taken.add(entry)
+        if taken.physical >= short and fits_with(taken.claim()):
+            return taken.minimized(fits_with)
     return None
 
 
 class _Taken:
-    """The victims taken so far and what removing them frees, kept up to date as they change."""
+    """The candidates taken so far and what taking them gives, kept up to date as they change."""
 
-    def __init__(self) -> None:
-        self.jobs: list[Job] = []
-        self.by_share: dict[str, int] = defaultdict(int)
+    def __init__(self, share_name: str) -> None:
+        self.share_name = share_name
+        self.entries: list[_Entry] = []
+        self.leaving: dict[str, int] = defaultdict(int)
+        self.own = 0
         self.physical = 0
 
-    def add(self, job: Job) -> None:
-        self._count(job, +1)
-        self.jobs.append(job)
+    def add(self, entry: _Entry) -> None:
+        self._count(entry, +1)
+        self.entries.append(entry)
 
-    def removal(self) -> Removal:
-        return Removal(self.by_share, self.physical)
+    def claim(self) -> Claim:
+        return Claim(self.own, self.physical, self.leaving)
 
-    def minimized(self, fits_without: Callable[[Removal], bool]) -> tuple[Job, ...]:
-        """Walk from the last victim to the first, dropping each one the preemptor can do without."""
-        for job in reversed(list(self.jobs)):
-            self._count(job, -1)
-            if len(self.jobs) > 1 and fits_without(self.removal()):
-                self.jobs.remove(job)
+    def minimized(self, fits_with: Callable[[Claim], bool]) -> list[_Entry]:
+        """Walk from the last candidate to the first, dropping each one the preemptor can do without."""
+        for entry in reversed(list(self.entries)):
+            self._count(entry, -1)
+            if len(self.entries) > 1 and fits_with(self.claim()):
+                self.entries.remove(entry)
             else:
-                self._count(job, +1)
-        return tuple(self.jobs)
+                self._count(entry, +1)
+        return self.entries
 
-    def _count(self, job: Job, sign: int) -> None:
-        self.physical += sign * job.count
-        if job.counts_in_share:
-            self.by_share[job.share_name] += sign * job.count
+    def _count(self, entry: _Entry, sign: int) -> None:
+        units = sign * entry.units
+        self.physical += units
+        if entry.job.request.quota_share_name == self.share_name:
+            self.own += units
+        if entry.victim:
+            self.leaving[entry.job.request.quota_share_name] += units
 
 
-def _protected(
-    usage: Usage,
-    candidate: Job,
-    preemptor_share: str,
-    taken_by_share: Mapping[str, int],
-    orphan_ids: frozenset[str],
-) -> bool:
-    """A job of another share is safe once its share, after the victims taken, is within its limit."""
-    if candidate.job_id in orphan_ids or candidate.share_name == preemptor_share:
+def _protected(usage: Usage, candidate: Job, preemptor_share: str, leaving: Mapping[str, int]) -> bool:
+    """A job of another share is safe once its share, after the stops under way and the victims taken,
+    is within its limit."""
+    if candidate.share_name == preemptor_share:
         return False
     share = usage.shares.get(candidate.share_name)
     own = share.own_limit(candidate.unit) if share else 0
-    remaining = usage.usage(candidate.share_name, candidate.unit) - taken_by_share.get(
-        candidate.share_name, 0
-    )
+    remaining = usage.future(candidate.share_name, candidate.unit) - leaving.get(candidate.share_name, 0)
     return remaining <= own

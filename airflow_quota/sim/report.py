@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from airflow_quota.engine.model import JobStatus, PreemptionRule
+from airflow_quota.engine.model import JobStatus
 from airflow_quota.sim.metrics import Metrics, WaitStats
 from airflow_quota.sim.result import Change, ChangeKind, JobOutcome, SimulationResult
 from airflow_quota.sim.scenario import format_seconds
@@ -213,15 +213,6 @@ def describe_change(change: Change) -> Text:
         return Text.assemble(job, (" granted", "cyan"), f" {change.units} {change.unit}{borrowed}")
     if kind is ChangeKind.RUNNING:
         return Text.assemble(job, (" RUNNING", "cyan"))
-    if kind is ChangeKind.PREEMPTED and change.rule == PreemptionRule.ADOPT_STOPPING:
-        return Text.assemble(
-            job,
-            " (already being stopped) adopted by ",
-            change.by,
-            f" ({change.rule}): its capacity goes to ",
-            change.by,
-            " when the stop completes",
-        )
     if kind is ChangeKind.PREEMPTED:
         return Text.assemble(
             job, (" preempted", "magenta"), f" by {change.by} ({change.rule}): being stopped"

@@ -11,6 +11,7 @@ from airflow_quota.engine.model import (
     JobRequest,
     JobStatus,
     Preemption,
+    Promise,
     QueueState,
     QuotaShare,
     ShareState,
@@ -104,17 +105,20 @@ def state(q: JobQueue, *jobs: Job) -> QueueState:
 
 @dataclass(frozen=True)
 class Summary:
-    """Decisions as a test reads them: who was granted, and who preempted whom by which rule."""
+    """Decisions as a test reads them: who was granted, who preempted whom by which rule, and who was
+    promised the spare units of which stops under way."""
 
     granted: tuple[str, ...]
     preempted: tuple[tuple[str, tuple[str, ...], str], ...]
+    promised: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
-def summarize(decisions: tuple[Grant | Preemption, ...]) -> Summary:
+def summarize(decisions: tuple[Grant | Preemption | Promise, ...]) -> Summary:
     granted = tuple(d.job_id for d in decisions if isinstance(d, Grant))
     preempted = tuple(
         (d.preemptor_id, tuple(sorted(d.victim_ids)), d.rule.value)
         for d in decisions
         if isinstance(d, Preemption)
     )
-    return Summary(granted, preempted)
+    promised = tuple((d.job_id, tuple(sorted(d.stop_ids))) for d in decisions if isinstance(d, Promise))
+    return Summary(granted, preempted, promised)

@@ -125,8 +125,9 @@ def test_terminating_a_waiting_preemptor_fails_it_at_once_and_its_victims_finish
     assert terminated.jobs["high"].status_reason == "user asked"
     assert terminated.jobs["low"].stop_cause is StopCause.PREEMPTED
     usage = Usage(terminated.queue, terminated.jobs.values())
-    assert usage.orphan_ids == {"low"}
-    assert usage.usage("a", "gpu") == 0, "a victim never counts again in the share that gave it up"
+    assert usage.spare("gpu") == [(terminated.jobs["low"], 2)], "nobody awaits its units now"
+    assert usage.usage("a", "gpu") == 2, "a job being stopped counts in its share until it has stopped"
+    assert usage.future("a", "gpu") == 0
 
 
 def test_a_terminated_job_counts_in_its_share_until_it_has_stopped() -> None:
@@ -134,7 +135,7 @@ def test_a_terminated_job_counts_in_its_share_until_it_has_stopped() -> None:
 
     usage = Usage(snapshot.queue, snapshot.jobs.values())
 
-    assert (usage.usage("a", "gpu"), usage.orphan_ids) == (2, {"j"})
+    assert (usage.usage("a", "gpu"), usage.spare("gpu")) == (2, [(snapshot.jobs["j"], 2)])
 
 
 def test_terminating_a_running_job_stops_it_first_then_marks_it_failed() -> None:

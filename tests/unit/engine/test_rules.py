@@ -42,6 +42,7 @@ class Case:
     jobs: tuple[Job, ...]
     granted: tuple[str, ...] = ()
     preempted: tuple[Preempted, ...] = ()
+    promised: tuple[tuple[str, tuple[str, ...]], ...] = ()
     reasons: dict[str, str] = field(default_factory=dict)
 
 
@@ -400,20 +401,25 @@ CASES = [
         preempted=(("p2", ("y",), "IN_SHARE_PRIORITY"),),
     ),
     Case(
-        "stopping_job_whose_preemptor_is_gone_is_adopted_first",
+        "a_stop_whose_preemptor_is_gone_is_promised_to_the_next_job_instead_of_a_preemption",
         queue(4, share("a", 4, RESERVE, preempt=True)),
         (
             running("orphan", "a", 2, prio=9, stopping_for="gone"),
             running("low", "a", 2, prio=0),
             waiting("p", "a", 2, prio=5, at=1),
         ),
-        preempted=(("p", ("orphan",), "IN_SHARE_PRIORITY"),),
+        promised=(("p", ("orphan",)),),
+        reasons={"p": "Waiting for the units it was promised of 1 stop(s) under way to be released: orphan"},
     ),
     Case(
-        "stopping_job_whose_preemptor_is_gone_can_be_adopted_without_in_share_preemption",
+        "a_terminated_jobs_units_are_promised_without_in_share_preemption",
         queue(2, share("a", 2, RESERVE)),
         (running("orphan", "a", 2, stop_cause=StopCause.TERMINATED), waiting("p", "a", 2, at=1)),
-        preempted=(("p", ("orphan",), "ADOPT_STOPPING"),),
+        promised=(("p", ("orphan",)),),
+        reasons={
+            "p": "Waiting for the units it was promised of 1 stop(s) under way to be released: orphan "
+            "(being terminated)"
+        },
     ),
     Case(
         "preemptor_is_granted_once_its_victims_have_stopped",
@@ -480,15 +486,15 @@ CASES = [
     ),
     # -- a cycle never preempts a job it granted ----------------------------------------------------------
     Case(
-        "a_grant_a_higher_priority_job_needs_later_in_the_cycle_is_withheld",
+        "a_higher_priority_job_that_can_preempt_goes_before_a_lower_priority_one_that_fits",
         queue(4, share("a", 4, RESERVE, preempt=True)),
         (
             running("r", "a", 2, prio=0),
-            waiting("high", "a", 4, prio=9, at=1),  # past the share's limit: its turn comes after low's
-            waiting("low", "a", 2, prio=1, at=2),  # fits, but high needs its 2 units with r's
+            waiting("high", "a", 4, prio=9, at=1),  # past the share's free units, but it can preempt r
+            waiting("low", "a", 2, prio=1, at=2),  # fits, but high comes first in its share
         ),
         preempted=(("high", ("r",), "IN_SHARE_PRIORITY"),),
-        reasons={"low": WITHHELD + "high"},
+        reasons={"low": "Waiting for capacity: this job needs 2 gpu, more than quota share a has free"},
     ),
     Case(
         "a_borrower_is_not_granted_units_its_lender_takes_back_in_the_same_cycle",
@@ -502,11 +508,11 @@ CASES = [
         reasons={"b1": WITHHELD + "l1"},
     ),
     Case(
-        "a_withheld_grant_can_leave_the_job_that_needed_it_room_to_start_at_once",
+        "a_higher_priority_job_that_can_borrow_goes_before_a_lower_priority_one_within_its_limit",
         queue(4, share("a", 2, BORROW, preempt=True), share("l", 2, LEND)),
         (waiting("high", "a", 3, prio=9, at=1), waiting("low", "a", 2, prio=1, at=2)),
         granted=("high",),
-        reasons={"low": WITHHELD + "high"},
+        reasons={"low": "Waiting for capacity to borrow: this job needs 2 gpu"},
     ),
     Case(
         "a_reservation_granted_in_a_cycle_is_not_reclaimed_in_it",
@@ -598,7 +604,7 @@ CASES = [
         },
     ),
     Case(
-        "free_units_of_its_own_still_held_by_jobs_being_stopped_are_named",
+        "spare_units_of_a_stop_under_way_are_promised_and_named_in_the_reason",
         queue(3, share("l", 2, LEND), share("b", 1, BORROW)),
         (
             running("b1", "b", 1),
@@ -606,9 +612,10 @@ CASES = [
             waiting("l1", "l", 1, at=1, awaiting=frozenset({"b2"})),
             waiting("l2", "l", 1, at=2),
         ),
+        promised=(("l2", ("b2",)),),
         reasons={
-            "l2": "Waiting for capacity: this job needs 1 gpu, within what quota share l has free of its own "
-            "2; its free units are held by jobs being stopped"
+            "l2": "Waiting for the units it was promised of 1 stop(s) under way to be released: b2 (being "
+            "stopped for l1)"
         },
     ),
     Case(
@@ -621,9 +628,9 @@ CASES = [
         reasons={"p": "Waiting for 1 preempted job(s) to stop: low"},
     ),
     Case(
-        # b's preemptor takes a's terminated job (a stopping orphan) after a's turn within its own limit: a
-        # is within its limit again, so its waiting job takes the idle unit before c borrows it.
-        "a_share_whose_orphan_another_share_took_in_the_cycle_starts_its_own_job_before_a_borrower",
+        # a's terminated job has 2 spare units: a's own waiting job is promised one (its share counts it
+        # once), b's preemptor the other with the idle unit; nobody is preempted, c's borrower waits.
+        "spare_units_of_a_stop_go_to_the_next_jobs_that_fit_with_them_and_nobody_is_preempted",
         queue(5, share("a", 2, LEND), share("b", 2, BORROW), share("c", 1, BORROW)),
         (
             running("term", "a", 2, stop_cause=StopCause.TERMINATED),
@@ -633,8 +640,7 @@ CASES = [
             waiting("w", "a", 1, at=2),
             waiting("x", "c", 1, at=3),
         ),
-        granted=("w",),
-        preempted=(("p", ("term",), "RECLAIM"),),
+        promised=(("w", ("term",)), ("p", ("term",))),
     ),
     Case(
         "a_disabled_shares_existing_jobs_still_start_and_it_still_lends",
@@ -649,7 +655,7 @@ CASES = [
 def test_rule(case: Case) -> None:
     plan = plan_cycle(state(case.queue, *case.jobs), now=100.0)
 
-    assert summarize(plan.decisions) == Summary(case.granted, case.preempted)
+    assert summarize(plan.decisions) == Summary(case.granted, case.preempted, case.promised)
     for job_id, reason in case.reasons.items():
         assert plan.state.jobs[job_id].status_reason.startswith(reason), plan.state.jobs[job_id].status_reason
 
