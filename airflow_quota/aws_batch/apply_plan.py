@@ -2,16 +2,25 @@
 AWS has, per resource (pure: no AWS call here).
 
 Each resource of the export is new (a Create* request), changed (an Update* request with the changed fields
-only, each shown old -> new) or unchanged. Which fields an Update* takes is read from the installed botocore
-model; a change to a field no Update* takes (a service environment's type, a job queue's type) is a refusal
-named by field, found before anything is sent. A job queue's tags are set with TagResource (tags are only
-ever added or overwritten). Quota shares AWS has in a job queue of the file that the file leaves out are
-listed apart: apply never deletes.
+only, each shown old -> new) or unchanged: an existing resource is updated in place, never replaced. Which
+fields an Update* takes is read from the installed botocore model; a change to a field no Update* takes (a
+service environment's type, a job queue's type) is a refusal named by field, found before anything is sent.
+A job queue's tags are set with TagResource (tags are only ever added or overwritten). Quota shares AWS has
+in a job queue of the file that the file leaves out are listed apart: apply never deletes.
+
+What the file leaves out is left as AWS has it (``export.defaulted_fields``): an existing job queue keeps
+its priority and state, and the service environment and scheduling policy it uses (the export's bodies are
+renamed to theirs); a service environment keeps its state. An update that lowers something (a capacity, a
+borrow limit, a sharing strategy, a priority, ENABLED -> DISABLED) or re-points a job queue (another
+scheduling policy or service environment) is ``guarded``: apply refuses it unless its flag names it.
+``plan_calls`` lists every AWS call the changes take, in order, the waits included.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+import json
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -45,7 +54,20 @@ UPDATE_IDENTITY: dict[Kind, str] = {
     "quotaShares": "quotaShareArn",
 }
 
+#: What answers whether a resource has settled after its Create*/Update* (``plan_calls``' waits).
+WAIT_OPERATION: dict[Kind, str] = {
+    "serviceEnvironments": "DescribeServiceEnvironments",
+    "schedulingPolicies": "DescribeSchedulingPolicies",
+    "jobQueues": "DescribeJobQueues",
+    "quotaShares": "ListQuotaShares",
+}
+
 Action = Literal["create", "update", "unchanged"]
+#: Why an update needs a flag: it lowers something, or re-points a job queue.
+Guard = Literal["lower", "repoint"]
+GUARD_FLAG: dict[Guard, str] = {"lower": "--allow-lower", "repoint": "--allow-repoint"}
+#: Sharing strategies from the least to the most sharing: a move down is a lowering.
+_STRATEGY_RANK = {"RESERVE": 0, "LEND": 1, "LEND_AND_BORROW": 2}
 
 
 @dataclass(frozen=True)
@@ -100,16 +122,72 @@ class LeftOut:
         return f"{KIND_NOUN[self.kind]} {self.name}{where}"
 
 
+@dataclass(frozen=True)
+class GuardedChange:
+    """An update that lowers something or re-points a job queue: sent only when its flag is given."""
+
+    guard: Guard
+    message: str
+
+
 @dataclass
 class ApplyPlan:
     #: In dependency order: service environments, scheduling policies, job queues, quota shares.
     changes: list[ResourceChange] = field(default_factory=list)
     left_out: list[LeftOut] = field(default_factory=list)
-    #: Changes AWS has no Update* for, each naming its field and the fix.
+    #: Changes AWS has no Update* for (or that apply never makes), each naming its field and the fix.
     refusals: list[str] = field(default_factory=list)
+    guarded: list[GuardedChange] = field(default_factory=list)
 
     def pending(self) -> list[ResourceChange]:
         return [change for change in self.changes if change.action != "unchanged" or change.tags]
+
+    def blocked(self, allowed: Collection[Guard] = ()) -> list[str]:
+        """The guarded changes whose flag is not among ``allowed``."""
+        return [change.message for change in self.guarded if change.guard not in allowed]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One AWS call of the apply: a Create*/Update*/TagResource ``request``, or (``request`` None) the
+    Describe/List call repeated until the resource has settled."""
+
+    operation: str
+    change: ResourceChange
+    request: dict[str, Any] | None = None
+
+    @property
+    def is_wait(self) -> bool:
+        return self.request is None
+
+    def text(self, arns: Mapping[tuple[Kind, str], str] | None = None) -> str:
+        """The call as ``--dry-run`` prints it; ``arns``: the ARNs known before the apply, by kind and name
+        (a job queue's scheduling policy is sent as its ARN, known once it exists)."""
+        if self.request is None:
+            settled = "listed" if self.change.kind == "schedulingPolicies" else "VALID"
+            return f"{self.operation} until {self.change.title} is {settled}"
+        request = dict(self.request)
+        if self.change.kind == "jobQueues" and "schedulingPolicyArn" in request:
+            policy = name_of(request["schedulingPolicyArn"])
+            known = (arns or {}).get(("schedulingPolicies", policy))
+            request["schedulingPolicyArn"] = known or f"<the ARN CreateSchedulingPolicy answers for {policy}>"
+        return f"{self.operation} {json.dumps(request)}"
+
+
+def plan_calls(changes: Sequence[ResourceChange]) -> list[Call]:
+    """Every AWS call that makes the changes, in order: each Create*/Update*, then the wait until AWS shows
+    the resource VALID (a scheduling policy, which has no status: listed; none after its update), then a
+    TagResource of tags to add."""
+    calls: list[Call] = []
+    for change in changes:
+        if change.request is not None and change.operation is not None:
+            calls.append(Call(change.operation, change, change.request))
+            if not (change.kind == "schedulingPolicies" and change.action == "update"):
+                calls.append(Call(WAIT_OPERATION[change.kind], change))
+        if change.tags:
+            arn = change.arn or f"<the ARN of {change.title}>"
+            calls.append(Call("TagResource", change, {"resourceArn": arn, "tags": change.tags}))
+    return calls
 
 
 @dataclass(frozen=True)
@@ -133,19 +211,115 @@ class AwsState:
         return by_name.get(name)
 
 
-def plan_apply(bundle: Mapping[str, list[dict[str, Any]]], state: AwsState) -> ApplyPlan:
-    """The changes that make AWS hold ``bundle`` (``export_design``'s request bodies), in dependency order."""
+def plan_apply(
+    bundle: Mapping[str, list[dict[str, Any]]],
+    state: AwsState,
+    defaulted: Mapping[str, Collection[str]] | None = None,
+) -> ApplyPlan:
+    """The changes that make AWS hold ``bundle`` (``export_design``'s request bodies), in dependency order.
+
+    ``defaulted`` (``export.defaulted_fields``): per job queue, the fields of its body that the file left
+    out; an existing job queue keeps AWS's values of those (None: every field is the file's)."""
     plan = ApplyPlan()
+    defaulted = defaulted or {}
+    bundle = _adopted(bundle, state, defaulted, plan.refusals)
     for kind in KINDS:
         for body in bundle[kind]:
             name = body[NAME_KEY[kind]]
             queue_name = body.get("jobQueue") if kind == "quotaShares" else None
             found = state.found(kind, name, queue_name)
-            plan.changes.append(_change(kind, name, queue_name, body, found, plan.refusals))
+            kept = _kept_as_in_aws(kind, name, defaulted)
+            plan.changes.append(_change(kind, name, queue_name, body, found, kept, plan))
     for queue_name, shares in state.quota_shares.items():
         wanted = {b["quotaShareName"] for b in bundle["quotaShares"] if b["jobQueue"] == queue_name}
         plan.left_out += [LeftOut("quotaShares", name, queue_name) for name in shares if name not in wanted]
     return plan
+
+
+def _kept_as_in_aws(kind: Kind, name: str, defaulted: Mapping[str, Collection[str]]) -> frozenset[str]:
+    """The fields of an existing resource that apply leaves as AWS has them: those the file left out."""
+    if kind == "serviceEnvironments":
+        return frozenset({"state"})  # our file has no state for a service environment
+    if kind == "jobQueues":
+        return frozenset(defaulted.get(name, ())) & {"priority", "state"}
+    return frozenset()
+
+
+def _adopted(
+    bundle: Mapping[str, list[dict[str, Any]]],
+    state: AwsState,
+    defaulted: Mapping[str, Collection[str]],
+    refusals: list[str],
+) -> dict[str, list[dict[str, Any]]]:
+    """``bundle`` with each existing job queue's service environment and scheduling policy AWS's own where
+    the file names none (export named them after the job queue): apply never re-points what the file does
+    not ask to re-point."""
+    adopted = copy.deepcopy(dict(bundle))
+    for queue in adopted["jobQueues"]:
+        name = queue["jobQueueName"]
+        found = state.job_queues.get(name)
+        unset = defaulted.get(name, ())
+        if found is None:
+            continue
+        if "serviceEnvironmentOrder" in unset:
+            _adopt_environment(adopted, queue, found, refusals)
+        if "schedulingPolicyArn" in unset and isinstance(found.get("schedulingPolicyArn"), str):
+            _adopt_policy(adopted, queue, found["schedulingPolicyArn"])
+    names = [body["serviceEnvironmentName"] for body in adopted["serviceEnvironments"]]
+    for shared in sorted({n for n in names if names.count(n) > 1}):
+        users = [
+            q["jobQueueName"]
+            for q in adopted["jobQueues"]
+            if name_of(q["serviceEnvironmentOrder"][0]["serviceEnvironment"]) == shared
+        ]
+        refusals.append(
+            f"service environment {shared} is used by job queues {', '.join(users)} in AWS Batch: our quota "
+            "file gives each job queue its own capacity; name each one's service environment with "
+            "serviceEnvironmentOrder [{order: 1, serviceEnvironment: NAME}] in the file"
+        )
+    return adopted
+
+
+def _adopt_environment(
+    bundle: dict[str, list[dict[str, Any]]],
+    queue: dict[str, Any],
+    found: Mapping[str, Any],
+    refusals: list[str],
+) -> None:
+    theirs = found.get("serviceEnvironmentOrder") or []
+    if len(theirs) > 1:
+        names = ", ".join(name_of(entry["serviceEnvironment"]) for entry in theirs)
+        refusals.append(
+            f"job queue {queue['jobQueueName']} uses {len(theirs)} service environments in AWS Batch "
+            f"({names}): our quota file gives a job queue one capacity; name the one the file's capacity is "
+            "with serviceEnvironmentOrder [{order: 1, serviceEnvironment: NAME}]"
+        )
+    if len(theirs) != 1:
+        return
+    ours = name_of(queue["serviceEnvironmentOrder"][0]["serviceEnvironment"])
+    their_name = name_of(theirs[0]["serviceEnvironment"])
+    for environment in bundle["serviceEnvironments"]:
+        if environment["serviceEnvironmentName"] == ours:
+            environment["serviceEnvironmentName"] = their_name
+    queue["serviceEnvironmentOrder"] = [
+        {"order": theirs[0].get("order", 1), "serviceEnvironment": their_name}
+    ]
+
+
+def _adopt_policy(bundle: dict[str, list[dict[str, Any]]], queue: dict[str, Any], their_arn: str) -> None:
+    ours, theirs = name_of(queue["schedulingPolicyArn"]), name_of(their_arn)
+    queue["schedulingPolicyArn"] = their_arn
+    if ours == theirs:
+        return
+    still_used = any(name_of(q["schedulingPolicyArn"]) == ours for q in bundle["jobQueues"])
+    policies = bundle["schedulingPolicies"]
+    body = next((policy for policy in policies if policy["name"] == ours), None)
+    if body is None:
+        return
+    if not any(policy["name"] == theirs for policy in policies):
+        policies.insert(policies.index(body), {**copy.deepcopy(body), "name": theirs})
+    if not still_used:
+        policies.remove(body)
 
 
 def _change(
@@ -154,12 +328,14 @@ def _change(
     queue_name: str | None,
     body: dict[str, Any],
     found: dict[str, Any] | None,
-    refusals: list[str],
+    kept: Collection[str],
+    plan: ApplyPlan,
 ) -> ResourceChange:
     wanted = _compared(kind, body)
     if found is None:
         fields = tuple(FieldChange(path, None, value) for path, value in flatten(wanted).items())
         return ResourceChange(kind, name, queue_name, "create", fields, body)
+    wanted = {key: value for key, value in wanted.items() if key not in kept}
     have = _compared(kind, {key: found[key] for key in wanted if key in found})
     old, new = flatten(have), flatten(wanted)
     # A field AWS adds (a default the file leaves out) is no change; a capacity unit the file drops is.
@@ -177,7 +353,7 @@ def _change(
     )
     for key in changed_keys:
         if key not in updatable:
-            refusals.append(
+            plan.refusals.append(
                 f"{unchanged.title}: {key} is {_shown(have.get(key))} in AWS and {_shown(wanted[key])} in "
                 f"the file, and {UPDATE_OPERATION[kind]} cannot change {key}: change the file back, or "
                 f"delete the {KIND_NOUN[kind]} in AWS yourself (apply never deletes) and apply again"
@@ -185,8 +361,47 @@ def _change(
     to_update = [key for key in changed_keys if key in updatable]
     if not to_update:
         return unchanged
+    for change in fields:
+        guard = _guard(kind, change)
+        if guard is not None and change.path.split(".", 1)[0] in to_update:
+            verb = "lowers it" if guard == "lower" else "re-points it"
+            plan.guarded.append(
+                GuardedChange(
+                    guard,
+                    f"{unchanged.title}: {change.path} {_plain(change.old)} -> {_plain(change.new)} {verb}: "
+                    f"pass {GUARD_FLAG[guard]} to apply it, or change the file",
+                )
+            )
     request = {UPDATE_IDENTITY[kind]: found[ARN_KEY[kind]], **{key: body[key] for key in to_update}}
     return replace(unchanged, action="update", request=request)
+
+
+def _guard(kind: Kind, change: FieldChange) -> Guard | None:
+    """Whether an updated field lowers something or re-points a job queue (None: neither)."""
+    path, old, new = change.path, change.old, change.new
+    if kind == "jobQueues" and path in ("schedulingPolicyArn", "serviceEnvironmentOrder"):
+        return "repoint"
+    lowers = False
+    if path.startswith("capacityLimits."):
+        lowers = new is None or (isinstance(old, int) and isinstance(new, int) and new < old)
+    elif path == "resourceSharingConfiguration.borrowLimit":
+        lowers = _borrowable(new) < _borrowable(old)
+    elif path == "resourceSharingConfiguration.strategy":
+        lowers = _STRATEGY_RANK.get(str(new), 0) < _STRATEGY_RANK.get(str(old), 0)
+    elif path == "state":
+        lowers = old == "ENABLED" and new == "DISABLED"
+    elif path == "priority":
+        lowers = isinstance(old, int) and isinstance(new, int) and new < old
+    return "lower" if lowers else None
+
+
+def _borrowable(borrow_limit: Any) -> float:
+    """A borrowLimit as an amount: -1 (AWS's default, also when not set) is no limit."""
+    return float("inf") if borrow_limit in (None, -1) else float(borrow_limit)
+
+
+def _plain(value: Any) -> str:
+    return "-" if value is None else str(value)
 
 
 def _compared(kind: Kind, document: dict[str, Any]) -> dict[str, Any]:

@@ -10,8 +10,10 @@ its ``quotaShares`` are CreateQuotaShare's bodies without ``jobQueue`` and ``tag
 answers of DescribeServiceEnvironments, DescribeSchedulingPolicies, DescribeJobQueues, ListQuotaShares and
 DescribeQuotaShare. Each document is first checked by botocore's own validator; ARNs are resolved to
 names; ``status`` and ``statusReason`` are ignored; a job queue's ``airflow-quota:scheduler`` tag is its
-``scheduler``; what our file cannot express (other tags, a DISABLED queue or service environment,
-``jobStateTimeLimitActions``) is returned as a note at its field's path. Every refusal
+``scheduler``, and its ``priority``, ``state``, scheduling policy and service environment are kept as the
+job queue's optional fields where they differ from what export writes by default (``priority: 1``,
+``ENABLED``, both named after the job queue); what our file cannot express (other tags, a DISABLED service
+environment, ``jobStateTimeLimitActions``) is returned as a note at its field's path. Every refusal
 names the field's path in the AWS document and the fix. ``aws_batch.export`` writes the four request
 bodies back; ``aws_batch.portability`` says what AWS Batch treats differently.
 """
@@ -31,7 +33,7 @@ from airflow_quota.aws_batch.botocore_model import (
     shape_issues,
     unknown_answer_keys,
 )
-from airflow_quota.aws_batch.portability import portability_warnings
+from airflow_quota.aws_batch.portability import aws_refusals, portability_warnings
 from airflow_quota.engine.config import (
     ConfigIssue,
     QuotaConfig,
@@ -41,6 +43,8 @@ from airflow_quota.engine.config import (
 from airflow_quota.engine.messages import join_path
 
 SAGEMAKER_TRAINING = "SAGEMAKER_TRAINING"
+#: What export writes for a job queue's priority when the file gives none (and import leaves out).
+DEFAULT_QUEUE_PRIORITY = 1
 #: The job queue's tag that carries our ``scheduler`` (AWS Batch has no field for who schedules a queue).
 SCHEDULER_TAG = "airflow-quota:scheduler"
 
@@ -126,6 +130,10 @@ class QuotaDesign:
             for issue in portability_warnings(self.config)
         ]
         return [*moved, *self.notes]
+
+    def aws_refusals(self) -> list[ConfigIssue]:
+        """What AWS Batch would refuse (``portability.aws_refusals``), at the paths of the files given."""
+        return [ConfigIssue(self.aws_path(issue.path), issue.message) for issue in aws_refusals(self.config)]
 
 
 # --- recognising documents ----------------------------------------------------------------------------
@@ -410,6 +418,9 @@ def _join(
         if scheduler is not None:
             our_queue["scheduler"] = scheduler
             origins[f"{path}.scheduler"] = join_path(where, f"tags.{SCHEDULER_TAG}")
+        for key, value in _kept_queue_fields(queue, environment).items():
+            our_queue[key] = value
+            origins[f"{path}.{key}"] = join_path(where, key)
         queues.append(our_queue)
     for environment in by_kind["serviceEnvironments"]:
         if environment.name not in environment_user:
@@ -419,6 +430,8 @@ def _join(
     for policy in by_kind["schedulingPolicies"]:
         if policy.name not in used_policies:
             notes.append(_unused(policy, "scheduling policy", "no job queue among the documents names it"))
+        else:
+            notes += _not_expressed(policy, "scheduling policy")
     if not queues and not issues:
         issues.append(
             ConfigIssue(
@@ -428,6 +441,25 @@ def _join(
             )
         )
     return {"jobQueues": queues}, origins, issues, notes
+
+
+def _kept_queue_fields(queue: Resource, environment: Resource) -> dict[str, Any]:
+    """The job queue's own AWS fields our file keeps, where they differ from export's defaults: its
+    ``priority``, a DISABLED ``state``, its scheduling policy's and service environment's names."""
+    body, name = queue.body, queue.name
+    kept: dict[str, Any] = {}
+    priority = body.get("priority")
+    if isinstance(priority, int) and priority != DEFAULT_QUEUE_PRIORITY:
+        kept["priority"] = priority
+    if body.get("state") == "DISABLED":
+        kept["state"] = "DISABLED"
+    policy = body.get("schedulingPolicyArn")
+    if isinstance(policy, str) and name_of(policy) != name:
+        kept["schedulingPolicyArn"] = name_of(policy)
+    order = body["serviceEnvironmentOrder"][0].get("order", 1)
+    if environment.name != name or order != 1:
+        kept["serviceEnvironmentOrder"] = [{"order": order, "serviceEnvironment": environment.name}]
+    return kept
 
 
 def _unit_first(limits: Any) -> Any:
@@ -524,12 +556,12 @@ def _not_expressed(resource: Resource, what: str) -> list[ConfigIssue]:
         tags = {key: value for key, value in tags.items() if key != SCHEDULER_TAG}  # kept: the scheduler
     if tags:
         notes.append(ConfigIssue(join_path(resource.where, "tags"), f"the {what}'s tags are not kept"))
-    if resource.kind != "quotaShares" and resource.body.get("state") == "DISABLED":
+    if resource.kind == "serviceEnvironments" and resource.body.get("state") == "DISABLED":
         notes.append(
             ConfigIssue(
                 join_path(resource.where, "state"),
-                f"the {what} is DISABLED: our quota file has no state for it (its quota shares' state "
-                "is kept)",
+                f"the {what} is DISABLED: our quota file has no state for it (export writes ENABLED; "
+                "apply --to-aws leaves the state AWS Batch has)",
             )
         )
     return notes

@@ -31,11 +31,21 @@ from airflow_quota.ledger.errors import ConfigApplyError
 
 def apply(args: argparse.Namespace) -> None:
     if args.to_aws:  # AWS Batch, not the ledger: cli/apply_to_aws.py
+        from airflow_quota.aws_batch.apply_plan import Guard
         from airflow_quota.cli.apply_to_aws import run_apply_to_aws
 
+        allowed: list[Guard] = []
+        if args.allow_lower:
+            allowed.append("lower")
+        if args.allow_repoint:
+            allowed.append("repoint")
         sys.exit(
             run_apply_to_aws(
-                args.file, dry_run=args.dry_run, aws_conn_id=args.aws_conn_id, region=args.aws_region
+                args.file,
+                dry_run=args.dry_run,
+                aws_conn_id=args.aws_conn_id,
+                region=args.aws_region,
+                allowed=allowed,
             )
         )
     sys.exit(run_apply(args.file, dry_run=args.dry_run))

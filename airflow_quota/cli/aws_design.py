@@ -6,7 +6,8 @@ with every refusal listed, nothing written, when the documents do not make a des
 
 ``export`` reads a quota file (or AWS documents) and prints one JSON object whose lists hold
 CreateServiceEnvironment, CreateSchedulingPolicy, CreateJobQueue and CreateQuotaShare request bodies, each
-checked by botocore's validator before it is printed.
+checked by botocore's validator before it is printed; on stderr it warns as ``validate`` does (what AWS
+Batch refuses or reads otherwise, and for AWS documents what the import did not keep).
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ def run_export(paths: list[str], *, region: str | None = None, account_id: str |
     except QuotaConfigError as error:
         print_errors(err, error)
         return 1
+    for warning in design.warnings():  # what validate warns about: AWS Batch may refuse the bodies below
+        err.print(f"[yellow]warning:[/] {escape(str(warning))}")
     bundle = export_design(design.config, region=region or "REGION", account_id=account_id or "ACCOUNT_ID")
     problems = export_issues(bundle)
     if problems:  # a bug of ours: never print what AWS would refuse

@@ -88,8 +88,21 @@ ARG_TO_AWS = _arg(
 ARG_AWS_CONN_ID = _arg(
     "--aws-conn-id",
     metavar="CONN_ID",
-    default="aws_default",
-    help="With --to-aws: the Airflow AWS connection to use (default: aws_default)",
+    default=None,
+    help="With --to-aws: the Airflow AWS connection to use; an unknown one is an error (default: "
+    "aws_default, or the environment's AWS credentials when aws_default is not defined either)",
+)
+ARG_ALLOW_LOWER = _arg(
+    "--allow-lower",
+    action="store_true",
+    help="With --to-aws: also send changes that lower something (a capacity, a borrow limit, a sharing "
+    "strategy, a job queue's priority, a state to DISABLED)",
+)
+ARG_ALLOW_REPOINT = _arg(
+    "--allow-repoint",
+    action="store_true",
+    help="With --to-aws: also send changes that point a job queue at another scheduling policy or service "
+    "environment",
 )
 ARG_AWS_REGION = _arg(
     "--region",
@@ -200,10 +213,19 @@ LEDGER_COMMANDS: list[ActionCommand | GroupCommand] = [
             "nothing when the file is invalid or cannot be applied (a quota share with unfinished jobs "
             "left out). Lowering limits below current usage is allowed. With --to-aws, create or update "
             "the design's AWS Batch resources through an Airflow AWS connection instead (the diff first; "
-            "resources the file leaves out are reported, never deleted)."
+            "resources the file leaves out are reported, never deleted; a change that lowers something or "
+            "re-points a job queue needs --allow-lower or --allow-repoint; --dry-run prints every AWS call)."
         ),
         func=lazy_load_command("airflow_quota.cli.apply.apply"),
-        args=(ARG_APPLY_FILE, ARG_DRY_RUN, ARG_TO_AWS, ARG_AWS_CONN_ID, ARG_AWS_REGION),
+        args=(
+            ARG_APPLY_FILE,
+            ARG_DRY_RUN,
+            ARG_TO_AWS,
+            ARG_AWS_CONN_ID,
+            ARG_AWS_REGION,
+            ARG_ALLOW_LOWER,
+            ARG_ALLOW_REPOINT,
+        ),
     ),
     GroupCommand(name="shares", help="Applied quota shares and their usage", subcommands=SHARES_COMMANDS),
     GroupCommand(name="jobs", help="Jobs in the quota ledger", subcommands=JOBS_COMMANDS),

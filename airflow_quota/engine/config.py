@@ -467,7 +467,8 @@ def _shared_service_environments(raw_queues: Sequence[object]) -> list[ConfigIss
             continue
         name = reference.rsplit("/", 1)[-1]
         first = users.setdefault(name, index)
-        if first != index:
+        same_queue = _get(raw_queues[first], "jobQueueName") == _get(raw_queue, "jobQueueName")
+        if first != index and not same_queue:  # a repeated job queue name is refused already
             path = f"jobQueues[{index}]" + (".serviceEnvironmentOrder" if entry is not None else "")
             issues.append(
                 ConfigIssue(

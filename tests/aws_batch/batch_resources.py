@@ -17,8 +17,9 @@ By default every resource is visible and VALID as soon as it is created. ``behav
 (the test's ``emulator_behaviour``, through ``moto_batch``'s EmulatorSettings route) makes the resources
 whose name (a quota share: its job queue's name) starts with ``prefix`` fight back as AWS may: left out
 of every Describe/List answer for ``invisible_s`` after their Create, CREATING for ``creating_s`` (then
-VALID, or INVALID with ``invalid_reason``), UPDATING for ``updating_s`` after an Update*, and an
-operation named in ``refuse`` answered with a ``ClientException`` of that message.
+VALID, or INVALID with ``invalid_reason``), UPDATING for ``updating_s`` after an Update* (these four for
+the ``kinds`` named, or every kind), and an operation named in ``refuse`` answered with a
+``ClientException`` of that message.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ class Behaviour:
     invalid_reason: str | None = None
     #: Operation name (``CreateQuotaShare``) -> the ClientException's message.
     refuse: dict[str, str] = field(default_factory=dict)
+    #: The kinds (``jobQueues``, ``quotaShares``, ...) whose timeline this changes; empty: every kind.
+    kinds: tuple[str, ...] = ()
 
     @classmethod
     def from_request(cls, body: dict[str, Any]) -> Behaviour:
@@ -60,6 +63,7 @@ class Behaviour:
             updating_s=float(body.get("updatingSeconds", 0)),
             invalid_reason=body.get("invalidReason"),
             refuse=dict(body.get("refuse") or {}),
+            kinds=tuple(body.get("kinds") or ()),
         )
 
 
@@ -147,21 +151,25 @@ class BatchResources:
         if message is not None:
             raise BatchClientError(message)
 
-    def _created(self, name: str) -> Lifecycle:
-        behaviour, now = self._behaviour(name), time.time()
+    def _timeline(self, name: str, kind: str) -> Behaviour:
+        behaviour = self._behaviour(name)
+        return behaviour if not behaviour.kinds or kind in behaviour.kinds else Behaviour()
+
+    def _created(self, name: str, kind: str) -> Lifecycle:
+        behaviour, now = self._timeline(name, kind), time.time()
         return Lifecycle(
             visible_at=now + behaviour.invisible_s,
             settled_at=now + behaviour.creating_s,
             invalid_reason=behaviour.invalid_reason,
         )
 
-    def _updated(self, name: str, life: Lifecycle, what: str) -> Lifecycle:
+    def _updated(self, name: str, kind: str, life: Lifecycle, what: str) -> Lifecycle:
         """A resource's lifecycle after an Update*: refused while it is still CREATING or UPDATING."""
         now = time.time()
         status = life.status(now) if life.visible(now) else "CREATING"
         if status in ("CREATING", "UPDATING"):
             raise BatchClientError(f"{what} is {status}: update it once it is VALID")
-        behaviour = self._behaviour(name)
+        behaviour = self._timeline(name, kind)
         return Lifecycle(
             visible_at=life.visible_at,
             settled_at=now + behaviour.updating_s,
@@ -219,7 +227,9 @@ class BatchResources:
             raise BatchClientError(f"Service environment {name} already exists")
         _check_units(body["capacityLimits"])
         arn = f"{self.arn_prefix}:service-environment/{name}"
-        self.environments[name] = ServiceEnvironment(name, arn, copy.deepcopy(body), self._created(name))
+        self.environments[name] = ServiceEnvironment(
+            name, arn, copy.deepcopy(body), self._created(name, "serviceEnvironments")
+        )
         return {"serviceEnvironmentName": name, "serviceEnvironmentArn": arn}
 
     def describe_environments(self, references: list[str]) -> dict[str, Any]:
@@ -246,7 +256,10 @@ class BatchResources:
         self._check_refused("UpdateServiceEnvironment", environment.name)
         _check_units(body.get("capacityLimits") or [])
         environment.life = self._updated(
-            environment.name, environment.life, f"Service environment {environment.name}"
+            environment.name,
+            "serviceEnvironments",
+            environment.life,
+            f"Service environment {environment.name}",
         )
         environment.body |= _without(body, "serviceEnvironment")
         return {"serviceEnvironmentName": environment.name, "serviceEnvironmentArn": environment.arn}
@@ -259,7 +272,9 @@ class BatchResources:
         if name in self.policies:
             raise BatchClientError(f"Scheduling policy {name} already exists")
         arn = f"{self.arn_prefix}:scheduling-policy/{name}"
-        self.policies[name] = SchedulingPolicy(name, arn, copy.deepcopy(body), self._created(name))
+        self.policies[name] = SchedulingPolicy(
+            name, arn, copy.deepcopy(body), self._created(name, "schedulingPolicies")
+        )
         return {"name": name, "arn": arn}
 
     def describe_policies(self, arns: list[str]) -> list[dict[str, Any]]:
@@ -317,7 +332,7 @@ class BatchResources:
         if policy_arn is not None and self.visible_policy(policy_arn) is None:
             raise BatchClientError(f"Scheduling policy {policy_arn} does not exist")
         arn = f"{self.arn_prefix}:job-queue/{name}"
-        self.queues[name] = QueueRecord(name, arn, stored, life=self._created(name))
+        self.queues[name] = QueueRecord(name, arn, stored, life=self._created(name, "jobQueues"))
         return {"jobQueueName": name, "jobQueueArn": arn}
 
     def update_queue(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -334,7 +349,7 @@ class BatchResources:
         policy_arn = changes.get("schedulingPolicyArn")
         if policy_arn is not None and self.visible_policy(policy_arn) is None:
             raise BatchClientError(f"schedulingPolicyArn: scheduling policy {policy_arn} does not exist")
-        queue.life = self._updated(queue.name, queue.life, f"Job queue {queue.name}")
+        queue.life = self._updated(queue.name, "jobQueues", queue.life, f"Job queue {queue.name}")
         queue.body |= changes
         return {"jobQueueName": queue.name, "jobQueueArn": queue.arn}
 
@@ -396,7 +411,7 @@ class BatchResources:
         _check_share_limits(body)
         arn = f"{queue.arn}/quota-share/{name}"
         queue.shares[name] = QuotaShareRecord(
-            name, arn, queue.arn, _without(body, "jobQueue"), self._created(queue.name)
+            name, arn, queue.arn, _without(body, "jobQueue"), self._created(queue.name, "quotaShares")
         )
         return {"quotaShareName": name, "quotaShareArn": arn}
 
@@ -406,7 +421,7 @@ class BatchResources:
         self._check_refused("UpdateQuotaShare", queue_name)
         updated = {**share.body, **_without(body, "quotaShareArn")}
         _check_share_limits(updated)
-        share.life = self._updated(queue_name, share.life, f"Quota share {share.name}")
+        share.life = self._updated(queue_name, "quotaShares", share.life, f"Quota share {share.name}")
         share.body = updated
         return {"quotaShareName": share.name, "quotaShareArn": share.arn}
 

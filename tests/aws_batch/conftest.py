@@ -98,7 +98,8 @@ def emulator_behaviour(
     """Make the emulator's resources whose name (a quota share: its job queue's) starts with ``prefix``
     behave as AWS may, from their next Create or Update on: ``invisibleSeconds`` (left out of answers after
     their Create), ``creatingSeconds``, ``updatingSeconds``, ``invalidReason`` (INVALID once created),
-    ``refuse`` ({operation: message}); no keyword: as at once again (``batch_resources.Behaviour``)."""
+    ``refuse`` ({operation: message}), ``kinds`` (the kinds the timeline applies to, e.g. ``["quotaShares"]``;
+    left out, all); no keyword: as at once again (``batch_resources.Behaviour``)."""
     import botocore.session
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest

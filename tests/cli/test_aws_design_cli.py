@@ -54,6 +54,43 @@ def test_export_without_region_and_account_says_the_arn_has_placeholders(
     assert "pass --region and --account-id" in printed.err
 
 
+def test_export_warns_about_what_aws_batch_refuses_as_validate_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 35 item 10: export printed designs AWS refuses without a word."""
+    units = [f"ml.g5.{size}xlarge" for size in ("", "2", "4", "8", "12", "16")]
+    limits = [{"capacityUnit": unit, "maxCapacity": 1} for unit in units]
+    document = {
+        "jobQueues": [
+            {
+                "jobQueueName": "wide",
+                "capacityLimits": [*limits, {"capacityUnit": "local-gpu", "maxCapacity": 0}],
+                "quotaShares": [
+                    {
+                        "quotaShareName": "all",
+                        "capacityLimits": limits,
+                        "resourceSharingConfiguration": {"strategy": "LEND"},
+                        "preemptionConfiguration": {"inSharePreemption": "DISABLED"},
+                    }
+                ],
+            }
+        ]
+    }
+    path = write_json(tmp_path / "quotas.json", document)
+    assert run_validate([path], as_json=True) == 0
+    validated = [(w["path"], w["message"]) for w in json.loads(capsys.readouterr().out)["warnings"]]
+
+    assert run_export([path]) == 0
+
+    printed = capsys.readouterr()
+    assert json.loads(printed.out)["quotaShares"][0]["quotaShareName"] == "all"
+    warned = [
+        line.removeprefix("warning: ") for line in printed.err.splitlines() if line.startswith("warning")
+    ]
+    assert warned == [f"{path}: {message}" for path, message in validated]
+    assert len(warned) == 3  # six limits, a local unit, maxCapacity 0
+
+
 def test_import_prints_the_quota_file_and_lists_what_it_did_not_keep(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -72,6 +109,25 @@ def test_import_prints_the_quota_file_and_lists_what_it_did_not_keep(
         "qs3",
     ]
     assert f"not kept: {files[0]}:serviceEnvironments[0].tags" in printed.err
+
+
+def test_import_lists_the_scheduling_policys_tags_as_not_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 35 item 10: a scheduling policy's tags were dropped without a word."""
+    described = json.loads(json.dumps(DESCRIBED))
+    described["schedulingPolicies"][0]["tags"] = {"cost-centre": "42"}
+    files = [
+        write_json(tmp_path / "described.json", described),
+        write_json(tmp_path / "shares.json", LISTED_SHARES),
+    ]
+
+    assert run_import(files) == 0
+
+    assert (
+        f"not kept: {files[0]}:schedulingPolicies[0].tags: the scheduling policy's tags are not kept"
+        in capsys.readouterr().err
+    )
 
 
 def test_import_of_an_incomplete_design_exits_1_writes_nothing_and_names_the_fix(

@@ -395,8 +395,8 @@ REFUSED = [
     Refused("unknown_top_level_key", {"version": 1}, "version", "the keys allowed here are jobQueues"),
     Refused(
         "unknown_queue_key",
-        {"jobQueues[0].priority": 1},
-        "jobQueues[0].priority",
+        {"jobQueues[0].computeEnvironmentOrder": []},
+        "jobQueues[0].computeEnvironmentOrder",
         "the keys allowed here are jobQueueName, capacityLimits, quotaShares",
     ),
     Refused(
