@@ -97,7 +97,7 @@ from airflow_quota.allocator.tasks import (
     waiting_on,
     write_resumed,
 )
-from airflow_quota.engine.model import CyclePlan, Grant, JobStatus, QueueState
+from airflow_quota.engine.model import CyclePlan, Grant, JobStatus, Preemption, QueueState, decided_job
 from airflow_quota.engine.planner import plan_cycle
 from airflow_quota.ledger.decisions import record_cycle
 from airflow_quota.ledger.errors import AppliedConfigError, LedgerError
@@ -298,8 +298,9 @@ def _allocate_queue(part: QueuePart, queue_name: str, waiting: list[Waiting]) ->
     for decision in plan.decisions:  # the jobs they name are in ``plan.decided`` as decided
         if isinstance(decision, Grant):
             grant(part, plan.decided, decision, grantable.get(decision.job_id))
-        else:
+        elif isinstance(decision, Preemption):
             preempt(part, plan.decided, decision)
+        # (A promise changes its job's row alone, written with the cycle's other changes.)
     write_resumed(part.session, list(part.task_instances.values()))  # the tasks the grants resumed
     part.report.states[queue_name] = plan.decided
     after = QueueState(state.queue, {**state.jobs, **plan.state.jobs})
@@ -375,10 +376,7 @@ def _plan(part: QueuePart, state: QueueState, grantable: dict[str, Waiting]) -> 
         plan = plan_cycle(planning, to_engine_time(part.now))
         named = [
             grantable[job_id]
-            for job_id in (
-                decision.job_id if isinstance(decision, Grant) else decision.preemptor_id
-                for decision in plan.decisions
-            )
+            for job_id in (decided_job(decision) for decision in plan.decisions)
             if job_id in grantable
         ]
         part.claim(named)

@@ -32,7 +32,7 @@ class CycleReport:
     granted: list[Lease] = field(default_factory=list)
     #: Victims chosen this cycle, by preemptor.
     preempted: dict[str, list[str]] = field(default_factory=dict)
-    #: Preemptions by rule (RECLAIM, IN_SHARE_PRIORITY, ADOPT_STOPPING): victims counted.
+    #: Preemptions by rule (RECLAIM, IN_SHARE_PRIORITY): victims counted.
     preempted_by_rule: dict[str, int] = field(default_factory=dict)
     #: Jobs told to stop this cycle (victims, terminated jobs, and re-sent signals).
     signalled: list[str] = field(default_factory=list)

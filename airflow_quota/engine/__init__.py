@@ -1,6 +1,6 @@
 """The quota engine: pure policy over plain dataclasses, with no I/O and no Airflow import.
 
-``plan_cycle`` decides grants and preemptions for one job queue; ``lifecycle`` applies the events
+``plan_cycle`` decides grants, preemptions and promises for one job queue; ``lifecycle`` applies the events
 that happen between cycles. The allocator, the simulator and the benchmarks all drive these.
 """
 
@@ -24,11 +24,13 @@ from airflow_quota.engine.model import (
     JobStatus,
     Preemption,
     PreemptionRule,
+    Promise,
     QueueState,
     QuotaShare,
     ShareState,
     SharingStrategy,
     StopCause,
+    decided_job,
 )
 from airflow_quota.engine.planner import plan_cycle
 
@@ -43,12 +45,14 @@ __all__ = [
     "LifecycleError",
     "Preemption",
     "PreemptionRule",
+    "Promise",
     "QueueState",
     "QuotaShare",
     "ShareState",
     "SharingStrategy",
     "StopCause",
     "complete_stop",
+    "decided_job",
     "finish_job",
     "plan_cycle",
     "set_status",

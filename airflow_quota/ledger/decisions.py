@@ -1,4 +1,5 @@
-"""Record an allocation cycle's decisions: the jobs it changed, one audit row per grant and preempted job.
+"""Record an allocation cycle's decisions: the jobs it changed, one audit row per grant, preempted job and
+promise.
 
 A local unit's grant gets its device indices in its audit row once the allocator has picked them
 (``note_devices``), so the timeline can draw it on the GPUs it really used.
@@ -12,14 +13,14 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from airflow_quota.engine.model import CyclePlan, Grant, Job, Preemption, QueueState
+from airflow_quota.engine.model import CyclePlan, Grant, Job, Preemption, Promise, QueueState
 from airflow_quota.ledger.audit import add_audit_row, audit_rows_in_bulk
 from airflow_quota.ledger.job_rows import changed_jobs, set_columns, write_jobs, write_reasons
 from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
 
 
 def record_cycle(session: Session, before: QueueState, plan: CyclePlan, now: datetime) -> dict[str, JobRow]:
-    """Write the jobs the cycle changed and one audit row per grant and per preempted job; return the
+    """Write the jobs the cycle changed and one audit row per grant, preempted job and promise; return the
     rows written as objects, by job id (not those whose statusReason alone changed: ``write_reasons``
     writes those in bulk)."""
     changed, reasons = _changed(before, plan)
@@ -29,8 +30,10 @@ def record_cycle(session: Session, before: QueueState, plan: CyclePlan, now: dat
         for decision in plan.decisions:  # the jobs they name are in ``plan.decided`` as decided
             if isinstance(decision, Grant):
                 _record_grant(session, plan.decided, rows[decision.job_id], decision, now)
-            else:
+            elif isinstance(decision, Preemption):
                 _record_preemption(session, plan.decided, rows, decision, now)
+            else:
+                _record_promise(session, plan.decided, decision, now)
     return rows
 
 
@@ -113,3 +116,22 @@ def _record_preemption(
                 "attempt": row.attempt,
             },
         )
+
+
+def _record_promise(session: Session, state: QueueState, promise: Promise, now: datetime) -> None:
+    job = state.jobs[promise.job_id]
+    stops = ", ".join(
+        f"{stop_id} (being stopped for {by})" if (by := state.jobs[stop_id].preempted_by) else stop_id
+        for stop_id in promise.stop_ids
+    )
+    add_audit_row(
+        session,
+        now,
+        state.queue.name,
+        AuditKind.PROMISED,
+        job=job,
+        related_job_id=promise.stop_ids[0],
+        message=f"{promise.job_id} ({job.share_name}) promised the spare {job.unit} of {stops}: it starts "
+        "once they have stopped, and preempts nobody",
+        details={"capacityUnit": job.unit, "instanceCount": job.count, "stops": list(promise.stop_ids)},
+    )

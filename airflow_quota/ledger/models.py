@@ -38,6 +38,8 @@ class AuditKind(StrEnum):
     SUBMITTED = "SUBMITTED"
     GRANTED = "GRANTED"
     PREEMPTED = "PREEMPTED"
+    #: A waiting job promised the spare units of stops under way (it waits for them, preempting nobody).
+    PROMISED = "PROMISED"
     REQUEUED = "REQUEUED"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"

@@ -6,25 +6,30 @@ sequence of events (submit, allocation cycle, stop completed, job finished, job 
 updated, a share's limit lowered, the queue shrunk). After every event and every cycle, and after every
 single decision inside a cycle (decisions are replayed one by one on a copy of the state), the checks
 below must hold. Each check is computed here from the jobs alone, independently of the engine's
-``Usage`` counters. A job counts in its share's usage while it holds capacity and is not promised to a
-live preemptor (a job being terminated, or whose preemptor is gone, counts until it has stopped), and a
-waiting preemptor counts from its decision on.
+``Usage`` counters. A job holding capacity counts in its share until it has stopped (being stopped
+included); a reservation (a waiting job awaiting stops: a preemptor, or a job promised spare units)
+counts its units less those its own share's stops give it (``reference_claims``: a victim's units go to
+its preemptor first, then to the other jobs awaiting it in submission order). Lending is judged on the
+*future* usage: jobs not being stopped, and reservations whole.
 
-(a) physical: per unit, jobs holding capacity (stopping ones included) plus the part of each waiting
-    preemptor's request its stopping victims do not hold never exceed the queue's capacity; neither
-    does the capacity of active non-stopping jobs plus reservations. Where a shrunk queue already broke
-    this, the amount only decreases.
-(b) no decision raises a share's usage above its ceiling (its own limit for RESERVE and LEND shares);
-    usage left above a lowered limit only decreases.
-(c) pooled lending: per unit, what the shares borrow is covered by the lenders' idle capacity plus the
-    capacity no share owns, so RESERVE capacity is never borrowed; where a configuration change broke
-    that, the overdraft does not grow.
+(a) physical: per unit, jobs holding capacity (stopping ones included) plus the part of each reservation
+    its stops do not give it never exceed the queue's capacity; neither does the capacity of active
+    non-stopping jobs plus reservations. Where a shrunk queue already broke this, the amount only
+    decreases.
+(b) no decision raises a share's usage, its jobs being stopped included, above its ceiling (its own
+    limit for RESERVE and LEND shares); usage left above a lowered limit only decreases.
+(c) pooled lending: per unit, what the shares will borrow is covered by the lenders' idle capacity plus
+    the capacity no share owns; where a configuration change broke that, the overdraft does not grow.
+(j) RESERVE capacity is kept: per unit, the idle units are at least what RESERVE shares have free within
+    their own limits (nobody else holds it, even while jobs are being stopped); where a change of
+    configuration broke that, the shortfall does not grow.
 (d) preemption victims: same unit as the preemptor; a victim of another share only while that share,
-    after the earlier victims of the same decision, is still above its own limit; a victim of the
-    preemptor's own share only with in-share preemption and strictly lower priority (a job already being
-    stopped whose preemptor is gone may be taken over by anyone); never a job being stopped for a live
-    preemptor; victims listed in the documented victim order; the preemptor did not fit without
-    preempting, fits once its victims are gone, and needs every one of them (the set is minimal).
+    after the earlier victims of the same decision, will still be above its own limit; a victim of the
+    preemptor's own share only with in-share preemption and strictly lower priority; never a job being
+    stopped; victims listed in the documented victim order; the preemptor did not fit without preempting,
+    not even with every spare unit of the stops under way, fits once its victims are gone, and needs
+    every one of them (the set is minimal). A promise names stops under way with spare units, and the
+    job fits with them but not without.
 (e) bookkeeping: every submitted job is in exactly one state, final states stay final, a job is granted
     only while RUNNABLE (and not in the cycle that preempted it), starts are numbered in order, the flags
     of stopping jobs and waiting preemptors agree with each other, every RUNNABLE job leaves a cycle with
@@ -35,8 +40,10 @@ waiting preemptor counts from its decision on.
     first (with the other ready reservations, before any other decision), unless the queue's capacity
     was lowered since and its unit is held and reserved beyond it: then it waits until enough is released.
 (h) turns: the decisions are made in the documented order (ready reservations; share by share the jobs
-    that fit within their own limit; then the rest merged by submission), and a waiting job that fits at
-    its turn, given the decisions before it, is not left waiting, unless its grant was taken back for a
+    that fit within their own limit, a job beyond it that could start now keeping its share's later jobs
+    on its unit behind it; then the rest merged by submission), and a waiting job that fits at its turn
+    (with idle capacity or with spare units of stops under way), given the decisions before it, is not
+    left waiting, unless its grant was taken back for a
     later job of the cycle that needed its units (its statusReason names that job, which decides after
     it): the replays then hold its units from its turn until that job's decision.
 (i) a cycle never preempts a job it granted: no victim of a decision was granted earlier in the cycle.
@@ -58,6 +65,7 @@ from hypothesis import strategies as st
 
 from airflow_quota.engine import (
     CyclePlan,
+    Decision,
     Grant,
     Job,
     JobQueue,
@@ -65,12 +73,14 @@ from airflow_quota.engine import (
     JobStatus,
     Preemption,
     PreemptionRule,
+    Promise,
     QueueState,
     QuotaShare,
     ShareState,
     SharingStrategy,
     StopCause,
     complete_stop,
+    decided_job,
     finish_job,
     plan_cycle,
     set_status,
@@ -251,48 +261,102 @@ small_rounds = make_rounds(st.integers(1, 3))
 Usages = Counter[tuple[str, str]]
 
 
-def is_counted(jobs: Mapping[str, Job], job: Job) -> bool:
-    """Whether a job counts against its share's limits: holding capacity and never promised to a
-    preemptor (a job being terminated counts until it has stopped; a victim never counts again in the
-    share that gave it up, even once its preemptor is gone), or reserving capacity as a preemptor
-    waiting for its victims."""
-    if job.status is JobStatus.RUNNABLE:
-        return bool(job.awaiting_victims)
-    return job.status.holds_capacity and job.preempted_by is None
+def is_stopping(job: Job | None) -> bool:
+    return job is not None and job.status.holds_capacity and job.stop_cause is not None
+
+
+def reference_claims(jobs: Mapping[str, Job]) -> dict[str, dict[str, int]]:
+    """Per reservation, the units each stop under way gives it: a victim's units go first to the preemptor
+    it is stopped for, then, reservations in submission order, to the others awaiting it (their own share's
+    stops first, then by job id); never more than the reservation's count."""
+    left = {job_id: job.count for job_id, job in jobs.items() if is_stopping(job)}
+    reservations = sorted(
+        (job for job in jobs.values() if job.holds_reservation), key=lambda job: (job.submitted, job.job_id)
+    )
+    claims: dict[str, dict[str, int]] = {job.job_id: {} for job in reservations}
+    for first in (True, False):
+        for job in reservations:
+            stops = [
+                jobs[stop_id]
+                for stop_id in job.awaiting_victims
+                if stop_id in left
+                and (jobs[stop_id].preempted_by == job.job_id) is first
+                and jobs[stop_id].unit == job.unit
+            ]
+            stops.sort(key=lambda stop: (stop.share_name != job.share_name, stop.job_id))
+            need = job.count - sum(claims[job.job_id].values())
+            for stop in stops:
+                units = min(need, left[stop.job_id])
+                if units > 0:
+                    claims[job.job_id][stop.job_id] = claims[job.job_id].get(stop.job_id, 0) + units
+                    left[stop.job_id] -= units
+                    need -= units
+    return claims
+
+
+def spare_units(jobs: Mapping[str, Job]) -> dict[str, int]:
+    """Per job being stopped, its units no reservation awaits."""
+    taken: Counter[str] = Counter()
+    for units_by_stop in reference_claims(jobs).values():
+        taken.update(units_by_stop)
+    return {
+        job_id: job.count - taken[job_id]
+        for job_id, job in jobs.items()
+        if is_stopping(job) and job.count > taken[job_id]
+    }
 
 
 def counted_usage(jobs: Mapping[str, Job]) -> Usages:
-    """What counts against each (share, unit)."""
+    """What each (share, unit) holds now, against its limits: jobs holding capacity (being stopped
+    included), and reservations less what their own share's stops give them."""
+    usage: Usages = Counter()
+    claims = reference_claims(jobs)
+    for job in jobs.values():
+        if job.status.holds_capacity:
+            usage[(job.share_name, job.unit)] += job.count
+        elif job.holds_reservation:
+            own = sum(
+                units
+                for stop_id, units in claims[job.job_id].items()
+                if jobs[stop_id].share_name == job.share_name
+            )
+            usage[(job.share_name, job.unit)] += job.count - own
+    return usage
+
+
+def future_usage(jobs: Mapping[str, Job]) -> Usages:
+    """What each (share, unit) will hold once the stops under way have ended: lending is judged on it."""
     usage: Usages = Counter()
     for job in jobs.values():
-        if is_counted(jobs, job):
+        if (job.status.holds_capacity and job.stop_cause is None) or job.holds_reservation:
             usage[(job.share_name, job.unit)] += job.count
     return usage
 
 
-def stopping_for(jobs: Mapping[str, Job], preemptor: Job) -> list[Job]:
-    """The preemptor's victims that still hold their units."""
-    victims = (jobs.get(job_id) for job_id in sorted(preemptor.awaiting_victims))
-    return [
-        victim
-        for victim in victims
-        if victim is not None
-        and victim.status.holds_capacity
-        and victim.stop_cause is not None
-        and victim.preempted_by == preemptor.job_id
-    ]
+def stopping_for(jobs: Mapping[str, Job], reservation: Job) -> list[Job]:
+    """The stops under way that still give the reservation units."""
+    return [jobs[stop_id] for stop_id in sorted(reference_claims(jobs).get(reservation.job_id, {}))]
 
 
 def physical_held(jobs: Mapping[str, Job]) -> Counter[str]:
     """Units physically taken per unit: holders (stopping included) plus reservations' uncovered part."""
     held: Counter[str] = Counter()
+    claims = reference_claims(jobs)
     for job in jobs.values():
         if job.status.holds_capacity:
             held[job.unit] += job.count
         elif job.holds_reservation:
-            covered = sum(victim.count for victim in stopping_for(jobs, job))
-            held[job.unit] += max(0, job.count - covered)
+            held[job.unit] += job.count - sum(claims[job.job_id].values())
     return held
+
+
+def reserve_free(queue: JobQueue, usage: Usages, unit: str) -> int:
+    """The units RESERVE shares have free within their own limits (kept idle for them)."""
+    return sum(
+        max(0, share.own_limit(unit) - usage[(share.name, unit)])
+        for share in queue.shares
+        if share.strategy is SharingStrategy.RESERVE and share.has_limit_for(unit)
+    )
 
 
 def active_and_reserved(jobs: Iterable[Job]) -> Counter[str]:
@@ -328,42 +392,59 @@ def bound(share: QuotaShare, unit: str) -> int | None:
     return own * (100 + share.borrow_limit) // 100
 
 
-def is_orphan(jobs: Mapping[str, Job], job: Job) -> bool:
-    """A job being stopped whose preemptor is gone (or that is being terminated)."""
-    if not (job.status.holds_capacity and job.stop_cause is not None):
-        return False
-    preemptor = jobs.get(job.preempted_by) if job.preempted_by else None
-    return preemptor is None or not (preemptor.holds_reservation and job.job_id in preemptor.awaiting_victims)
-
-
 def reference_fits(
     queue: JobQueue,
     jobs: Mapping[str, Job],
     job: Job,
     victims: Sequence[Job] = (),
+    spare: Mapping[str, int] | None = None,
     *,
     within_own_limit: bool = False,
 ) -> bool:
-    """The fit rule of the engine's issue, written out from scratch."""
+    """The fit rule, written out from scratch: ``job`` starts on idle capacity, ``victims``' units and the
+    ``spare`` units of stops under way (by stop job id) it is given."""
     share = next((s for s in queue.shares if s.name == job.share_name), None)
     unit = job.unit
     if share is None or unit not in share.capacity_limits:
         return False
-    if physical_held(jobs)[unit] - sum(v.count for v in victims) + job.count > queue.capacity.get(unit, 0):
-        return False
+    given = [(victim, victim.count) for victim in victims] + [(jobs[i], n) for i, n in (spare or {}).items()]
+    covered = sum(units for _, units in given)
+    own_covered = sum(units for stop, units in given if stop.share_name == share.name)
     usage = counted_usage(jobs)
-    after = Counter(usage)
-    for victim in victims:
-        if is_counted(jobs, victim):
-            after[(victim.share_name, victim.unit)] -= victim.count
-    after[(share.name, unit)] += job.count
-    new_usage = after[(share.name, unit)]
+    from_idle = job.count - covered
+    if from_idle > 0:
+        kept = 0 if share.strategy is SharingStrategy.RESERVE else reserve_free(queue, usage, unit)
+        if physical_held(jobs)[unit] + from_idle + kept > queue.capacity.get(unit, 0):
+            return False
+    new_usage = usage[(share.name, unit)] + job.count - min(job.count, own_covered)
     if within_own_limit and new_usage > share.own_limit(unit):
         return False
     ceiling = bound(share, unit)
     if ceiling is not None and new_usage > ceiling:
         return False
-    return overdraft(queue, after, unit) <= max(0, overdraft(queue, usage, unit))
+    future = future_usage(jobs)
+    after = Counter(future)
+    for victim in victims:
+        after[(victim.share_name, victim.unit)] -= victim.count
+    after[(share.name, unit)] += job.count
+    return overdraft(queue, after, unit) <= max(0, overdraft(queue, future, unit))
+
+
+def fits_with_all_spare(queue: JobQueue, jobs: Mapping[str, Job], job: Job) -> bool:
+    """Whether ``job`` fits on idle capacity and every spare unit of the stops under way on its unit."""
+    spare = {stop_id: units for stop_id, units in spare_units(jobs).items() if jobs[stop_id].unit == job.unit}
+    own_first = sorted(spare, key=lambda stop_id: (jobs[stop_id].share_name != job.share_name, stop_id))
+    taken: dict[str, int] = {}
+    need = job.count
+    for stop_id in own_first:
+        taken[stop_id] = min(need, spare[stop_id])
+        need -= taken[stop_id]
+    return reference_fits(queue, jobs, job, spare={i: n for i, n in taken.items() if n})
+
+
+def startable(queue: JobQueue, jobs: Mapping[str, Job], job: Job) -> bool:
+    """Whether ``job`` could start (or be promised units) now without preempting anyone."""
+    return reference_fits(queue, jobs, job) or fits_with_all_spare(queue, jobs, job)
 
 
 @dataclass(frozen=True)
@@ -374,15 +455,23 @@ class Snapshot:
     active: Counter[str]
     usage: Usages
     overdraft: dict[str, int]
+    #: Per unit, RESERVE shares' free units not idle (> 0: someone else holds RESERVE capacity).
+    reserve_shortfall: dict[str, int]
 
     @staticmethod
     def of(queue: JobQueue, jobs: Mapping[str, Job]) -> Snapshot:
         usage = counted_usage(jobs)
+        future = future_usage(jobs)
+        physical = physical_held(jobs)
         return Snapshot(
-            physical_held(jobs),
+            physical,
             active_and_reserved(jobs.values()),
             usage,
-            {unit: overdraft(queue, usage, unit) for unit in queue.capacity},
+            {unit: overdraft(queue, future, unit) for unit in queue.capacity},
+            {
+                unit: reserve_free(queue, usage, unit) - max(0, capacity - physical[unit])
+                for unit, capacity in queue.capacity.items()
+            },
         )
 
 
@@ -394,6 +483,11 @@ def check_amounts(queue: JobQueue, before: Snapshot, after: Snapshot, where: str
             assert now <= max(capacity, was), (
                 f"(a) {where}: {name} on {unit} is {now} > capacity {capacity} (was {was})"
             )
+        short, was_short = after.reserve_shortfall[unit], before.reserve_shortfall.get(unit, 0)
+        assert short <= max(0, was_short), (
+            f"(j) {where}: on {unit}, {short} units RESERVE shares have free are held by others "
+            f"(was {was_short}); usage {dict(after.usage)}"
+        )
         now, was = after.overdraft[unit], before.overdraft.get(unit, 0)
         assert now <= max(0, was), (
             f"(c) {where}: on {unit} borrowing exceeds lenders' idle + unowned by {now} (was {was}); "
@@ -452,8 +546,25 @@ def ready_reservations(queue: JobQueue, jobs: Mapping[str, Job]) -> list[str]:
     return [job.job_id for job in sorted(ready, key=lambda job: (job.submitted, job.job_id))]
 
 
-def apply_decision(jobs: dict[str, Job], decision: Grant | Preemption, plan: CyclePlan) -> None:
-    """What a decision does to the jobs (the start order is read from the plan's state)."""
+def pruned(jobs: Mapping[str, Job]) -> dict[str, Job]:
+    """The jobs as a cycle starts from them: a reservation forgets the jobs it awaited that are no longer
+    being stopped (unless it would forget them all)."""
+    result = dict(jobs)
+    for job in jobs.values():
+        if job.holds_reservation:
+            awaited = frozenset(i for i in job.awaiting_victims if is_stopping(jobs.get(i)))
+            if awaited and awaited != job.awaiting_victims:
+                result[job.job_id] = replace(job, awaiting_victims=awaited)
+    return result
+
+
+def apply_decision(jobs: dict[str, Job], decision: Decision, plan: CyclePlan) -> None:
+    """What a decision does to the jobs (the start order, and the stops a preemptor takes spare units of,
+    are read from the plan's state)."""
+    if isinstance(decision, Promise):
+        job = jobs[decision.job_id]
+        jobs[job.job_id] = replace(job, awaiting_victims=frozenset(decision.stop_ids))
+        return
     if isinstance(decision, Grant):
         job = jobs[decision.job_id]
         started = plan.state.jobs[job.job_id].started
@@ -467,7 +578,9 @@ def apply_decision(jobs: dict[str, Job], decision: Grant | Preemption, plan: Cyc
             victim, stop_cause=victim.stop_cause or StopCause.PREEMPTED, preempted_by=decision.preemptor_id
         )
     preemptor = jobs[decision.preemptor_id]
-    jobs[preemptor.job_id] = replace(preemptor, awaiting_victims=frozenset(decision.victim_ids))
+    awaiting = plan.decided.jobs[preemptor.job_id].awaiting_victims
+    assert awaiting >= set(decision.victim_ids), f"{decision}: the preemptor does not await its victims"
+    jobs[preemptor.job_id] = replace(preemptor, awaiting_victims=awaiting)
 
 
 #: Jobs whose grant a cycle took back, by the index of the decision before which their turn came, each
@@ -495,9 +608,9 @@ def check_turns(before: QueueState, plan: CyclePlan, where: str) -> Holds:
     not fit at its turn (given every decision before it). Jobs that can never start are left out.
     """
     queue = before.queue
-    jobs = dict(before.jobs)
+    jobs = pruned(before.jobs)
     decisions = list(plan.decisions)
-    made: list[str] = [d.job_id if isinstance(d, Grant) else d.preemptor_id for d in decisions]
+    made: list[str] = [decided_job(d) for d in decisions]
     turn = 0
     holds: Holds = {}
     holding: dict[str, list[str]] = {}
@@ -524,7 +637,7 @@ def check_turns(before: QueueState, plan: CyclePlan, where: str) -> Holds:
             holds.setdefault(turn, []).append((job.job_id, needed_by))
             event("a grant taken back for a later decision")
             return
-        assert not reference_fits(queue, jobs, job), (
+        assert not startable(queue, jobs, job), (
             f"(h) {where}: {job.job_id} fits at its turn (after {decisions[:turn]}) but was left waiting: "
             f"{plan.state.jobs[job.job_id].status_reason!r}"
         )
@@ -544,11 +657,20 @@ def check_turns(before: QueueState, plan: CyclePlan, where: str) -> Holds:
     deferred: dict[str, list[Job]] = {}
     for share_name in sorted(by_share):
         share = queue.share(share_name)
+        behind: set[str] = set()  # units where an earlier job beyond the room could start now
         for job in by_share[share_name]:
-            if counted_usage(jobs)[(share_name, job.unit)] + job.count <= share.own_limit(job.unit):
+            own_spare = sum(
+                units
+                for stop_id, units in spare_units(jobs).items()
+                if (jobs[stop_id].share_name, jobs[stop_id].unit) == (share_name, job.unit)
+            )
+            room = share.own_limit(job.unit) - counted_usage(jobs)[(share_name, job.unit)] + own_spare
+            if job.unit not in behind and job.count <= room:
                 take_turn(job)
             else:
                 deferred.setdefault(share_name, []).append(job)
+                if job.unit not in behind and could_start_beyond_room(queue, jobs, job):
+                    behind.add(job.unit)
     while deferred:
         share_name = min(deferred, key=lambda name: (deferred[name][0].submitted, deferred[name][0].job_id))
         take_turn(deferred[share_name].pop(0))
@@ -559,11 +681,41 @@ def check_turns(before: QueueState, plan: CyclePlan, where: str) -> Holds:
     return holds
 
 
+def could_start_beyond_room(queue: JobQueue, jobs: Mapping[str, Job], job: Job) -> bool:
+    """A job beyond its share's room that could start now: by borrowing, or by in-share preemption."""
+    share = queue.share(job.share_name)
+    if share.strategy is SharingStrategy.LEND_AND_BORROW and reference_fits(queue, jobs, job):
+        return True
+    return share.in_share_preemption and any(
+        other.share_name == share.name
+        and other.unit == job.unit
+        and other.status.holds_capacity
+        and other.stop_cause is None
+        and other.priority < job.priority
+        for other in jobs.values()
+    )
+
+
+def check_promise(queue: JobQueue, jobs: Mapping[str, Job], decision: Promise, at: str) -> None:
+    """(d) for a promise: the job did not fit on idle capacity, and fits with the spare units of the stops
+    it names, each a stop under way on its unit with spare units."""
+    job = jobs.get(decision.job_id)
+    assert job is not None and job.status is JobStatus.RUNNABLE, f"(d) {at}: promised job state"
+    assert not job.holds_reservation, f"(d) {at}: promised job already holds a reservation"
+    spare = spare_units(jobs)
+    for stop_id in decision.stop_ids:
+        assert stop_id in spare and jobs[stop_id].unit == job.unit, f"(d) {at}: {stop_id} has no spare units"
+    assert not reference_fits(queue, jobs, job), f"(d) {at}: promised although it fits on idle capacity"
+    assert reference_fits(queue, jobs, job, spare={i: spare[i] for i in decision.stop_ids}), (
+        f"(d) {at}: the promised units do not make it fit"
+    )
+
+
 def check_decisions(before: QueueState, plan: CyclePlan, where: str, holds: Holds) -> None:
     """Replay the cycle's decisions one by one on a copy of ``before``, checking (a)-(e), (g) and (i);
     ``holds`` (from ``check_turns``) says where the units of jobs whose grant was taken back are held."""
     queue = before.queue
-    jobs = dict(before.jobs)
+    jobs = pruned(before.jobs)
     snapshot = Snapshot.of(queue, jobs)
     shares = {share.name: share for share in queue.shares}
     ready = ready_reservations(queue, jobs)
@@ -581,10 +733,11 @@ def check_decisions(before: QueueState, plan: CyclePlan, where: str, holds: Hold
         for held, needed_by in holds.get(index, []):
             hold(jobs, held)
             holding.setdefault(needed_by, []).append(held)
-        release(
-            jobs, before, holding, decision.job_id if isinstance(decision, Grant) else decision.preemptor_id
-        )
-        if isinstance(decision, Grant):
+        release(jobs, before, holding, decided_job(decision))
+        if isinstance(decision, Promise):
+            check_promise(queue, jobs, decision, at)
+            apply_decision(jobs, decision, plan)
+        elif isinstance(decision, Grant):
             job = jobs.get(decision.job_id)
             assert job is not None and job.status is JobStatus.RUNNABLE, (
                 f"(e) {at}: granted job is {job and job.status}"
@@ -608,7 +761,7 @@ def check_decisions(before: QueueState, plan: CyclePlan, where: str, holds: Hold
         else:
             regranted = granted.intersection(decision.victim_ids)
             assert not regranted, f"(i) {at}: preempts {sorted(regranted)}, granted in the same cycle"
-            check_preemption(queue, jobs, decision, at)
+            check_preemption(queue, jobs, decision, plan.decided.jobs[decision.preemptor_id], at)
             preempted.update(decision.victim_ids)
             apply_decision(jobs, decision, plan)
         after = Snapshot.of(queue, jobs)
@@ -632,11 +785,11 @@ def check_decisions(before: QueueState, plan: CyclePlan, where: str, holds: Hold
 def documented_victim_key(
     jobs: Mapping[str, Job], victim: Job, preemptor: Job
 ) -> tuple[bool, bool, int, float, int, float, int, str]:
-    """Victim order: stopping orphans first, then other shares' jobs before the preemptor's own, lowest
+    """Victim order: other shares' jobs before the preemptor's own, lowest
     priority first, most recently started first, most recently submitted first, then job id."""
     started = victim.started or (0.0, 0)
     return (
-        not is_orphan(jobs, victim),
+        True,
         victim.share_name == preemptor.share_name,
         victim.priority,
         -started[0],
@@ -647,8 +800,11 @@ def documented_victim_key(
     )
 
 
-def check_preemption(queue: JobQueue, jobs: Mapping[str, Job], decision: Preemption, at: str) -> None:
-    """(d): who may be a victim, and that the victims are exactly what the preemptor needs."""
+def check_preemption(
+    queue: JobQueue, jobs: Mapping[str, Job], decision: Preemption, reserving: Job, at: str
+) -> None:
+    """(d): who may be a victim, and that the victims are exactly what the preemptor needs (with the spare
+    units of the stops under way it takes too: ``reserving``, the preemptor as the decision left it)."""
     preemptor = jobs.get(decision.preemptor_id)
     assert preemptor is not None and preemptor.status is JobStatus.RUNNABLE, f"(d) {at}: preemptor state"
     assert not preemptor.holds_reservation, f"(d) {at}: preemptor already holds a reservation"
@@ -656,17 +812,17 @@ def check_preemption(queue: JobQueue, jobs: Mapping[str, Job], decision: Preempt
     assert decision.victim_ids, f"(d) {at}: no victims"
     assert len(set(decision.victim_ids)) == len(decision.victim_ids), f"(d) {at}: repeated victim"
     share = queue.share(preemptor.share_name)
-    usage = counted_usage(jobs)
+    usage = future_usage(jobs)
+    spare_now = spare_units(jobs)
+    spare = {i: spare_now[i] for i in reserving.awaiting_victims - set(decision.victim_ids)}
     victims: list[Job] = []
     taken: Counter[str] = Counter()
     for victim_id in decision.victim_ids:
         victim = jobs.get(victim_id)
         assert victim is not None and victim.status.holds_capacity, f"(d) {at}: {victim_id} holds nothing"
         assert victim.unit == preemptor.unit, f"(d) {at}: {victim_id} is on another unit"
-        orphan = is_orphan(jobs, victim)
-        if victim.stop_cause is not None:
-            assert orphan, f"(d) {at}: {victim_id} is already being stopped for {victim.preempted_by}"
-        elif victim.share_name != preemptor.share_name:
+        assert victim.stop_cause is None, f"(d) {at}: {victim_id} is already being stopped"
+        if victim.share_name != preemptor.share_name:
             above = usage[(victim.share_name, victim.unit)] - taken[victim.share_name]
             own = queue.share(victim.share_name).own_limit(victim.unit)
             assert above > own, (
@@ -678,27 +834,26 @@ def check_preemption(queue: JobQueue, jobs: Mapping[str, Job], decision: Preempt
             assert victim.priority < preemptor.priority, (
                 f"(d) {at}: in-share victim {victim_id} priority {victim.priority} >= {preemptor.priority}"
             )
-        if is_counted(jobs, victim):
-            taken[victim.share_name] += victim.count
-        if decision.rule is PreemptionRule.ADOPT_STOPPING:
-            assert orphan, f"(d) {at}: ADOPT_STOPPING took {victim_id}, which was not being stopped"
+        taken[victim.share_name] += victim.count
         if decision.rule is PreemptionRule.IN_SHARE_PRIORITY:
-            assert orphan or victim.share_name == preemptor.share_name, f"(d) {at}: {victim_id} share"
+            assert victim.share_name == preemptor.share_name, f"(d) {at}: {victim_id} share"
         victims.append(victim)
     keys = [documented_victim_key(jobs, victim, preemptor) for victim in victims]
     assert keys == sorted(keys), f"(d) {at}: victims not in the documented victim order: {keys}"
     within_own = decision.rule is PreemptionRule.RECLAIM
     if within_own:
-        used = usage[(share.name, preemptor.unit)]
+        used = counted_usage(jobs)[(share.name, preemptor.unit)]
         assert used < share.own_limit(preemptor.unit), f"(d) {at}: RECLAIM by a share using {used}"
-    assert not reference_fits(queue, jobs, preemptor), f"(d) {at}: preempted although the job fits"
-    assert reference_fits(queue, jobs, preemptor, victims, within_own_limit=within_own), (
+    assert not startable(queue, jobs, preemptor), (
+        f"(d) {at}: preempted although the job fits with idle capacity and spare units of stops under way"
+    )
+    assert reference_fits(queue, jobs, preemptor, victims, spare, within_own_limit=within_own), (
         f"(g) {at}: the preemptor does not fit even after its victims stop"
     )
     if len(victims) > 1:
         for index, victim in enumerate(victims):
             rest = victims[:index] + victims[index + 1 :]
-            assert not reference_fits(queue, jobs, preemptor, rest, within_own_limit=within_own), (
+            assert not reference_fits(queue, jobs, preemptor, rest, spare, within_own_limit=within_own), (
                 f"(d) {at}: victim {victim.job_id} is not needed (the set is not minimal)"
             )
 
@@ -939,8 +1094,8 @@ def test_terminating_a_waiting_preemptor_keeps_borrowing_within_the_lending_pool
     plan = plan_cycle(state, 5.0)  # L reclaims: x2 (3 units) stops for l1 (1 unit)
     assert plan.decisions == (Preemption("l1", ("x2",), PreemptionRule.RECLAIM, "A"),)
     state = submit_job(plan.state, "y1", JobRequest("y1", "Y", "A", 2), at=6.0)
-    plan = plan_cycle(state, 7.0)  # Y borrows the 2 the reclaim made room for in the pool
-    assert plan.decisions == (Grant("y1", "A", 2, 2),)
+    plan = plan_cycle(state, 7.0)  # Y is promised x2's 2 spare units (R's 3 free units stay idle)
+    assert plan.decisions == (Promise("y1", ("x2",), "A"),)
     before = _amounts_after(plan.state)
     after = _amounts_after(terminate_job(plan.state, "l1"))
     assert before.overdraft["A"] == 0
@@ -965,19 +1120,20 @@ def test_terminating_a_waiting_preemptor_keeps_a_lender_within_its_own_limit() -
     state = submit_job(state, "j3", JobRequest("j3", "s0", "A", 1, 0), at=4.0)
     state = submit_job(state, "j4", JobRequest("j4", "s1", "A", 1, 0), at=5.0)
     state = submit_job(state, "j5", JobRequest("j5", "s1", "A", 1, 1), at=6.0)
-    plan = plan_cycle(state, 7.0)  # j5 preempts j2 (2 units for its 1), then j4 gets s1's other unit
+    plan = plan_cycle(state, 7.0)  # j5 preempts j2 (2 units for its 1), then j4 is promised j2's other
     assert plan.decisions == (
         Grant("j3", "A", 1, 0),
         Preemption("j5", ("j2",), PreemptionRule.IN_SHARE_PRIORITY, "A"),
-        Grant("j4", "A", 1, 0),
+        Promise("j4", ("j2",), "A"),
     )
     after = _amounts_after(terminate_job(plan.state, "j5"))
     assert after.usage[("s1", "A")] <= 2, f"LEND share s1 uses {after.usage[('s1', 'A')]} > its own limit 2"
 
 
-def test_a_borrower_that_fits_after_an_in_share_preemption_gave_back_lent_capacity_starts() -> None:
-    """(h): c2 fits at its turn: a2's preemption left share a 2 idle units to lend (a stale failed search
-    once kept it waiting a cycle with the statusReason "1 A can be borrowed from other shares now")."""
+def test_a_borrower_is_promised_what_an_in_share_preemption_gives_back_to_lend() -> None:
+    """(h): c2 fits at its turn with a1's spare units: a2's preemption leaves share a 2 units to lend once
+    a1 has stopped (a stale failed search once kept it waiting a cycle with the statusReason "1 A can be
+    borrowed from other shares now"); r's idle unit is RESERVE and stays idle."""
     queue = JobQueue(
         "q",
         {"A": 4},
@@ -996,4 +1152,4 @@ def test_a_borrower_that_fits_after_an_in_share_preemption_gave_back_lent_capaci
     plan = plan_cycle(state, 6.0)
     assert plan.decisions[0] == Preemption("a2", ("a1",), PreemptionRule.IN_SHARE_PRIORITY, "A")
     check_turns(state, plan, "the cycle at 6.0")
-    assert Grant("c2", "A", 1, 1) in plan.decisions
+    assert Promise("c2", ("a1",), "A") in plan.decisions

@@ -1,0 +1,126 @@
+"""The rules that hold while jobs are being stopped, and priority order inside a share, as small stories.
+
+Each test plays a story a user would recognise over several cycles (decisions, then stops completing),
+and its name states the rule it checks.
+"""
+
+from __future__ import annotations
+
+from airflow_quota.engine.lifecycle import complete_stop, submit_job
+from airflow_quota.engine.model import JobQueue, JobRequest, JobStatus, QueueState
+from airflow_quota.engine.planner import plan_cycle
+from airflow_quota.engine.usage import Usage
+from tests.unit.engine.builders import BORROW, RESERVE, Summary, running, share, state, summarize, waiting
+
+
+def _submit(
+    snapshot: QueueState, job_id: str, share_name: str, count: int, priority: int, at: float
+) -> QueueState:
+    return submit_job(snapshot, job_id, JobRequest(job_id, share_name, "gpu", count, priority), at)
+
+
+def _holds(snapshot: QueueState, share_name: str) -> int:
+    """What the share holds now: its jobs holding capacity (being stopped included) and reservations."""
+    return Usage(snapshot.queue, snapshot.jobs.values()).usage(share_name, "gpu")
+
+
+def test_a_reserve_share_never_holds_more_than_its_limit_while_its_own_job_stops() -> None:
+    queue = JobQueue(
+        "q14",
+        {"gpu": 14},
+        (share("llm", 8, RESERVE), share("recsys", 4, RESERVE, preempt=True), share("safety", 2, RESERVE)),
+    )
+    snapshot = state(
+        queue,
+        running("llm-1", "llm", 8),
+        running("rec-a", "recsys", 4, prio=50),
+        waiting("rec-b", "recsys", 4, prio=40, at=10),
+        waiting("rec-c", "recsys", 2, prio=30, at=20),
+    )
+    snapshot = _submit(snapshot, "rec-urgent", "recsys", 2, 90, at=1000)
+
+    plan = plan_cycle(snapshot, now=1000)
+
+    # rec-urgent preempts rec-a; rec-c is promised rec-a's two spare units, not granted on others' reserve.
+    assert summarize(plan.decisions) == Summary(
+        granted=(),
+        preempted=(("rec-urgent", ("rec-a",), "IN_SHARE_PRIORITY"),),
+        promised=(("rec-c", ("rec-a",)),),
+    )
+    assert _holds(plan.state, "recsys") == 4, "rec-a (stopping) holds 4: recsys is at its limit, not above"
+    assert plan.state.jobs["rec-c"].status_reason.startswith("Waiting for the units it was promised")
+
+    # safety's job, within its own limit, starts at once: nobody landed on its reserve.
+    snapshot = _submit(plan.state, "saf-x", "safety", 2, 0, at=1010)
+    plan = plan_cycle(snapshot, now=1010)
+    assert summarize(plan.decisions) == Summary(granted=("saf-x",), preempted=())
+
+    # Once rec-a has stopped, rec-urgent and rec-c start on its 4 units; rec-b waits for its share.
+    plan = plan_cycle(complete_stop(plan.state, "rec-a"), now=1060)
+    assert summarize(plan.decisions) == Summary(granted=("rec-c", "rec-urgent"), preempted=())
+    assert _holds(plan.state, "recsys") == 4
+
+
+def test_a_job_waits_for_the_spare_units_of_a_stop_under_way_instead_of_preempting_another() -> None:
+    queue = JobQueue("q", {"gpu": 3}, (share("team", 3, RESERVE, preempt=True),))
+    snapshot = state(queue, running("j1", "team", 2, prio=0, at=0), running("j2", "team", 1, prio=1, at=0))
+    snapshot = _submit(snapshot, "j3", "team", 1, 1, at=1)
+    plan = plan_cycle(snapshot, now=1)
+    assert summarize(plan.decisions) == Summary((), (("j3", ("j1",), "IN_SHARE_PRIORITY"),))
+
+    plan = plan_cycle(_submit(plan.state, "j4", "team", 1, 2, at=2), now=2)
+
+    assert summarize(plan.decisions) == Summary((), (), promised=(("j4", ("j1",)),)), "j2 is not preempted"
+    assert plan.state.jobs["j2"].stop_cause is None
+    assert "j1 (being stopped for j3)" in plan.state.jobs["j4"].status_reason
+    # j1's stop ends at t=3: j3 and j4 start together on its two units.
+    plan = plan_cycle(complete_stop(plan.state, "j1"), now=3)
+    assert summarize(plan.decisions) == Summary(granted=("j3", "j4"), preempted=())
+
+
+def test_a_lender_waits_for_the_spare_units_of_a_reclaim_under_way_instead_of_reclaiming_again() -> None:
+    queue = JobQueue("q", {"gpu": 3}, (share("lender", 3, BORROW), share("borrower", 0, BORROW)))
+    snapshot = state(
+        queue,
+        running("b1", "borrower", 2, prio=0, started=5),
+        running("b2", "borrower", 1, prio=5, started=1),
+    )
+    plan = plan_cycle(_submit(snapshot, "l1", "lender", 1, 0, at=10), now=10)
+    assert summarize(plan.decisions) == Summary((), (("l1", ("b1",), "RECLAIM"),))
+
+    plan = plan_cycle(_submit(plan.state, "l2", "lender", 1, 0, at=11), now=11)
+
+    assert summarize(plan.decisions) == Summary((), (), promised=(("l2", ("b1",)),)), "b2 keeps running"
+    plan = plan_cycle(complete_stop(plan.state, "b1"), now=12)
+    assert summarize(plan.decisions) == Summary(granted=("l1", "l2"), preempted=())
+    assert plan.state.jobs["b2"].status is JobStatus.RUNNING
+
+
+def test_a_lower_priority_job_within_the_limit_does_not_shut_out_a_higher_priority_borrower() -> None:
+    queue = JobQueue("q9", {"gpu": 8}, (share("team", 4, BORROW, borrow=100),))
+    snapshot = state(
+        queue,
+        running("j2", "team", 3),
+        waiting("j0", "team", 5, prio=6, at=1),
+        waiting("j10", "team", 1, prio=3, at=2),
+        waiting("j3", "team", 4, prio=4, at=3),
+    )
+
+    plan = plan_cycle(snapshot, now=10)
+
+    assert summarize(plan.decisions) == Summary(granted=("j0",), preempted=())
+    assert {plan.state.jobs[job_id].status for job_id in ("j10", "j3")} == {JobStatus.RUNNABLE}
+
+
+def test_a_later_job_of_a_share_starts_first_when_the_earlier_one_cannot_start_now() -> None:
+    queue = JobQueue("q", {"gpu": 6}, (share("team", 4, BORROW, borrow=0), share("other", 2, RESERVE)))
+    snapshot = state(
+        queue,
+        running("r", "team", 3),
+        waiting("big", "team", 2, prio=9, at=1),  # past its ceiling of 4: cannot start now
+        waiting("small", "team", 1, prio=1, at=2),
+    )
+
+    plan = plan_cycle(snapshot, now=10)
+
+    assert summarize(plan.decisions) == Summary(granted=("small",), preempted=())
