@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from airflow_quota.aws_batch.apply_plan import AwsState, plan_apply
-from airflow_quota.aws_batch.export import export_design
+from airflow_quota.aws_batch.apply_plan import AwsState, plan_apply, plan_calls
+from airflow_quota.aws_batch.design import import_design
+from airflow_quota.aws_batch.export import defaulted_fields, export_design
 from airflow_quota.engine.config import parse_quota_config
 
 ARN = "arn:aws:batch:us-east-1:123456789012"
@@ -139,3 +140,70 @@ def test_a_share_sends_only_what_the_file_changes(
 
     assert [(f.path, f.old, f.new) for f in share.fields] == fields
     assert (None if share.request is None else list(share.request)) == sent
+
+
+# --- what the file leaves out stays as AWS has it; lowering and re-pointing are guarded (issue 35) ---------
+
+
+def test_a_queue_keeps_what_the_file_leaves_out_and_the_bodies_take_aws_names() -> None:
+    state = aws_has(
+        priority=5,
+        state="DISABLED",
+        schedulingPolicyArn=f"{ARN}:scheduling-policy/quota",
+        serviceEnvironmentOrder=[{"order": 2, "serviceEnvironment": f"{ARN}:service-environment/ml-g5"}],
+    )
+    environment = {**state.service_environments["q"], "serviceEnvironmentName": "ml-g5"}
+    policy = {**state.scheduling_policies["q"], "name": "quota", "arn": f"{ARN}:scheduling-policy/quota"}
+    state = AwsState({"ml-g5": environment}, {"quota": policy}, state.job_queues, state.quota_shares)
+    exported = bundle(scheduler="AWS_BATCH")
+    config = parse_quota_config(
+        {"jobQueues": [{**import_design([("aws.json", exported)]).document["jobQueues"][0]}]}, "test"
+    )
+
+    plan = plan_apply(exported, state, defaulted_fields(config))
+
+    assert [(c.title, c.action, c.fields) for c in plan.changes[:3]] == [
+        ("service environment ml-g5", "unchanged", ()),
+        ("scheduling policy quota", "unchanged", ()),
+        ("job queue q", "unchanged", ()),
+    ]
+    assert plan.pending() == [] and plan.refusals == [] and plan.guarded == []
+
+
+@pytest.mark.parametrize(
+    ("share_in_aws", "guard", "message"),
+    [
+        (
+            {"capacityLimits": [{"capacityUnit": UNIT, "maxCapacity": 3}]},
+            "lower",
+            f"capacityLimits.{UNIT} 3 -> 2",
+        ),
+        (
+            {"resourceSharingConfiguration": {"strategy": "LEND_AND_BORROW"}},
+            "lower",
+            "strategy LEND_AND_BORROW -> LEND",
+        ),
+        ({"state": "ENABLED"}, None, None),
+        ({"resourceSharingConfiguration": {"strategy": "RESERVE"}}, None, None),
+    ],
+    ids=["capacity down", "borrowing taken away", "state unchanged", "more sharing"],
+)
+def test_an_update_that_lowers_a_share_is_guarded(
+    share_in_aws: dict[str, Any], guard: str | None, message: str | None
+) -> None:
+    plan = plan_apply(bundle(scheduler="AWS_BATCH"), with_share(**share_in_aws))
+
+    assert [(g.guard, message is not None and message in g.message) for g in plan.guarded] == (
+        [] if guard is None else [(guard, True)]
+    )
+    assert plan.blocked(["lower"]) == []
+
+
+def test_re_pointing_a_queue_is_guarded_and_calls_are_listed_in_order() -> None:
+    plan = plan_apply(
+        bundle(scheduler="AWS_BATCH"), aws_has(schedulingPolicyArn=f"{ARN}:scheduling-policy/other")
+    )
+
+    assert [g.guard for g in plan.guarded] == ["repoint"]
+    assert "pass --allow-repoint" in plan.blocked()[0]
+    assert [call.operation for call in plan_calls(plan.pending())] == ["UpdateJobQueue", "DescribeJobQueues"]
