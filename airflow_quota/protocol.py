@@ -40,7 +40,7 @@ own channels, and this module names every message:
 
 from __future__ import annotations
 
-from typing import Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 #: Capacity units whose name starts with this are the worker's own GPUs: their grants name device
 #: indices (``Grant.devices``), and only the local backend trains on them (the rule: ``engine.devices``).
@@ -117,6 +117,10 @@ class TrainingJobRecord(TypedDict):
     ended_as: NotRequired[str]
     #: Local: SIGTERM -> SIGKILL seconds; an orphaned process group may live this long after its task.
     grace_period: NotRequired[float]
+    #: Local, once the training started: its host, process group and task process
+    #: (``backends.local_evidence.launch_evidence``), by which an allocator on the same host can tell that
+    #: the training and its task are gone before Airflow notices the dead task.
+    process: NotRequired[dict[str, Any]]
     #: SageMaker: the training job's ARN, once its CreateTrainingJob answered (the API's serviceResourceId).
     arn: NotRequired[str]
     #: SageMaker: the connection to stop an orphaned training job with.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 
 from airflow_quota.allocator.decisions import signal_stop
-from airflow_quota.allocator.orphans import held_for_retry, orphan_stopped
+from airflow_quota.allocator.orphans import held_for_retry, local_training_gone, orphan_stopped
 from airflow_quota.allocator.queue_part import QueuePart
 from airflow_quota.allocator.reconcile import (
     TaskOutcome,
@@ -80,9 +80,11 @@ def reconcile_open_job(part: QueuePart, state: QueueState, job_id: str) -> Queue
             return state
         state = _follow_progress(part, state, job, row, view)
         if job.is_stopping:
-            if _victim_found_stopped(part, row):
+            if _victim_found_stopped(part, row) or local_training_gone(part.launched(row)):
                 # Its capacity is free now, for its preemptor in this very cycle; its task still
-                # reports the stop later, by then an ordinary request (or rejected when final).
+                # reports the stop later, by then an ordinary request (or rejected when final). A local
+                # victim's task process is dead (its watchdog stopped the training): Airflow fails the
+                # try once it notices, and the job, then waiting, fails with it.
                 part.report.stopped.append(job_id)
                 return record_stop_completed(part.session, state, job_id, part.now, started=True)
             _signal_if_due(part, state.jobs[job_id], row, view)
@@ -175,7 +177,8 @@ def _victim_found_stopped(part: QueuePart, row: JobRow) -> bool:
     by the host when asked after a cycle since the job was told to stop (``stop_signalled_at``, set
     at the decision, or when a termination is first signalled: an earlier answer never counts).
 
-    SageMaker only: a local job is a process of its task's worker, which alone can tell it stopped.
+    SageMaker only: a local job is a process of its task's worker, which tells it stopped, unless its task
+    process died: then an allocator on its host may see it gone (``orphans.local_training_gone``).
     """
     stopped = part.settings.stopped_training_jobs
     record = part.launched(row)

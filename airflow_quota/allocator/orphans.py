@@ -2,7 +2,8 @@
 
 A try that ended while its training job runs either keeps the capacity for its coming retry
 (``held_for_retry``), or holds it until the training job is known gone (``orphan_stopped``): a local
-process group by ``local_devices_free_at``, a SageMaker job once the host found it no longer running, or
+process group by ``local_devices_free_at`` (or as soon as an allocator on its host sees it and its task
+process gone: ``local_training_gone``), a SageMaker job once the host found it no longer running, or
 after ``orphan_timeout``.
 """
 
@@ -14,6 +15,7 @@ from datetime import datetime, timedelta
 from airflow_quota.allocator.queue_part import QueuePart
 from airflow_quota.allocator.reconcile import TaskView
 from airflow_quota.allocator.stops import StopRequest
+from airflow_quota.backends.local_evidence import training_certainly_gone
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.protocol import TrainingJobRecord
 
@@ -39,6 +41,17 @@ def local_devices_free_at(seen_over: datetime, grace_period: float) -> datetime:
     runner kills it once told its try ended); never counted from a preemption decision.
     """
     return seen_over + timedelta(seconds=grace_period + LOCAL_KILL_MARGIN_SECONDS)
+
+
+def local_training_gone(record: TrainingJobRecord | None) -> bool:
+    """Whether a local training and the task process that started it are certainly gone, as this host
+    sees them (``backends.local_evidence``): only an allocator on the task's own host (same boot, same
+    PID namespace) can tell, from the evidence the task recorded once the training started."""
+    return (
+        record is not None
+        and record.get("backend") == "local"
+        and training_certainly_gone(record.get("process"))
+    )
 
 
 def held_for_retry(part: QueuePart, row: JobRow, view: TaskView | None) -> bool:
@@ -97,10 +110,12 @@ def _orphan_gone(
     """Whether the training job of a job whose try was first seen over at ``seen_over`` (and told to
     stop at ``told_to_stop``: its preemption decision, or the same moment) is known to no longer run.
 
-    A local process group is gone by ``local_devices_free_at``. A SageMaker job is gone once the
+    A local process group is gone by ``local_devices_free_at``, or sooner when this host sees it gone
+    with its task process (``local_training_gone``). A SageMaker job is gone once the
     host, asking it to stop after a cycle since ``told_to_stop``, found it no longer running.
     """
     if record.get("backend") == "local":
-        return part.now >= local_devices_free_at(seen_over, float(record.get("grace_period", 120.0)))
+        free_at = local_devices_free_at(seen_over, float(record.get("grace_period", 120.0)))
+        return part.now >= free_at or local_training_gone(record)
     stopped = part.settings.stopped_training_jobs
     return stopped is not None and stopped.confirmed_since(record.get("name", ""), told_to_stop)

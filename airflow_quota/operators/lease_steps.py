@@ -104,7 +104,9 @@ class LeaseSteps(AdmissionSteps):
                 lease_id=lease_id,
             )
             job = backend.launch(prepared, name, task_identity(context), tags, event)
-            if job.arn:  # the record names its ARN too: the API's serviceResourceId of the attempt
+            # The record names its ARN too (the API's serviceResourceId of the attempt), or the local
+            # training's process group and this task process (``backends.local_evidence``).
+            if job.arn or isinstance(backend, LocalBackend):
                 self._write_record(context, backend, name, attempt, lease_id, "launched", arn=job.arn)
         link = SageMakerTrainingJobLink.xcom_value(backend.console_link(job.name))
         context["ti"].xcom_push(key=TRAINING_JOB_XCOM_KEY, value=link)

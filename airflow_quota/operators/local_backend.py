@@ -24,6 +24,7 @@ from airflow_quota.backends.local import (
     RunOutcome,
     failure_message,
 )
+from airflow_quota.backends.local_evidence import launch_evidence
 from airflow_quota.backends.sagemaker import (
     TaskIdentity,
     TrainingRequestError,
@@ -142,6 +143,10 @@ class LocalBackend:
     def record(self, name: str, attempt: int, lease_id: str, state: RecordState) -> TrainingJobRecord:
         record = training_job_record(self.kind, name, attempt, lease_id, state)
         record["grace_period"] = float(self.stop_grace_period)
+        if state == "launched" and self.run is not None and self.run.job.name == name:  # how to see it
+            evidence = launch_evidence(self.run.pid)
+            if evidence is not None:
+                record["process"] = evidence
         return record
 
     def launch(

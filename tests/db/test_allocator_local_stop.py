@@ -16,9 +16,17 @@ cycles read only the ledger.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -28,6 +36,7 @@ from airflow.models.taskinstancehistory import TaskInstanceHistory
 
 from airflow_quota.allocator.cycle import CycleReport
 from airflow_quota.allocator.orphans import LOCAL_KILL_MARGIN_SECONDS
+from airflow_quota.backends.local_watchdog import group_alive
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.protocol import TRAINING_JOB_KEY
 from tests.db.airflow_transitions import (
@@ -218,3 +227,107 @@ def test_a_victim_cleared_by_the_allocator_counts_from_the_clear_not_the_decisio
         "Its task try 1 was cleared by the quota allocator: it had not stopped within 100 s of being told to "
         "(stop_deadline)"
     )
+
+
+# --- released on the host's own evidence --------------------------------------------------------------
+
+#: A training that, once told to stop (its watchdog's SIGTERM), saves its checkpoint until the test lets
+#: it finish (the file ``release`` appears).
+SAVING_TRAINING = """
+    import os, signal, sys, time
+    from pathlib import Path
+
+    def save_then_exit(*_):
+        while not Path(sys.argv[1], "release").exists():
+            time.sleep(0.05)
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, save_then_exit)
+    Path(sys.argv[1], f"ready-{os.getpid()}").touch()
+    while True:
+        time.sleep(0.05)
+"""
+
+#: The task process of a victim: starts its training with the local backend (and so its real watchdog),
+#: prints the evidence its record keeps, and waits to be killed.
+TASK = """
+    import json, os, sys
+    from pathlib import Path
+    from airflow_quota.backends.local import LocalTrainingJob, LocalTrainingRun
+    from airflow_quota.backends.local_evidence import launch_evidence
+    tmp, name = Path(sys.argv[1]), sys.argv[2]
+    job = LocalTrainingJob(
+        name=name, command=[sys.executable, str(tmp / "train.py"), str(tmp)], devices=[0],
+        checkpoint_dir=tmp / name / "checkpoints", model_dir=tmp / name / "model",
+        output_data_dir=tmp / name / "output", grace_period=60.0,
+    )
+    run = LocalTrainingRun.start(job, lambda line: None)
+    os.write(1, (json.dumps(launch_evidence(run.pid)) + "\\n").encode())
+    sys.stdin.readline()
+"""
+
+
+def test_a_dead_victims_devices_are_released_once_its_host_sees_its_training_gone(
+    local: Database, tmp_path: Path
+) -> None:
+    """The victims' task processes die mid-stop (SIGKILL, as their task runners die): their watchdogs stop
+    the trainings, and once this host sees each training's process group and task process gone, the
+    preemptor gets the devices, without waiting for Airflow's heartbeat timeout (issue 34: 53 s idle)."""
+    (tmp_path / "train.py").write_text(textwrap.dedent(SAVING_TRAINING))
+    victims, preemptor, _ = victims_preempted(local)
+    tasks, groups = [], []
+    try:
+        for task_id, job_id in zip(VICTIMS, victims, strict=True):
+            task = subprocess.Popen(
+                [sys.executable, "-c", textwrap.dedent(TASK), str(tmp_path), f"{task_id}-a1"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            tasks.append(task)
+            assert task.stdout is not None
+            evidence = json.loads(task.stdout.readline())
+            groups.append(evidence["pgid"])
+            record = {"backend": "local", "name": f"{task_id}-a1", "attempt": 1, "lease_id": f"{job_id}#1"}
+            store_set(
+                local,
+                task_id,
+                TRAINING_JOB_KEY,
+                record | {"state": "launched", "grace_period": GRACE, "process": evidence},
+            )
+        assert granted(cycle(local, DECIDED + 1)) == []  # the tasks live: they stop their trainings
+        deadline = time.monotonic() + 30
+        while not all((tmp_path / f"ready-{pgid}").exists() for pgid in groups):
+            assert time.monotonic() < deadline, "the trainings did not start"
+            time.sleep(0.05)
+
+        for task in tasks:
+            os.kill(task.pid, signal.SIGKILL)
+            task.wait()
+        assert granted(cycle(local, DECIDED + 2)) == []  # the trainings still save their checkpoints
+        assert all(group_alive(pgid) for pgid in groups)
+        assert devices_held(local) == {"victim-1": [0], "victim-2": [1]}
+
+        (tmp_path / "release").touch()
+        deadline = time.monotonic() + 30
+        while any(group_alive(pgid) for pgid in groups):
+            assert time.monotonic() < deadline, "the watchdogs did not stop the trainings"
+            time.sleep(0.05)
+        released = cycle(local, DECIDED + 3)  # to Airflow the tries still run: no heartbeat timeout yet
+
+        assert granted(released) == [preemptor]
+        assert devices_held(local) == {"preemptor": [0, 1]}
+        assert sorted(released.stopped) == sorted(victims)
+        for task_id in VICTIMS:  # Airflow notices the dead tasks later: the victims, waiting, fail
+            heartbeat_timed_out(local.engine, task_id)
+        cycle(local, DECIDED + HEARTBEAT_TIMEOUT)
+        assert all(job(local, victim).status == "FAILED" for victim in victims)
+    finally:
+        (tmp_path / "release").touch()
+        for task in tasks:
+            if task.poll() is None:
+                task.kill()
+                task.wait()
+        for pgid in groups:
+            if group_alive(pgid):
+                os.killpg(pgid, signal.SIGKILL)
