@@ -78,7 +78,8 @@ def run_apply_to_aws(
         print_errors(err, QuotaConfigError("the export", problems))
         return 1
     try:
-        conn_id, note = aws_connection(aws_conn_id)
+        with logs_to_stderr():  # the connection's lookup may log: keep stdout the diff
+            conn_id, note = aws_connection(aws_conn_id)
     except UnknownConnectionError as error:
         err.print(f"[red]error:[/] {escape(str(error))}. {NOTHING_SENT}")
         return 1
