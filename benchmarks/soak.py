@@ -30,12 +30,29 @@ Then the driver stops, applies the starting quotas again and waits up to ``--dra
 to end. All along a sampler checks, every 0.5 s:
 
 * ledger: no device index is held by two open jobs of one capacity unit (``quota_job.held_devices``);
+* ledger: no share holds more of a unit than its ceiling, counting its jobs being stopped (SCHEDULED,
+  STARTING and RUNNING jobs, ``stop_cause`` set or not: ``held_instance_count`` of ``held_capacity_unit``;
+  the ceiling is the share's own limit for RESERVE and LEND, ``own * (100 + borrowLimit) // 100`` for
+  LEND_AND_BORROW, none for ``borrowLimit`` -1, as ``quota_share`` has them applied);
+* ledger: nobody else holds RESERVE capacity: per capacity unit, the units RESERVE shares have free within
+  their own limits (the sum over them of ``max(0, own limit - what the share holds)``) stay idle, that is
+  the queue's capacity (``quota_job_queue.capacity_limits``) less what all open jobs hold is at least that
+  sum;
 * processes: no two live trainings of different training jobs share a device (``CUDA_VISIBLE_DEVICES``
   and ``TRAINING_JOB_NAME`` in ``/proc/<pid>/environ``; only this soak's processes, by ``AIRFLOW_HOME``);
 * ledger/process: no live training runs on a device the ledger gives to another task's job.
 
 A process counts only when it was seen in two /proc scans, one before and one after the ledger read, so
 it was alive across the whole sample: a process that ended meanwhile is never a false violation.
+
+The driver applies other quota variants mid-run, and a lowered limit or a shrunk queue leaves usage above
+it that only drains (README, "Borrowing and lowered limits"). So a share above its ceiling, or a RESERVE
+shortfall, is a violation only when it appears or grows while the configuration (the job queue's
+``revision``) is unchanged since the previous sample: the amount a sample finds just after a change is
+excused, and what is excused only shrinks (to the least amount seen since) until the next change; the
+first sample excuses nothing (no job holds capacity yet). A sample whose reads straddle a quota change
+(the revision read again after the jobs differs) checks nothing of that queue, and the next one counts as
+just after a change.
 
 It prints the figures (kills by kind, jobs submitted, finished and preempted, samples, violations) and
 every violation seen (which jobs, which devices, first and last seen, the jobs' audit rows) and each
@@ -258,6 +275,8 @@ class Violation:
     last_seen_s: float
     first_seen_utc: str
     samples: int = 1
+    #: What the sample that first saw it measured (a quota check's amounts), or empty.
+    detail: str = ""
     #: The audit rows of the jobs involved, filled in at the end.
     audit: list[str] = field(default_factory=list)
 
@@ -290,9 +309,193 @@ def held_devices(connection: sa.Connection) -> list[HeldDevices]:
     return held
 
 
+#: The statuses of the jobs that hold capacity (those being stopped included).
+HOLDING_STATUSES = ("SCHEDULED", "STARTING", "RUNNING")
+
+
+@dataclass(frozen=True)
+class HeldUnits:
+    """The units an open job holds, and whether it is being stopped (preempted or terminated)."""
+
+    job_id: str
+    queue: str
+    share: str
+    unit: str
+    count: int
+    devices: tuple[int, ...]
+    stopping: bool
+
+
+@dataclass(frozen=True)
+class ShareQuota:
+    """A quota share as applied (``quota_share``)."""
+
+    strategy: str
+    limits: dict[str, int]
+    #: NULL in the ledger when the file leaves it out, which means -1 (no limit).
+    borrow_limit: int | None
+
+    def own(self, unit: str) -> int:
+        return self.limits.get(unit, 0)
+
+    def ceiling(self, unit: str) -> int | None:
+        """The most the share may hold of ``unit``, borrowing included; None: no ceiling."""
+        own = self.own(unit)
+        if self.strategy != "LEND_AND_BORROW":
+            return own
+        if self.borrow_limit is None or self.borrow_limit == -1:
+            return None
+        return own * (100 + self.borrow_limit) // 100
+
+
+#: What a share removed from the quota file still holding units may hold: nothing.
+NO_SHARE = ShareQuota("", {}, None)
+
+
+@dataclass(frozen=True)
+class QueueQuota:
+    """A job queue as applied (``quota_job_queue``) with its shares."""
+
+    revision: int
+    capacity: dict[str, int]
+    shares: dict[str, ShareQuota]
+
+
+def _limits(value: Any) -> dict[str, int]:
+    """AWS's ``capacityLimits`` (a JSON column: text on some drivers) as ``{unit: maxCapacity}``."""
+    limits = json.loads(value) if isinstance(value, str) else value
+    return {str(limit["capacityUnit"]): int(limit["maxCapacity"]) for limit in limits or []}
+
+
+def queue_revisions(connection: sa.Connection) -> dict[str, int]:
+    rows = connection.execute(sa.text("SELECT job_queue_name, revision FROM quota_job_queue"))
+    return {str(queue): int(revision) for queue, revision in rows}
+
+
+def quota_design(connection: sa.Connection) -> dict[str, QueueQuota]:
+    """The applied quota design of every job queue."""
+    queues = {
+        str(queue): QueueQuota(int(revision), _limits(limits), {})
+        for queue, limits, revision in connection.execute(
+            sa.text("SELECT job_queue_name, capacity_limits, revision FROM quota_job_queue")
+        )
+    }
+    rows = connection.execute(
+        sa.text(
+            "SELECT job_queue_name, quota_share_name, capacity_limits, strategy, borrow_limit"
+            " FROM quota_share"
+        )
+    )
+    for queue, name, limits, strategy, borrow_limit in rows:
+        if queue in queues:
+            queues[queue].shares[str(name)] = ShareQuota(
+                str(strategy), _limits(limits), None if borrow_limit is None else int(borrow_limit)
+            )
+    return queues
+
+
+def held_units(connection: sa.Connection) -> list[HeldUnits]:
+    """The units every job that holds capacity holds (SCHEDULED, STARTING, RUNNING; being stopped or not)."""
+    rows = connection.execute(
+        sa.text(
+            "SELECT job_id, job_queue_name, quota_share_name, held_capacity_unit, held_instance_count,"
+            " held_devices, stop_cause FROM quota_job WHERE status IN :statuses"
+            " AND held_capacity_unit IS NOT NULL AND held_instance_count > 0"
+        ).bindparams(sa.bindparam("statuses", expanding=True)),
+        {"statuses": list(HOLDING_STATUSES)},
+    )
+    held = []
+    for job_id, queue, share_name, unit, count, devices, stop_cause in rows:
+        indices = json.loads(devices) if isinstance(devices, str) else devices
+        held.append(
+            HeldUnits(
+                str(job_id),
+                str(queue),
+                str(share_name),
+                str(unit),
+                int(count),
+                tuple(sorted(int(index) for index in indices or [])),
+                stop_cause is not None,
+            )
+        )
+    return held
+
+
+@dataclass
+class QuotaWatch:
+    """A job queue's revision at the previous sample (None: unknown, a change straddled that sample's
+    reads) and the amounts above a ceiling or short of RESERVE capacity that a quota change excused."""
+
+    revision: int | None
+    excused: dict[tuple[str, ...], int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class QuotaFinding:
+    """An amount one quota check measured: above a share's ceiling, or short of RESERVE shares' free units."""
+
+    kind: str
+    amount: int
+    jobs: tuple[HeldUnits, ...]
+    detail: str
+
+
+SHARE_ABOVE_CEILING = "ledger: share above its ceiling"
+RESERVE_HELD = "ledger: RESERVE capacity held by another share"
+
+
+def quota_findings(quota: QueueQuota, jobs: list[HeldUnits]) -> dict[tuple[str, ...], QuotaFinding]:
+    """Per (share, unit), how far the share is above its ceiling; per unit, how many of the units RESERVE
+    shares have free are not idle. Only the amounts above 0."""
+    by_share: dict[tuple[str, str], list[HeldUnits]] = {}
+    for job in jobs:
+        by_share.setdefault((job.share, job.unit), []).append(job)
+    held = {key: sum(job.count for job in holders) for key, holders in by_share.items()}
+    findings: dict[tuple[str, ...], QuotaFinding] = {}
+    for (name, unit), holders in sorted(by_share.items()):
+        ceiling = quota.shares.get(name, NO_SHARE).ceiling(unit)
+        if ceiling is not None and held[name, unit] > ceiling:
+            stopping = sum(job.count for job in holders if job.stopping)
+            findings["ceiling", name, unit] = QuotaFinding(
+                SHARE_ABOVE_CEILING,
+                held[name, unit] - ceiling,
+                tuple(holders),
+                f"{name} holds {held[name, unit]} {unit} ({stopping} of them being stopped), its ceiling"
+                f" is {ceiling} (revision {quota.revision})",
+            )
+    reserves = {name: share for name, share in quota.shares.items() if share.strategy == "RESERVE"}
+    units = {unit for share in reserves.values() for unit in share.limits}
+    for unit in sorted(units):
+        free = {name: max(0, share.own(unit) - held.get((name, unit), 0)) for name, share in reserves.items()}
+        on_unit = [job for job in jobs if job.unit == unit]
+        idle = quota.capacity.get(unit, 0) - sum(job.count for job in on_unit)
+        shortfall = sum(free.values()) - idle
+        if shortfall <= 0:
+            continue
+        # Who holds it: the shares above their own limit there (borrowing), else every non-RESERVE share.
+        above = {
+            name
+            for (name, held_unit), count in held.items()
+            if held_unit == unit and count > quota.shares.get(name, NO_SHARE).own(unit)
+        }
+        takers = [job for job in on_unit if job.share in above] or [
+            job for job in on_unit if job.share not in reserves
+        ]
+        free_text = ", ".join(f"{name} {count}" for name, count in sorted(free.items()) if count)
+        findings["reserve", unit] = QuotaFinding(
+            RESERVE_HELD,
+            shortfall,
+            tuple(takers),
+            f"RESERVE shares have {sum(free.values())} {unit} free ({free_text}) but only {idle} of"
+            f" {quota.capacity.get(unit, 0)} are idle (revision {quota.revision})",
+        )
+    return findings
+
+
 @dataclass
 class Sampler:
-    """Every SAMPLE_SECONDS: the ledger's held devices and the live trainings' devices, checked."""
+    """Every SAMPLE_SECONDS: the ledger's held devices and units against each other and the applied quotas,
+    and the live trainings' devices, checked."""
 
     home: Path
     database_url: str
@@ -302,6 +505,8 @@ class Sampler:
     violations: dict[tuple[str, tuple[str, ...], tuple[int, ...]], Violation] = field(default_factory=dict)
     most_trainings: int = 0
     last_held: list[list[Any]] = field(default_factory=list)
+    #: Per job queue: its revision at the previous sample and what a quota change excused since.
+    quota_watch: dict[str, QuotaWatch] = field(default_factory=dict)
     stop_event: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -328,6 +533,11 @@ class Sampler:
         before = trainings(self.home)
         with self.engine.connect() as connection:
             held = held_devices(connection)
+            # The design, then the jobs, then the revisions again: equal revisions mean no quota change
+            # committed in between, so the jobs were read under that design.
+            design = quota_design(connection)
+            holding = held_units(connection)
+            revisions = queue_revisions(connection)
         after = trainings(self.home)
         live = [training for key, training in sorted(before.items()) if key in after]
         self.samples += 1
@@ -335,6 +545,7 @@ class Sampler:
         now = time.monotonic() - self.started
         self._journal(held, now)
         self._check_ledger(held, now)
+        self._check_quotas(design, holding, revisions, now)
         self._check_processes(live, now)
         self._check_processes_against_ledger(live, held, now)
 
@@ -362,6 +573,30 @@ class Sampler:
             if len(jobs) > 1:
                 self._note("ledger: device held by two open jobs", tuple(sorted(jobs)), (device,), now)
 
+    def _check_quotas(
+        self, design: dict[str, QueueQuota], holding: list[HeldUnits], revisions: dict[str, int], now: float
+    ) -> None:
+        """Shares within their ceilings and RESERVE shares' free units idle, but for what a quota change
+        left (it only drains): an amount counts where it is above what the last change excused."""
+        for queue, quota in sorted(design.items()):
+            if revisions.get(queue) != quota.revision:  # a change committed while the sample read
+                self.quota_watch[queue] = QuotaWatch(None)
+                continue
+            watch = self.quota_watch.get(queue)
+            changed = watch is not None and watch.revision != quota.revision
+            excused = {} if watch is None else watch.excused
+            findings = quota_findings(quota, [job for job in holding if job.queue == queue])
+            still_excused = {}
+            for key, finding in findings.items():
+                allowed = finding.amount if changed else min(excused.get(key, 0), finding.amount)
+                if allowed:
+                    still_excused[key] = allowed
+                if finding.amount > allowed:
+                    jobs = tuple(sorted(job.job_id for job in finding.jobs))
+                    devices = tuple(sorted({device for job in finding.jobs for device in job.devices}))
+                    self._note(finding.kind, jobs, devices, now, finding.detail)
+            self.quota_watch[queue] = QuotaWatch(quota.revision, still_excused)
+
     def _check_processes(self, live: list[Training], now: float) -> None:
         users: dict[int, set[str]] = {}
         for training in live:
@@ -386,14 +621,17 @@ class Sampler:
                         now,
                     )
 
-    def _note(self, kind: str, jobs: tuple[str, ...], devices: tuple[int, ...], now: float) -> None:
+    def _note(
+        self, kind: str, jobs: tuple[str, ...], devices: tuple[int, ...], now: float, detail: str = ""
+    ) -> None:
         key = (kind, jobs, devices)
         seen = self.violations.get(key)
         if seen is None:
             utc = datetime.now(UTC).isoformat(timespec="milliseconds")
-            self.violations[key] = Violation(kind, jobs, devices, now, now, utc)
+            self.violations[key] = Violation(kind, jobs, devices, now, now, utc, detail=detail)
             print(
-                f"  [{now:7.1f} s] VIOLATION {kind}: {', '.join(jobs)} on device(s) {list(devices)}",
+                f"  [{now:7.1f} s] VIOLATION {kind}: {', '.join(jobs)} on device(s) {list(devices)}"
+                + (f": {detail}" if detail else ""),
                 flush=True,
             )
         else:
@@ -918,7 +1156,8 @@ def print_result(result: Result, console: Console) -> None:
             f"VIOLATION {violation['kind']}: {', '.join(violation['jobs'])} "
             f"on device(s) {violation['devices']}, "
             f"seen {violation['first_seen_s']:.1f} .. {violation['last_seen_s']:.1f} s "
-            f"({violation['samples']} samples), first at {violation['first_seen_utc']}",
+            f"({violation['samples']} samples), first at {violation['first_seen_utc']}"
+            + (f": {violation['detail']}" if violation.get("detail") else ""),
             markup=False,
         )
         for line in violation["audit"]:
