@@ -28,6 +28,7 @@ from airflow_quota.engine.model import Job, JobRequest, JobStatus, QueueState
 from airflow_quota.ledger.lifecycle import (
     Submission,
     TaskInstanceRef,
+    record_capacity_requeue,
     record_finish,
     record_handover,
     record_stop_completed,
@@ -64,6 +65,12 @@ def admit(
     not_grantable: set[str] = set()
     for each in others:
         job = state.jobs.get(each.job_id)
+        if job is not None and job.status.holds_capacity and not job.is_stopping and gives_back(part, each):
+            # Its launch met a capacity error: it gave its lease back and waits for its backoff.
+            reason = str(each.kwargs.get("requeue_reason") or "Requeued after a capacity error")
+            state = record_capacity_requeue(part.session, state, each.job_id, part.now, reason=reason)
+            part.report.requeued.append(each.job_id)
+            job = state.jobs.get(each.job_id)
         if job is not None and job.status.holds_capacity:
             if not job.is_stopping:  # granted while it settled (or its resume was lost): resume it
                 resume_grant(part, each, part.row(each.job_id))
@@ -84,7 +91,46 @@ def admit(
     grantable = dict(zip(admitted_ids, admitted, strict=True))  # in C, in their order
     for job_id in not_grantable:
         del grantable[job_id]
+    for job_id in _backing_off(part, grantable):
+        # Not planned (``cycle._planning_state``): neither granted nor preempting before its backoff
+        # ends, and its statusReason stays what its requeue said (when it tries again).
+        del grantable[job_id]
+        part.report.backing_off.append(job_id)
     return state, grantable
+
+
+def gives_back(part: QueuePart, waiting: Waiting) -> bool:
+    """Whether a granted job's deferral gives its lease back after a capacity error: it names the lease
+    it holds now as released and says why (``requeue_reason``). A job being preempted that does the same
+    is a stop report instead (its preemption is what freed the capacity)."""
+    kwargs = waiting.kwargs
+    return bool(kwargs.get("requeue_reason")) and kwargs.get("released_lease_id") == lease_id_of(
+        part.row(waiting.job_id)
+    )
+
+
+def not_before_of(waiting: Waiting) -> datetime | None:
+    """When the request's backoff ends (``not_before``, ISO 8601), or None when it names none (or none
+    that reads as a time)."""
+    value = waiting.kwargs.get("not_before")
+    if not isinstance(value, str):
+        return None
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _backing_off(part: QueuePart, grantable: dict[str, Waiting]) -> list[str]:
+    """The requests among ``grantable`` whose backoff ends after the cycle's ``now``."""
+    backing_off = []
+    for job_id, each in grantable.items():
+        if "not_before" in each.kwargs:
+            at = not_before_of(each)
+            if at is not None and at > part.now:
+                backing_off.append(job_id)
+    return backing_off
 
 
 def _submit_new(

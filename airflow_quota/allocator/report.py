@@ -48,6 +48,13 @@ class CycleReport:
     #: Jobs whose stop completed this cycle (requeued, or failed when out of retries or terminated):
     #: reported by their task, or their training job found stopped by the allocator.
     stopped: list[str] = field(default_factory=list)
+    #: Granted jobs whose task gave its lease back because AWS answered with a capacity error (a
+    #: CreateTrainingJob refused, a training job failed with ``CapacityError``): requeued at their
+    #: place, capacity released, no preempted attempt counted.
+    requeued: list[str] = field(default_factory=list)
+    #: Waiting jobs not granted this cycle because their backoff after a capacity error has not ended
+    #: (their request's ``not_before``).
+    backing_off: list[str] = field(default_factory=list)
     #: Jobs whose task try ended this cycle: finished in the ledger, capacity released.
     finished: list[str] = field(default_factory=list)
     #: Jobs whose task ended while a training job may still run on their capacity: held until it stopped.

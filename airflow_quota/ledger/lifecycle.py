@@ -8,7 +8,7 @@ only the jobs an event changed can have become final: the state is not walked ag
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -251,6 +251,40 @@ def record_stop_completed(
         rule=rule,
         message=job.status_reason,
         details={"preemptedAttemptCount": job.preempted_attempt_count},
+    )
+    return _without_final(after, changed)
+
+
+def record_capacity_requeue(
+    session: Session, state: QueueState, job_id: str, now: datetime, *, reason: str
+) -> QueueState:
+    """A granted job whose training could not start gave its lease back: AWS answered its launch with a
+    capacity error (CreateTrainingJob refused with InsufficientCapacityError, ResourceLimitExceeded or
+    throttling, or its training job failed with ``CapacityError``). RUNNABLE again at its original
+    position (its submission is kept), its capacity released, ``reason`` as its statusReason, and no
+    preempted attempt counted (``preemptionRetriesBeforeTermination`` is not used up)."""
+    before = state.jobs[job_id]
+    if not before.status.holds_capacity or before.is_stopping:
+        raise LedgerError(f"job {job_id} is {before.status.value} and holds no lease to give back")
+    requeued = replace(
+        before,
+        status=JobStatus.RUNNABLE,
+        status_reason=reason,
+        started=None,
+        stop_cause=None,
+        preempted_by=None,
+        awaiting_victims=frozenset(),
+    )
+    after = QueueState(state.queue, {**state.jobs, job_id: requeued})
+    changed = _write(session, state, after, now)
+    add_audit_row(
+        session,
+        now,
+        state.queue.name,
+        AuditKind.REQUEUED,
+        job=requeued,
+        message=reason,
+        details={"preemptedAttemptCount": requeued.preempted_attempt_count, "capacityError": True},
     )
     return _without_final(after, changed)
 

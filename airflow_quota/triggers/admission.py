@@ -27,6 +27,12 @@ class QuotaAdmissionTrigger(BaseTrigger):
     requeued job keeps its place; ``attempt`` counts this try's admissions (0 for the first wait).
     ``released_lease_id`` is set on the wait that follows a preemption: the lease the task held, whose
     training job has now really stopped (this deferral is the task's stop report).
+
+    After a capacity error (AWS answered CreateTrainingJob with InsufficientCapacityError,
+    ResourceLimitExceeded or throttling, or the training job failed with ``CapacityError``) the task gives
+    its lease back the same way, and says so: ``requeue_reason`` (the statusReason the job waits with:
+    what AWS answered and when it tries again) and ``not_before`` (ISO 8601, UTC), before which the
+    allocator neither grants the request nor lets it preempt.
     """
 
     def __init__(
@@ -42,6 +48,8 @@ class QuotaAdmissionTrigger(BaseTrigger):
         submitted_at: str | None = None,
         attempt: int = 0,
         released_lease_id: str | None = None,
+        not_before: str | None = None,
+        requeue_reason: str | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # BaseTrigger.__init__ is untyped
         self.job_queue = job_queue
@@ -54,6 +62,8 @@ class QuotaAdmissionTrigger(BaseTrigger):
         self.submitted_at = submitted_at
         self.attempt = attempt
         self.released_lease_id = released_lease_id
+        self.not_before = not_before
+        self.requeue_reason = requeue_reason
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -69,6 +79,9 @@ class QuotaAdmissionTrigger(BaseTrigger):
                 "submitted_at": self.submitted_at,
                 "attempt": self.attempt,
                 "released_lease_id": self.released_lease_id,
+                # Only after a capacity error: the kwargs of every other wait stay as they were.
+                **({"not_before": self.not_before} if self.not_before else {}),
+                **({"requeue_reason": self.requeue_reason} if self.requeue_reason else {}),
             },
         )
 
