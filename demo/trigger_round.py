@@ -4,9 +4,11 @@
 ``admin`` user that ``airflow standalone`` generated
 (``$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated``).
 One small process instead of an ``airflow dags trigger`` command per DAG (each an Airflow start: about
-3 CPU-seconds).
+3 CPU-seconds). With ``--parsed`` it triggers nothing and answers whether the dag processor has written
+each DAG to the database (exit status 0) or not yet (1): what ``scripts/demo.sh`` waits for before it prints
+the URL, instead of an ``airflow dags list`` per try.
 
-Usage: ``python demo/trigger_round.py http://localhost:8080 demo-20260101-120000 DAG_ID...``
+Usage: ``python demo/trigger_round.py [--parsed] http://localhost:8080 [demo-20260101-120000] DAG_ID...``
 """
 
 from __future__ import annotations
@@ -50,15 +52,39 @@ def trigger(url: str, run_id: str, token: str) -> None:
         time.sleep(RETRY_SECONDS)
 
 
+def login(base_url: str) -> str:
+    """A token for the ``admin`` user, with the password ``airflow standalone`` generated."""
+    passwords = Path(os.environ["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated"
+    password = json.loads(passwords.read_text())[USER]
+    token: str = post(f"{base_url}/auth/token", {"username": USER, "password": password})["access_token"]
+    return token
+
+
+def parsed(base_url: str, dag_ids: list[str]) -> bool:
+    """Whether the api-server knows each DAG (the dag processor has parsed its file): GET answers 200, or
+    404 for a DAG not parsed yet; anything else (the api-server not up, no password file yet) is not yet."""
+    try:
+        token = login(base_url)
+        for dag_id in dag_ids:
+            request = urllib.request.Request(
+                f"{base_url}/api/v2/dags/{dag_id}", headers={"Authorization": f"Bearer {token}"}
+            )
+            with urllib.request.urlopen(request, timeout=10):
+                pass
+    except (OSError, KeyError, ValueError):
+        return False
+    return True
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 3:
+    if argv[:1] == ["--parsed"] and len(argv) >= 3:
+        return 0 if parsed(argv[1], argv[2:]) else 1
+    if len(argv) < 3 or argv[0].startswith("--"):
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
     base_url, run_id, *dag_ids = argv
-    passwords = Path(os.environ["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated"
     try:
-        password = json.loads(passwords.read_text())[USER]
-        token = post(f"{base_url}/auth/token", {"username": USER, "password": password})["access_token"]
+        token = login(base_url)
         for dag_id in dag_ids:
             trigger(f"{base_url}/api/v2/dags/{dag_id}/dagRuns", run_id, token)
     except (OSError, KeyError, ValueError) as error:

@@ -23,11 +23,13 @@ trigger_round = load_script("demo/trigger_round.py")
 
 class FakeApiServer(ThreadingHTTPServer):
     """Logs in ``admin`` with the password ``secret``; answers each DAG-run POST with the next status of
-    ``answers`` (200 once they run out) and records the POSTs."""
+    ``answers`` (200 once they run out) and records the POSTs; knows the DAGs of ``parsed`` (a GET of
+    another answers 404, as the api-server does for a DAG the dag processor has not written yet)."""
 
-    def __init__(self, answers: list[int]) -> None:
+    def __init__(self, answers: list[int], parsed: frozenset[str] = frozenset()) -> None:
         super().__init__(("127.0.0.1", 0), FakeApiHandler)
         self.answers = answers
+        self.parsed = parsed
         self.posts: list[tuple[str, dict[str, object]]] = []
 
     @property
@@ -48,6 +50,12 @@ class FakeApiHandler(BaseHTTPRequestHandler):
         self.server.posts.append((self.path, body))
         status = self.server.answers.pop(0) if self.server.answers else 200
         self.answer(status, {"detail": "Database error" if status == 500 else "answered"})
+
+    def do_GET(self) -> None:
+        assert self.headers["Authorization"] == "Bearer token"
+        dag_id = self.path.removeprefix("/api/v2/dags/")
+        found = dag_id in self.server.parsed
+        self.answer(200 if found else 404, {"dag_id": dag_id} if found else {"detail": "not found"})
 
     def answer(self, status: int, body: dict[str, object]) -> None:
         data = json.dumps(body).encode()
@@ -70,8 +78,8 @@ def airflow_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @contextlib.contextmanager
-def serve(answers: list[int]) -> Iterator[FakeApiServer]:
-    server = FakeApiServer(answers)
+def serve(answers: list[int], parsed: frozenset[str] = frozenset()) -> Iterator[FakeApiServer]:
+    server = FakeApiServer(answers, parsed)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         yield server
@@ -112,3 +120,27 @@ def test_a_wrong_password_says_it_could_not_trigger_and_posts_nothing(
         assert trigger_round.main([server.url, "demo-1", "dag_a"]) == 1
         assert server.posts == []
     assert "401" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("airflow_home")
+@pytest.mark.parametrize(
+    ("case", "known", "code"),
+    [
+        ("every DAG parsed", {"dag_a", "dag_b"}, 0),
+        ("one DAG not parsed yet (404)", {"dag_a"}, 1),
+        ("none parsed yet", set(), 1),
+    ],
+)
+def test_parsed_says_whether_the_dag_processor_wrote_every_dag(case: str, known: set[str], code: int) -> None:
+    with serve([], frozenset(known)) as server:
+        assert trigger_round.main(["--parsed", server.url, "dag_a", "dag_b"]) == code, case
+        assert server.posts == []
+
+
+def test_parsed_is_not_yet_while_nothing_answers_or_no_password_was_generated(airflow_home: Path) -> None:
+    with serve([], frozenset({"dag_a"})) as server:
+        url = server.url
+    assert trigger_round.main(["--parsed", url, "dag_a"]) == 1  # nothing listens there any more
+    (airflow_home / "simple_auth_manager_passwords.json.generated").unlink()
+    with serve([], frozenset({"dag_a"})) as server:
+        assert trigger_round.main(["--parsed", server.url, "dag_a"]) == 1
