@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from airflow_quota.api import schemas
 from airflow_quota.engine.model import JobStatus
+from airflow_quota.job_names import display_name, run_label
 from airflow_quota.ledger.aws_job_fields import aws_job_fields_of
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.ledger.views import runnable_positions
@@ -42,6 +43,8 @@ def _job_report(
     ``capacityUsage``, ``preemptionSummary``) as the CLI's job JSON has them (``ledger.aws_job_fields``)."""
     return schemas.Job(
         jobId=row.job_id,
+        displayName=display_name(row.dag_id, row.task_id, row.map_index, row.try_number),
+        runLabel=run_label(row.run_id),
         jobName=row.job_name,
         jobQueueName=row.job_queue_name,
         quotaShareName=row.quota_share_name,

@@ -229,6 +229,14 @@ class TrainingJob(_Body):
 
 class Job(_Body):
     jobId: str
+    displayName: str = Field(
+        description="The job as people see it everywhere (page, CLI, events): `dag / task`, `[map index]` "
+        "for a mapped task, `#try` after the first try (airflow_quota.job_names)"
+    )
+    runLabel: str = Field(
+        description="Its DAG run, short: shown as `displayName (run runLabel)` where jobs of two runs of "
+        "one DAG are shown together"
+    )
     jobName: str
     jobQueueName: str
     quotaShareName: str

@@ -4,8 +4,10 @@ Read commands print rich tables by default and one JSON document with ``--output
 stderr with exit code 1 and change nothing.
 
 Tables fit the terminal: headers stay whole (a column is never narrower than its header), long values
-(reasons, messages, names) wrap inside their cell instead of being cut, and jobs are shown by a short label
-(``job_label``). ``--wide`` shows every value whole and unwrapped, job ids in full, however wide the lines.
+(reasons, messages, names) wrap inside their cell instead of being cut, and jobs are shown by their names
+(``job_label``, ``airflow_quota.job_names``: ``dag / task``, with the run where two runs could be confused),
+also inside messages and status reasons (``named_text``).
+``--wide`` shows every value whole and unwrapped, job ids in full, however wide the lines.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -25,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from airflow_quota.engine.messages import plain_whole_number
+from airflow_quota.job_names import display_names, job_display_name, job_ids_in, name_jobs_in
 
 if TYPE_CHECKING:  # not imported at run time: the no-Airflow validator (cli.validate) needs no SQLAlchemy
     from sqlalchemy.orm import Session
@@ -61,15 +64,24 @@ def table(title: str, *, caption: str | None = None) -> Table:
 
 
 def add_column(
-    out: Table, header: str, *, number: bool = False, whole: bool = False, wide: bool = False
+    out: Table,
+    header: str,
+    *,
+    number: bool = False,
+    whole: bool = False,
+    wide: bool = False,
+    min_width: int = 0,
+    width: int | None = None,
 ) -> None:
     """A column never narrower than its header's longest word (a header wraps between words, never inside
-    one); its values wrap (folding a long word) unless ``whole`` (a job label, a status: other columns give
-    way first) or ``wide``."""
+    one) nor ``min_width`` (a job name's longest word: names wrap between words), or exactly ``width``; its
+    values wrap (folding a long word) unless ``whole`` (a status: other columns give way first) or
+    ``wide``."""
     out.add_column(
         header,
         justify="right" if number else "left",
-        min_width=max(map(len, header.split())),
+        min_width=max(*map(len, header.split()), min_width),
+        width=None if wide else width,
         overflow="fold",
         no_wrap=whole or wide,
     )
@@ -84,29 +96,99 @@ def reasons_inline(width: int, *, wide: bool) -> bool:
 
 
 def reasons_after(rows: list[tuple[str, str]]) -> list[RenderableType]:
-    """Status reasons after a table, one paragraph per job label, at the console's full width."""
-    reasons = Table.grid(padding=(0, 1))
-    reasons.add_column(no_wrap=True, style="bold")
+    """Status reasons after a table, one paragraph per job (its label in bold, then its reason), at the
+    console's full width: a paragraph wraps between words."""
+    reasons = Table.grid()
     reasons.add_column(overflow="fold")
     for label, reason in rows:
-        reasons.add_row(escape(label + ":"), escape(reason or "-"))
+        reasons.add_row(Text.assemble((label + ":", "bold"), " ", reason or "-"))
     return [Text("Status reasons", style="bold"), reasons]
 
 
 #: What a table's caption says about its job labels.
-JOB_LABEL_NOTE = "Job: task[map index] #try (--wide for whole job ids). Times in UTC."
+JOB_LABEL_NOTE = (
+    "Job: DAG / task[map index] #try (a first try's left out), with its run where two runs of a DAG are "
+    "shown (--wide for whole job ids)."
+)
+#: The caption's note of a table that shows times.
+TIMES_NOTE = "Times in UTC."
 
 
-def job_label(job_id: str | None, *, wide: bool = False) -> str:
-    """A job as a table shows it: ``task[map index] #try`` of a task instance's job id
-    (``dag/run/task/map_index/try``), the whole id with ``wide`` or when it is not one."""
+def job_names(job_ids: Iterable[str | None], *texts: str | None) -> dict[str, str]:
+    """The names of the jobs a table shows (``job_names.display_names``): its rows' jobs and those that
+    its ``texts`` (messages, status reasons) name, so one job has one name in the whole table."""
+    named = [job_id for job_id in job_ids if job_id]
+    for text in texts:
+        named += job_ids_in(text or "")
+    return display_names(named)
+
+
+def job_label(job_id: str | None, *, wide: bool = False, names: Mapping[str, str] | None = None) -> str:
+    """A job as a table shows it: its name (``names``, else ``job_names.job_display_name``: ``dag /
+    task[map index] #try``), the whole id with ``wide`` or when it names no task instance try."""
     if job_id is None:
         return "-"
-    parts = job_id.rsplit("/", 3)
-    if wide or len(parts) < 4 or not all(part.lstrip("-").isdigit() for part in parts[2:]):
+    if wide:
         return job_id
-    task_id, map_index, try_number = parts[1], int(parts[2]), parts[3]
-    return f"{task_id}{'' if map_index < 0 else f'[{map_index}]'} #{try_number}"
+    return (names or {}).get(job_id) or job_display_name(job_id)
+
+
+def named_text(
+    text: str | None,
+    names: Mapping[str, str],
+    *,
+    wide: bool = False,
+    subject: str | None = None,
+    share: str | None = None,
+) -> str:
+    """A message or status reason as a table shows it: the jobs it names by their names, and without the
+    row's own job (``subject``) at its start (``job_names.name_jobs_in``); whole with ``wide``."""
+    if not text or wide:
+        return text or ""
+    return name_jobs_in(text, names, subject=subject, share=share)
+
+
+def longest_word(values: Iterable[str]) -> int:
+    """The longest blank-separated word of ``values``: a column this wide wraps them between words only."""
+    return max((len(word) for value in values for word in value.split()), default=1)
+
+
+def _longest_line(values: Iterable[str]) -> int:
+    return max((len(line) for value in values for line in value.splitlines()), default=0)
+
+
+def fitted_widths(
+    cells: Mapping[str, Sequence[str]],
+    width: int,
+    *,
+    grow: Sequence[str],
+    rest: str | None = None,
+    rest_min: int = 0,
+) -> dict[str, int]:
+    """Column widths for a table (``table``'s: two spaces between columns) on a console ``width`` wide,
+    from each column's header and values (``cells``): each column at least as wide as its longest word, so
+    nothing is split inside a word; the room left goes to the ``grow`` columns in that order, each up to
+    its longest value, then to ``rest`` (a column of long texts), which takes all that is left and is
+    kept ``rest_min`` wide before any other column grows. Headers are on one line where the room allows
+    it (first of all)."""
+    widths = {header: longest_word([header, *values]) for header, values in cells.items()}
+    room = width - sum(widths.values()) - 2 * (len(widths) - 1)
+    whole = {header: _longest_line([header]) for header in cells}
+    if room >= sum(max(0, whole[header] - widths[header]) for header in cells):
+        for header in cells:
+            room -= max(0, whole[header] - widths[header])
+            widths[header] = max(widths[header], whole[header])
+    if rest is not None:
+        kept = max(0, min(room, rest_min - widths[rest]))
+        widths[rest] += kept
+        room -= kept
+    for header in grow:
+        add = max(0, min(room, _longest_line(cells[header]) - widths[header]))
+        widths[header] += add
+        room -= add
+    if rest is not None and room > 0:
+        widths[rest] += room
+    return widths
 
 
 def wants_json(args: Any) -> bool:

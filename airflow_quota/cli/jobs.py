@@ -31,12 +31,16 @@ from airflow_quota.cli.aws_queues import (
 from airflow_quota.cli.aws_tables import aws_job_description, aws_jobs_tables
 from airflow_quota.cli.common import (
     JOB_LABEL_NOTE,
+    TIMES_NOTE,
     add_column,
     console,
     fail,
+    fitted_widths,
     iso,
     job_label,
+    job_names,
     metadata_session,
+    named_text,
     parse_whole_number,
     print_json,
     reasons_after,
@@ -48,6 +52,7 @@ from airflow_quota.cli.common import (
 )
 from airflow_quota.engine.config import JobRequestError, scheduling_priority_from_text
 from airflow_quota.engine.model import JobStatus
+from airflow_quota.job_names import name_fields
 from airflow_quota.ledger.aws_job_fields import aws_job_fields_of
 from airflow_quota.ledger.job_rows import FINAL_STATUSES
 from airflow_quota.ledger.lifecycle import (
@@ -66,8 +71,10 @@ from airflow_quota.ledger.views import (
 
 STATUSES = [status.value for status in JobStatus]
 #: Columns shown whole at any width (others wrap first).
-WHOLE = ("Job", "Preempted by")
+WHOLE = ("Preempted by",)
 NUMBERS = ("Priority", "Preempted", "Attempt")
+#: The least width of the Status reason column, from 120 columns (where it is one), before others grow.
+_REASON_WIDTH = 30
 #: How many jobs an error names when a job name is not unique.
 _NAMED = 5
 
@@ -134,24 +141,44 @@ def jobs_tables(
     ]
     if inline:
         headers.append("Status reason")
-    for header in headers:
-        add_column(out, header, number=header in NUMBERS, whole=header in WHOLE, wide=wide)
-    for report in reports:
-        position = report["position"]
-        cells = {
-            "Job": job_label(report["jobId"], wide=wide),
+    names = job_names([report["jobId"] for report in reports], *(r["statusReason"] for r in reports))
+    labels = {report["jobId"]: job_label(report["jobId"], wide=wide, names=names) for report in reports}
+    reasons = {
+        report["jobId"]: named_text(report["statusReason"], names, wide=wide, subject=report["jobId"])
+        for report in reports
+    }
+    cells = [
+        {
+            "Job": labels[report["jobId"]],
             "Job queue": report["jobQueue"],
             "Quota share": report["quotaShareName"],
-            "Status": report["status"] + ("" if position is None else f" (position {position})"),
+            "Status": report["status"]
+            + ("" if report["position"] is None else f" (position {report['position']})"),
             "Priority": str(report["schedulingPriority"]),
             "Capacity": f"{report['capacityUnit']} x {report['instanceCount']}",
             "Preempted": str(report["preemptionSummary"]["preemptedAttemptCount"]),
-            "Status reason": report["statusReason"],
+            "Status reason": reasons[report["jobId"]],
         }
-        out.add_row(*(escape(cells[header]) for header in headers))
+        for report in reports
+    ]
+    widths = (
+        {}
+        if wide
+        else fitted_widths(
+            {header: [row[header] for row in cells] for header in headers},
+            width,
+            grow=[h for h in ("Capacity", "Quota share", "Job queue", "Status", "Job") if h in headers],
+            rest="Status reason" if inline else None,
+            rest_min=_REASON_WIDTH,
+        )
+    )
+    for header in headers:
+        add_column(out, header, number=header in NUMBERS, wide=wide, width=widths.get(header))
+    for row in cells:
+        out.add_row(*(escape(row[header]) for header in headers))
     if inline:
         return [out]
-    return [out, *reasons_after([(job_label(r["jobId"]), r["statusReason"]) for r in reports])]
+    return [out, *reasons_after([(labels[r["jobId"]], reasons[r["jobId"]]) for r in reports])]
 
 
 def jobs_describe(args: argparse.Namespace) -> None:
@@ -192,7 +219,8 @@ def job_description(report: dict[str, Any], *, wide: bool = False) -> list[Rende
     fields.add_column(overflow="fold")
     summary = report["preemptionSummary"]
     for label, key in (
-        ("Job", "jobId"),
+        ("Job", "displayName"),
+        ("Job id", "jobId"),
         ("Job name", "jobName"),
         ("Job queue", "jobQueue"),
         ("Quota share", "quotaShareName"),
@@ -208,6 +236,8 @@ def job_description(report: dict[str, Any], *, wide: bool = False) -> list[Rende
         ("Task instance", "taskInstance"),
     ):
         value = summary[key] if key == "preemptedAttemptCount" else report[key]
+        if key == "displayName":
+            value = f"{value} (run {report['runLabel']})"
         if key == "taskInstance":
             value = f"{value['dagId']} / {value['runId']} / {value['taskId']} (try {value['tryNumber']})"
         fields.add_row(label, escape("-" if value is None or value == "" else str(value)))
@@ -221,7 +251,10 @@ def job_description(report: dict[str, Any], *, wide: bool = False) -> list[Rende
     attempts = summary["recentPreemptedAttempts"]
     if not attempts:
         return [fields]
-    preempted = table("Recent preempted attempts", caption=JOB_LABEL_NOTE)
+    preempted = table("Recent preempted attempts", caption=f"{JOB_LABEL_NOTE} {TIMES_NOTE}")
+    names = job_names(
+        [attempt.get("preemptedBy") for attempt in attempts], *(a.get("statusReason") for a in attempts)
+    )
     for header in ("Attempt", "Started at", "Stopped at", "Preempted by", "Rule", "Status reason"):
         add_column(preempted, header, number=header in NUMBERS, whole=header in WHOLE, wide=wide)
     for attempt in attempts:
@@ -232,9 +265,11 @@ def job_description(report: dict[str, Any], *, wide: bool = False) -> list[Rende
                     attempt.get("attempt"),
                     table_time(attempt.get("startedAt"), wide=wide),
                     table_time(attempt.get("stoppedAt"), wide=wide),
-                    job_label(attempt.get("preemptedBy"), wide=wide) if attempt.get("preemptedBy") else None,
+                    job_label(attempt.get("preemptedBy"), wide=wide, names=names)
+                    if attempt.get("preemptedBy")
+                    else None,
                     attempt.get("rule"),
-                    attempt.get("statusReason"),
+                    named_text(attempt.get("statusReason"), names, wide=wide),
                 )
             )
         )
@@ -320,6 +355,7 @@ def job_report(
     attempt, the capacity it holds (with how much is borrowed) and its task instance."""
     report: dict[str, Any] = {
         "jobId": row.job_id,
+        **name_fields(row.dag_id, row.run_id, row.task_id, row.map_index, row.try_number),
         "jobName": row.job_name,
         "jobQueue": row.job_queue_name,
         "quotaShareName": row.quota_share_name,

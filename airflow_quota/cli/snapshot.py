@@ -22,7 +22,10 @@ from airflow_quota.cli.common import (
     add_column,
     console,
     job_label,
+    job_names,
+    longest_word,
     metadata_session,
+    named_text,
     print_json,
     reasons_after,
     reasons_inline,
@@ -79,25 +82,36 @@ def snapshot_tables(queue: dict[str, Any], *, width: int, wide: bool = False) ->
         "Capacity",
         *(["Status reason"] if inline else []),
     )
-    for header in headers:
-        add_column(front, header, number=header in ("Position", "Priority"), whole=header == "Job", wide=wide)
     jobs = [job for share in queue["quotaShares"] for job in share["frontOfQueue"]]
+    names = job_names([job["jobId"] for job in jobs], *(job["statusReason"] for job in jobs))
+    labels = {job["jobId"]: job_label(job["jobId"], wide=wide, names=names) for job in jobs}
+    reasons = {
+        job["jobId"]: named_text(job["statusReason"], names, wide=wide, subject=job["jobId"]) for job in jobs
+    }
+    for header in headers:
+        add_column(
+            front,
+            header,
+            number=header in ("Position", "Priority"),
+            wide=wide,
+            min_width=longest_word(labels.values()) if header == "Job" else 0,
+        )
     for share in queue["quotaShares"]:
         for job in share["frontOfQueue"]:
             cells = [
                 share["quotaShareName"],
                 str(job["position"]),
-                job_label(job["jobId"], wide=wide),
+                labels[job["jobId"]],
                 str(job["schedulingPriority"]),
                 f"{job['capacityUnit']} x {job['instanceCount']}",
-                *([job["statusReason"]] if inline else []),
+                *([reasons[job["jobId"]]] if inline else []),
             ]
             front.add_row(*map(escape, cells))
     if not jobs:
         return [*usage, "No RUNNABLE jobs."]
     if inline:
         return [*usage, front]
-    return [*usage, front, *reasons_after([(job_label(job["jobId"]), job["statusReason"]) for job in jobs])]
+    return [*usage, front, *reasons_after([(labels[job["jobId"]], reasons[job["jobId"]]) for job in jobs])]
 
 
 def queue_snapshot(state: QueueState) -> dict[str, Any]:

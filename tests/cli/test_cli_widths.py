@@ -40,11 +40,12 @@ from airflow_quota.ledger.views import AttemptTimes
 EXAMPLE_FILE = Path(__file__).parents[2] / "examples" / "quotas.yaml"
 WIDTHS = (80, 100, 120)
 RUN_ID = "manual__2026-12-01T03:00:00.123456+00:00"
-#: A job as the operator names it (dag/run/task/map index/try), and the label tables show for it.
+#: A job as the operator names it (dag/run/task/map index/try), and the name tables show for it
+#: (``airflow_quota.job_names``: a first try's number left out, the run only where two runs are shown).
 BORROWER_ID = f"gpu_quota_demo/{RUN_ID}/train_trial/3/1"
-BORROWER_LABEL = "train_trial[3] #1"
+BORROWER_LABEL = "gpu_quota_demo / train_trial[3]"
 WAITER_ID = f"gpu_quota_demo/{RUN_ID}/evaluate_checkpoint/-1/2"
-WAITER_LABEL = "evaluate_checkpoint #2"
+WAITER_LABEL = "gpu_quota_demo / evaluate_checkpoint #2"
 STARTED = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
 STOPPED = datetime(2026, 12, 1, 3, 40, tzinfo=UTC)
 LONG_REASON = (
@@ -177,7 +178,7 @@ def events_tables(
             ("SUCCEEDED", "Its task succeeded"),
         )
     ]
-    return [events_table(documents, wide=wide)]
+    return [events_table(documents, width=width, wide=wide)]
 
 
 #: A service job of a job queue AWS Batch schedules: AWS Batch's job id (a UUID), and the label tables show.
@@ -330,7 +331,7 @@ TABLES: dict[str, tuple[Callable[[bool, int], list[RenderableType]], tuple[str, 
     "jobs describe": (
         jobs_describe_tables,
         ("Started at", "Stopped at", "Attempt", "Preempted by", "Rule", "Status reason"),
-        "urgent_eval #1",
+        "gpu_quota_demo / urgent_eval",
     ),
     "events": (events_tables, ("At", "Kind", "Quota share", "Job", "Message"), BORROWER_LABEL),
     "jobs list of a queue AWS Batch schedules": (
@@ -364,6 +365,20 @@ def render(renderables: list[RenderableType], width: int) -> list[str]:
     return [line.rstrip() for line in text.splitlines()]
 
 
+def name_is_readable(name: str, lines: list[str]) -> bool:
+    """A job's name on one line, or wrapped between its words, each word whole (never split inside)."""
+    if any(name in line for line in lines):
+        return True
+    row = 0
+    for word in name.split():  # each word whole, on the same line as the word before or below it
+        pattern = re.compile(rf"(?<!\S){re.escape(word)}(?!\S)")
+        found = [index for index in range(row, len(lines)) if pattern.search(lines[index])]
+        if not found:
+            return False
+        row = found[0]
+    return True
+
+
 def header_is_readable(header: str, lines: list[str]) -> bool:
     """On one line, or wrapped between its words: each word whole, each next word right below the last."""
     if any(header in line for line in lines):
@@ -388,7 +403,7 @@ def test_every_header_and_job_label_stays_readable_at_ordinary_widths(command: s
     unreadable = [header for header in headers if not header_is_readable(header, lines)]
     assert not unreadable, f"{command} at {width} columns cuts {unreadable}:\n" + "\n".join(lines)
     if label is not None:
-        assert any(label in line for line in lines), f"{command} at {width}:\n" + "\n".join(lines)
+        assert name_is_readable(label, lines), f"{command} at {width}:\n" + "\n".join(lines)
     assert max(map(len, lines)) <= width
     assert "…" not in "\n".join(lines), "a value was cut instead of wrapped"
 
@@ -513,3 +528,117 @@ def test_validate_in_a_terminal_of_columns_width_keeps_every_header(
     _, headers, _ = TABLES["validate"]
     assert [header for header in headers if not header_is_readable(header, lines)] == []
     assert max(map(len, lines)) <= width
+
+
+#: Two runs of one DAG (the demo's rounds): their jobs must be told apart by their run.
+FIRST_RUN, SECOND_RUN = "demo-20261201-030000", "demo-20261201-031500"
+PRETRAIN_ID = f"demo_research/{FIRST_RUN}/pretrain/-1/1"
+
+
+def sweep_job(run_id: str, task_id: str) -> str:
+    return f"demo_nlp_sweep/{run_id}/{task_id}/-1/1"
+
+
+def two_round_events() -> list[dict[str, Any]]:
+    """The audit rows of two demo rounds as the events command reads them (messages as the ledger writes
+    them: each begins with its row's job id, a preemption names its preemptor by id)."""
+    first_a, second_a = sweep_job(FIRST_RUN, "trial_a"), sweep_job(SECOND_RUN, "trial_a")
+    first_b = sweep_job(FIRST_RUN, "trial_b")
+    return [
+        {
+            "at": STARTED.isoformat(),
+            "jobQueueName": "workstation",
+            "kind": kind,
+            "quotaShareName": share,
+            "jobId": job_id,
+            "message": message,
+        }
+        for kind, share, job_id, message in (
+            (
+                "SUBMITTED",
+                "nlp",
+                first_a,
+                f"{first_a} submitted to quota share nlp: 1 local-gpu, schedulingPriority 10",
+            ),
+            ("GRANTED", "nlp", second_a, f"{second_a} granted 1 local-gpu (1 borrowed)"),
+            (
+                "PREEMPTED",
+                "nlp",
+                first_b,
+                f"{first_b} (nlp) preempted by {PRETRAIN_ID} (research), rule RECLAIM: its 1 local-gpu go to "
+                f"{PRETRAIN_ID} once it has stopped",
+            ),
+            ("CONFIG_CHANGED", None, None, "quota configuration revision 3 applied by root from quotas.yaml"),
+        )
+    ]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_events_give_the_message_the_room_and_never_repeat_the_rows_job(width: int) -> None:
+    lines = render([events_table(two_round_events(), width=width)], width)
+    text = "\n".join(lines)
+    header = next(line for line in lines if "Message" in line)
+    # The Message column is the widest: at least 40 columns at 80, more on wider consoles.
+    assert width - header.index("Message") >= 40 + (width - 80) // 4, text
+    assert max(map(len, lines)) <= width
+    flat = " ".join(text.split())
+    # No job id anywhere: the Job column and the messages name jobs; a message does not begin with its job.
+    assert "demo_nlp_sweep/" not in flat and "/-1/1" not in flat
+    for start in (
+        "Submitted to quota share nlp",
+        "Granted 1 local-gpu (1 borrowed)",
+        "Preempted by demo_research",
+    ):
+        assert start in flat, text
+    assert "trial_a (run demo-20261201-030000) submitted" not in flat
+    assert "(nlp) preempted" not in flat
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_events_name_each_job_with_its_run_where_two_runs_are_shown_never_splitting_a_word(
+    width: int,
+) -> None:
+    lines = render([events_table(two_round_events(), width=width)], width)
+    for name in (
+        f"demo_nlp_sweep / trial_a (run {FIRST_RUN})",
+        f"demo_nlp_sweep / trial_a (run {SECOND_RUN})",
+        f"demo_nlp_sweep / trial_b (run {FIRST_RUN})",
+        "demo_research / pretrain",  # one run of its DAG: no run
+    ):
+        assert name_is_readable(name, lines), f"{name} at {width}:\n" + "\n".join(lines)
+    assert "demo_research / pretrain (run" not in " ".join(" ".join(lines).split())
+
+
+def two_round_reports() -> list[dict[str, Any]]:
+    """``jobs list``'s reports of trial_a in two runs of one DAG, and a job of another DAG."""
+    reports = []
+    for job_id in (sweep_job(FIRST_RUN, "trial_a"), sweep_job(SECOND_RUN, "trial_a"), PRETRAIN_ID):
+        dag_id, run_id, task_id, _, _ = job_id.split("/")
+        row = job_row(BORROWER_ID, "RUNNABLE", f"Waiting for {PRETRAIN_ID} to stop")
+        row.job_id, row.dag_id, row.run_id, row.task_id, row.map_index = job_id, dag_id, run_id, task_id, -1
+        fields = aws_job_fields(row, AttemptTimes(None, None), None, iso_times=True)
+        reports.append(job_report(row, {job_id: 1}, fields, detailed=False))
+    return reports
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_jobs_list_tells_two_runs_of_a_dag_apart(width: int) -> None:
+    reports = two_round_reports()
+    lines = render(jobs_tables(reports, 3, width=width), width)
+    text = "\n".join(lines)
+    for name in (
+        f"demo_nlp_sweep / trial_a (run {FIRST_RUN})",
+        f"demo_nlp_sweep / trial_a (run {SECOND_RUN})",
+        "demo_research / pretrain",
+    ):
+        assert name_is_readable(name, lines), f"{name} at {width}:\n{text}"
+    assert max(map(len, lines)) <= width
+    # Status reasons name jobs as the table does.
+    assert name_is_readable("Waiting for demo_research / pretrain to stop", lines), text
+    assert "/-1/1" not in text
+    # The JSON keeps the ids and gives each job its name and run label, as the REST API's Job does.
+    assert [(r["displayName"], r["runLabel"]) for r in reports] == [
+        ("demo_nlp_sweep / trial_a", FIRST_RUN),
+        ("demo_nlp_sweep / trial_a", SECOND_RUN),
+        ("demo_research / pretrain", FIRST_RUN),
+    ]
