@@ -6,6 +6,8 @@ Airflow mounts it at ``/quota`` on the api-server (``plugin.py``); its OpenAPI d
 
 from __future__ import annotations
 
+import mimetypes
+
 from fastapi import FastAPI, Request, status
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
@@ -29,6 +31,9 @@ def create_quota_app() -> FastAPI:
     )
     app.include_router(router, prefix="/api")
     app.include_router(page_router)
+    # The page's bundle (static/app/main.umd.cjs): Airflow's UI imports it as a module, which browsers
+    # load only when it is served as JavaScript.
+    mimetypes.add_type("text/javascript", ".cjs")
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="quota-static")
     app.add_exception_handler(AppliedConfigError, _applied_config_conflict)
     return app

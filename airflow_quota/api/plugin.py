@@ -1,4 +1,4 @@
-"""The Airflow plugin: the quota app (REST API and page) mounted at ``/quota`` and "GPU Quotas" in the nav.
+"""The Airflow plugin: the quota app (REST API, the page's bundle) at ``/quota`` and "GPU Quotas" in the nav.
 
 Registered twice, as Airflow needs for a provider's plugin to load with the default configuration: the
 ``airflow.plugins`` entry point (always read) and ``plugins`` in the provider info (read only when
@@ -10,7 +10,9 @@ imports nothing more.
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
@@ -31,28 +33,44 @@ def _fastapi_apps() -> list[dict[str, Any]]:
     return [{"app": create_quota_app(), "url_prefix": URL_PREFIX, "name": "GPU quotas"}]
 
 
-def _external_views() -> list[dict[str, Any]]:
+def bundle_version() -> str:
+    """The first 12 hex digits of the page's sources' hash, as its build recorded it (static/app)."""
+    record = Path(__file__).parent / "static" / "app" / "sources.json"
+    try:
+        return str(json.loads(record.read_text())["sha256"])[:12]
+    except (OSError, ValueError, KeyError):
+        return "unbuilt"
+
+
+def _react_apps() -> list[dict[str, Any]]:
+    """The GPU Quotas page, drawn by Airflow's own UI (React, Chakra UI, its theme): at the top of its
+    navigation, and as a "Quota" tab of every task instance (Airflow 3.3's UI routes
+    ``dags/:dagId/runs/:runId/tasks/:taskId[/mapped/:mapIndex]/plugin/:page`` to a react app of destination
+    ``task_instance`` and passes it those route parameters). Addresses are relative to the UI's base (its
+    ``<base href>``: the UI resolves ``bundle_url`` against ``document.baseURI``), so a base URL with a path
+    needs nothing more."""
     if not serving_api():
         return []
-    # At the top of Airflow's navigation, shown in the UI's frame (href and icon relative to the UI's base).
+    # The sources' hash in the address: a browser never runs a cached bundle of another version. The task
+    # view's address differs too: the UI imports each react app's bundle_url as a module, once per address.
+    bundle = f"{URL_PREFIX.lstrip('/')}/static/app/main.umd.cjs?v={bundle_version()}"
+    icon = f"{URL_PREFIX.lstrip('/')}/static/gpu.svg"
     return [
         {
             "name": "GPU Quotas",
-            "href": f"{URL_PREFIX.lstrip('/')}/",
+            "bundle_url": bundle,
             "url_route": "gpu-quotas",
             "destination": "nav",
             "nav_top_level": True,
-            "icon": f"{URL_PREFIX.lstrip('/')}/static/gpu.svg",
+            "icon": icon,
         },
-        # A "Quota" tab on every task instance: its jobs' waits, grants, preemptions and resumes. Airflow
-        # fills in the placeholders ({MAP_INDEX} only for a mapped task).
+        # Its jobs' waits, grants, preemptions and resumes: the same bundle, given the task instance.
         {
             "name": "Quota",
-            "href": f"{URL_PREFIX.lstrip('/')}/task-instance"
-            "?dagId={DAG_ID}&runId={RUN_ID}&taskId={TASK_ID}&mapIndex={MAP_INDEX}",
+            "bundle_url": f"{bundle}&view=task-instance",
             "url_route": "quota",
             "destination": "task_instance",
-            "icon": f"{URL_PREFIX.lstrip('/')}/static/gpu.svg",
+            "icon": icon,
         },
     ]
 
@@ -60,4 +78,4 @@ def _external_views() -> list[dict[str, Any]]:
 class QuotaPlugin(AirflowPlugin):
     name = "airflow_quota"
     fastapi_apps = _fastapi_apps()
-    external_views = _external_views()
+    react_apps = _react_apps()
