@@ -1,10 +1,11 @@
 """SageMaker training jobs for quota-managed tasks: names, requests, launch, describe, stop.
 
 Every attempt of a task is its own training job, named ``<base>-a<attempt>``; ``<base>`` is computed from
-the task instance (DAG, run, task, map index, try), so a worker that crashed, or the same try resumed,
-finds the same names again. All attempts of a task instance (every try) share one checkpoint prefix,
-``<CheckpointConfig.S3Uri, or OutputDataConfig.S3OutputPath + /checkpoints>/<task key>/``, so a new
-attempt resumes from what the stopped one saved, and two task instances never share one.
+the task instance (DAG, run, task, map index, try, and a digest of the try's task instance id, which
+the deployment's own scheduler made: two deployments never make the same name), so a worker that
+crashed, or the same try resumed, finds the same names again. The checkpoint prefix is the user's
+``CheckpointConfig.S3Uri`` as given, else ``OutputDataConfig.S3OutputPath + /checkpoints/<task key>/``
+(every attempt and try of the task instance, and no other task instance); ``per_try`` adds ``try-<n>/``.
 
 SageMaker calls go through the amazon provider's ``SageMakerHook`` (connection, credentials, region,
 ``endpoint_url``), with what it lacks added here: a stop (the hook has none), a launch that treats "the
@@ -40,13 +41,25 @@ TRAINING_JOB_NAME_PATTERN: Final = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62
 MAX_TRAINING_JOB_NAME_LENGTH: Final = 63
 #: The longest attempt suffix a name keeps room for (``-a`` and five digits).
 _ATTEMPT_SUFFIX_ROOM: Final = len("-a99999")
+#: Hex digits of the task instance id's digest in a training job name.
+DEPLOYMENT_COMPONENT_LENGTH: Final = 6
 #: Statuses in which a training job still holds its instances.
 RUNNING_STATUSES: Final = frozenset({"InProgress", "Stopping"})
 TERMINAL_STATUSES: Final = frozenset({"Completed", "Failed", "Stopped"})
+#: CreateTrainingJob answers that mean "not now" rather than "never" (AWS Batch retries insufficient
+#: capacity without using the job's retry attempts): the job is requeued with a backoff, never failed.
+CAPACITY_ERROR_CODES: Final = frozenset(
+    {"InsufficientCapacityError", "ResourceLimitExceeded", "ThrottlingException", "Throttling"}
+)
+#: How SageMaker's FailureReason begins for a training job that found no instance capacity.
+CAPACITY_FAILURE_PREFIX: Final = "CapacityError"
 #: Tag keys this provider sets on every training job (AWS's ``aws:`` prefix is reserved; ours is not).
 TAG_PREFIX: Final = "airflow-quota:"
 #: The shortest pause between two DescribeTrainingJob calls while a stopped job ends.
 _MIN_STOP_POLL_SECONDS: Final = 0.01
+#: The tag (after ``TAG_PREFIX``) naming the task instance whose try launched a training job: a job found
+#: under a name it would use is re-attached only when this tag is its own (``TrainingJobNameTaken``).
+OWNER_TAG_KEY: Final = "ti-id"
 _TAG_VALUE_UNSAFE = re.compile(r"[^\w .:/=+\-@]")
 _MAX_TAG_VALUE_LENGTH: Final = 256
 
@@ -60,6 +73,28 @@ class TrainingRequestError(ValueError):
         super().__init__("\n".join([heading, *(f"  {problem}" for problem in problems)]))
 
 
+class CapacityRefused(Exception):
+    """CreateTrainingJob answered with a capacity error (``CAPACITY_ERROR_CODES``): not now, maybe later."""
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        self.message = message
+        super().__init__(f"{code}: {message}")
+
+
+class TrainingJobNameTaken(RuntimeError):
+    """A training job of the name this task would launch exists and is not this task's."""
+
+    def __init__(self, name: str, owner: str | None) -> None:
+        self.name = name
+        whose = f"task instance {owner}" if owner else "no quota task (it has no airflow-quota owner tag)"
+        super().__init__(
+            f"Training job {name} already exists and belongs to {whose}, not to this task instance: "
+            "it is not re-attached. Delete it (DeleteTrainingJob) or clear the task (a new try has a "
+            "new name)"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class TaskIdentity:
     """The task instance a training job belongs to."""
@@ -69,6 +104,16 @@ class TaskIdentity:
     task_id: str
     map_index: int
     try_number: int
+    #: The try's task instance id (a UUID the deployment's scheduler made); "" where none is known.
+    ti_id: str = ""
+
+    @property
+    def deployment_component(self) -> str:
+        """Six hex digits of the task instance id's SHA-256: what sets two deployments' names apart (two
+        Airflow deployments in one AWS account can run the same DAG, run and task ids); "" without one."""
+        if not self.ti_id:
+            return ""
+        return hashlib.sha256(self.ti_id.encode()).hexdigest()[:DEPLOYMENT_COMPONENT_LENGTH]
 
     @property
     def task_key(self) -> str:
@@ -81,8 +126,14 @@ class TaskIdentity:
 
     @property
     def base_name(self) -> str:
-        """``<task key>-t<try>``: the attempts of one try are ``<base_name>-a<attempt>``."""
-        base = f"{self.task_key}-t{self.try_number}"
+        """``<task key>-<deployment component>-t<try>``: the attempts of one try are
+        ``<base_name>-a<attempt>`` (no component where the task instance id is not known)."""
+        component = self.deployment_component
+        base = (
+            f"{self.task_key}-{component}-t{self.try_number}"
+            if component
+            else f"{self.task_key}-t{self.try_number}"
+        )
         if len(base) > MAX_TRAINING_JOB_NAME_LENGTH - _ATTEMPT_SUFFIX_ROOM:
             raise ValueError(f"try number {self.try_number} leaves no room for a training job name")
         return base
@@ -98,11 +149,24 @@ def training_job_name(identity: TaskIdentity, attempt: int) -> str:
     return name
 
 
-def checkpoint_s3_uri(request: Mapping[str, Any], identity: TaskIdentity) -> str:
-    """The checkpoint prefix shared by every attempt (and try) of this task instance."""
+def checkpoint_s3_uri(request: Mapping[str, Any], identity: TaskIdentity, *, per_try: bool = False) -> str:
+    """The checkpoint prefix of this task instance's attempts.
+
+    The request's own ``CheckpointConfig.S3Uri`` is used as given (a checkpoint seeded there is found);
+    without one, ``<OutputDataConfig.S3OutputPath>/checkpoints/<task key>/``, which every attempt and try
+    of the task instance shares and no other task instance does. ``per_try``: each try gets its own,
+    ``<that prefix>/try-<n>/`` (a retry or a clear with new hyperparameters starts afresh).
+    """
     configured = (request.get("CheckpointConfig") or {}).get("S3Uri")
-    root = configured or f"{str(request['OutputDataConfig']['S3OutputPath']).rstrip('/')}/checkpoints"
-    return f"{str(root).rstrip('/')}/{identity.task_key}/"
+    if configured:
+        prefix = str(configured)
+    else:
+        prefix = (
+            f"{str(request['OutputDataConfig']['S3OutputPath']).rstrip('/')}/checkpoints/{identity.task_key}/"
+        )
+    if per_try:
+        prefix = f"{prefix.rstrip('/')}/try-{identity.try_number}/"
+    return prefix
 
 
 def quota_tags(
@@ -120,6 +184,8 @@ def quota_tags(
         "attempt": str(attempt),
         "lease-id": lease_id,
     }
+    if identity.ti_id:
+        values[OWNER_TAG_KEY] = identity.ti_id
     return {f"{TAG_PREFIX}{key}": _tag_value(value) for key, value in values.items()}
 
 
@@ -170,6 +236,7 @@ def normalized_request(raw: Mapping[str, Any]) -> dict[str, Any]:
         ("StoppingCondition", "MaxRuntimeInSeconds"),
         ("StoppingCondition", "MaxWaitTimeInSeconds"),
         ("StoppingCondition", "MaxPendingTimeInSeconds"),
+        ("ResourceConfig", "KeepAlivePeriodInSeconds"),
     ):
         value = (request.get(section) or {}).get(field)
         if isinstance(value, str):
@@ -215,7 +282,7 @@ def request_problems(request: Mapping[str, Any]) -> list[str]:
     """
     from botocore.validate import ParamValidator
 
-    problems = capacity_problems(request)
+    problems = capacity_problems(request) + unsupported_problems(request)
     document = {**request, "TrainingJobName": request.get("TrainingJobName") or "placeholder"}
     report = ParamValidator().validate(document, _create_training_job_shape())
     if report.has_errors():
@@ -223,6 +290,39 @@ def request_problems(request: Mapping[str, Any]) -> list[str]:
         problems += [
             line.strip() for line in lines if line.strip() and not line.startswith("Parameter validation")
         ]
+    return problems
+
+
+def unsupported_problems(request: Mapping[str, Any]) -> list[str]:
+    """What SageMaker accepts but a quota-managed job refuses: managed spot training and warm pools.
+
+    A spot job that SageMaker interrupts waits for spot capacity inside the same training job (secondary
+    status ``Interrupted``, up to ``MaxWaitTimeInSeconds``) while its lease stays held, and its
+    ``MaxWaitTimeInSeconds`` would start again with every attempt a preemption launches; a warm pool
+    (``KeepAlivePeriodInSeconds``) keeps the instances running, and billed, after the job ends and its
+    capacity is released to other jobs, so the quota would no longer count what runs. Refused rather than
+    half supported: docs/operator.md, "Managed spot training and warm pools".
+    """
+    problems = []
+    resource = request.get("ResourceConfig")
+    stopping = request.get("StoppingCondition")
+    if request.get("EnableManagedSpotTraining") not in (None, False):
+        problems.append(
+            "EnableManagedSpotTraining: managed spot training is not supported for quota-managed jobs "
+            "(a spot interruption and a quota preemption would both restart the job, and "
+            "MaxWaitTimeInSeconds would restart with every attempt); leave it out or set it to false"
+        )
+    if isinstance(stopping, Mapping) and stopping.get("MaxWaitTimeInSeconds") is not None:
+        problems.append(
+            "StoppingCondition.MaxWaitTimeInSeconds: only for managed spot training, which quota-managed "
+            "jobs do not support; bound the job with MaxRuntimeInSeconds"
+        )
+    if isinstance(resource, Mapping) and resource.get("KeepAlivePeriodInSeconds") not in (None, 0):
+        problems.append(
+            "ResourceConfig.KeepAlivePeriodInSeconds: warm pools are not supported for quota-managed jobs "
+            "(the warm instances keep running and billing after the job's quota is released, uncounted); "
+            "leave it out or set it to 0"
+        )
     return problems
 
 
@@ -301,14 +401,31 @@ class SageMakerTrainingJobs:
             self.hook.create_training_job(dict(request), wait_for_completion=False, print_log=False)
             created = True
         except ClientError as error:
+            if _code(error) in CAPACITY_ERROR_CODES:
+                raise CapacityRefused(_code(error), _message(error)) from error
             if not _already_exists(error):
                 raise
-            log.info("Training job %s already exists: attaching to it", name)
             created = False
         description = self.describe(name)
         if description is None:  # pragma: no cover - SageMaker just said it exists
             raise RuntimeError(f"training job {name} was created but cannot be described")
+        if not created:
+            self._check_owner(name, description, request)
+            log.info("Training job %s already exists and is this task's: attaching to it", name)
         return description, created
+
+    def _check_owner(self, name: str, description: Mapping[str, Any], request: Mapping[str, Any]) -> None:
+        """Raise ``TrainingJobNameTaken`` unless the existing job ``name`` carries the request's owner tag
+        (``OWNER_TAG_KEY``: the task instance that launches it). A request without one (no task instance
+        id known) accepts any job of its name, as before names carried one."""
+        key = f"{TAG_PREFIX}{OWNER_TAG_KEY}"
+        ours = next((tag.get("Value") for tag in request.get("Tags") or [] if tag.get("Key") == key), None)
+        if ours is None:
+            return
+        answer = self.hook.conn.list_tags(ResourceArn=description["TrainingJobArn"], MaxResults=100)
+        theirs = next((tag.get("Value") for tag in answer.get("Tags") or [] if tag.get("Key") == key), None)
+        if theirs != ours:
+            raise TrainingJobNameTaken(name, theirs)
 
     def describe(self, name: str) -> dict[str, Any] | None:
         """DescribeTrainingJob, or None when there is no training job of that name."""

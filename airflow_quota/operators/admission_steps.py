@@ -39,6 +39,11 @@ from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmission
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+#: Seconds a job waits before it may be granted again after its first capacity error; each further
+#: capacity error of the try doubles it, up to ``DEFAULT_CAPACITY_RETRY_MAX_DELAY``.
+DEFAULT_CAPACITY_RETRY_DELAY = 60.0
+DEFAULT_CAPACITY_RETRY_MAX_DELAY = 900.0
+
 
 class AdmissionSteps(BaseOperator):
     """The operator's arguments, its request, and the deferral that waits for quota (the arguments are
@@ -64,6 +69,9 @@ class AdmissionSteps(BaseOperator):
         stop_timeout: float = 1800.0,
         settle_seconds: float = 10.0,
         follow_seconds: float = 5.0,
+        checkpoint_per_try: bool = False,
+        capacity_retry_delay: float = DEFAULT_CAPACITY_RETRY_DELAY,
+        capacity_retry_max_delay: float = DEFAULT_CAPACITY_RETRY_MAX_DELAY,
         entry_point: Sequence[str] | None = None,
         local_root_dir: str | None = None,
         working_dir: str | None = None,
@@ -92,6 +100,9 @@ class AdmissionSteps(BaseOperator):
         self.stop_timeout = stop_timeout
         self.settle_seconds = settle_seconds
         self.follow_seconds = follow_seconds
+        self.checkpoint_per_try = checkpoint_per_try
+        self.capacity_retry_delay = capacity_retry_delay
+        self.capacity_retry_max_delay = capacity_retry_max_delay
         self.entry_point: Any = list(entry_point) if isinstance(entry_point, list | tuple) else entry_point
         self.local_root_dir = local_root_dir
         self.working_dir = working_dir
@@ -113,13 +124,16 @@ class AdmissionSteps(BaseOperator):
 
     def _argument_problems(self) -> list[str]:
         """What is wrong with the operator's own arguments (the request is checked by ``_prepare``)."""
-        return argument_problems(
+        problems = argument_problems(
             backend=self.backend,
             has_request=self.training_job_config is not None or self.model_trainer is not None,
             seconds={name: getattr(self, name) for name in TIMING_ARGUMENTS},
             local_arguments={name: getattr(self, name) for name in LOCAL_ARGUMENTS},
             attempt_timeout=self.attempt_timeout,
         )
+        if not isinstance(self.checkpoint_per_try, bool):
+            problems.append(f"checkpoint_per_try: must be True or False, got {self.checkpoint_per_try!r}")
+        return problems
 
     def _parse_time_request(self) -> tuple[PreparedRequest | None, list[str]]:
         """The request, validated, when it is known as the DAG file is parsed (a dict without templates),
@@ -191,6 +205,7 @@ class AdmissionSteps(BaseOperator):
                     local_root_dir=self.local_root_dir,
                     working_dir=self.working_dir,
                     stop_grace_period=self.stop_grace_period,
+                    checkpoint_per_try=self.checkpoint_per_try,
                     log=self.log,
                 )
             else:
@@ -204,6 +219,7 @@ class AdmissionSteps(BaseOperator):
                     stop_poll_interval=self.stop_poll_interval,
                     stop_timeout=self.stop_timeout,
                     settle_seconds=self.settle_seconds,
+                    checkpoint_per_try=self.checkpoint_per_try,
                     log=self.log,
                 )
         return self._training_backend
@@ -250,6 +266,8 @@ class AdmissionSteps(BaseOperator):
         admission: int,
         preemptions: int,
         released_lease_id: str | None = None,
+        not_before: str | None = None,
+        requeue_reason: str | None = None,
     ) -> NoReturn:
         trigger = self._admission_trigger(
             task_identity(context).base_name,
@@ -257,6 +275,8 @@ class AdmissionSteps(BaseOperator):
             submitted_at=submitted_at,
             admission=admission,
             released_lease_id=released_lease_id,
+            not_before=not_before,
+            requeue_reason=requeue_reason,
         )
         self.defer(
             trigger=trigger,
@@ -273,6 +293,8 @@ class AdmissionSteps(BaseOperator):
         submitted_at: str | None,
         admission: int,
         released_lease_id: str | None = None,
+        not_before: str | None = None,
+        requeue_reason: str | None = None,
     ) -> QuotaAdmissionTrigger:
         return QuotaAdmissionTrigger(
             job_queue=self.job_queue,
@@ -285,4 +307,6 @@ class AdmissionSteps(BaseOperator):
             submitted_at=submitted_at,
             attempt=admission,
             released_lease_id=released_lease_id,
+            not_before=not_before,
+            requeue_reason=requeue_reason,
         )

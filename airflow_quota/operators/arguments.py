@@ -15,7 +15,13 @@ from typing import Any
 from airflow_quota.engine.config import JobRequestError, validate_job_submission
 
 #: The operator's timing knobs, in seconds (>= 0), that it checks itself.
-TIMING_ARGUMENTS = ("poll_interval", "settle_seconds", "follow_seconds")
+TIMING_ARGUMENTS = (
+    "poll_interval",
+    "settle_seconds",
+    "follow_seconds",
+    "capacity_retry_delay",
+    "capacity_retry_max_delay",
+)
 #: The operator's arguments that only the local backend reads.
 LOCAL_ARGUMENTS = ("entry_point", "local_root_dir", "working_dir")
 

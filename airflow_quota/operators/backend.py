@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from airflow_quota.backends.sagemaker import RUNNING_STATUSES, TaskIdentity
+from airflow_quota.backends.sagemaker import CAPACITY_FAILURE_PREFIX, RUNNING_STATUSES, TaskIdentity
 from airflow_quota.protocol import Backend, TrainingJobRecord
 
 if TYPE_CHECKING:
@@ -58,6 +58,11 @@ class JobState:
     @property
     def running(self) -> bool:
         return self.status in RUNNING_STATUSES
+
+    @property
+    def capacity_failure(self) -> bool:
+        """Whether the job failed for want of instance capacity (FailureReason ``CapacityError...``)."""
+        return self.status == "Failed" and (self.failure_reason or "").startswith(CAPACITY_FAILURE_PREFIX)
 
     @property
     def ended_as(self) -> str | None:
@@ -153,7 +158,11 @@ def call_factory(factory: Callable[..., Any], context: Context) -> Any:
 
 
 def task_identity(context: Context) -> TaskIdentity:
-    """Who the task instance is (DAG, run, task, map index, try): what its job names and tags are made of."""
+    """Who the task instance is (DAG, run, task, map index, try, and the try's id): what its job names and
+    tags are made of."""
     ti = context["ti"]
     map_index = -1 if ti.map_index is None else int(ti.map_index)
-    return TaskIdentity(ti.dag_id, ti.run_id, ti.task_id, map_index, int(ti.try_number))
+    ti_id = getattr(ti, "id", None)
+    return TaskIdentity(
+        ti.dag_id, ti.run_id, ti.task_id, map_index, int(ti.try_number), "" if ti_id is None else str(ti_id)
+    )

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_quota.backends.sagemaker import quota_tags
+from airflow_quota.backends.sagemaker import CapacityRefused, quota_tags
 from airflow_quota.operators.admission_steps import AdmissionSteps
 from airflow_quota.operators.backend import (
     JobState,
@@ -29,14 +30,31 @@ from airflow_quota.operators.backend import (
 from airflow_quota.operators.links import TRAINING_JOB_XCOM_KEY, SageMakerTrainingJobLink
 from airflow_quota.operators.local_backend import LocalBackend
 from airflow_quota.operators.task_store import (
+    CAPACITY_RETRY_KEY,
     keep_training_job_record,
     preempt_signal,
+    read_document,
     training_job_record_in,
 )
 from airflow_quota.protocol import PREEMPT_KEY
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+#: AWS Batch's statusReason for a job that waits for instance capacity (its own words, kept).
+INSUFFICIENT_CAPACITY_REASON = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
+#: The longest part of AWS's message a capacity requeue's statusReason quotes.
+MAX_DETAIL_LENGTH = 200
+
+
+def capacity_backoff(count: int, delay: float, max_delay: float) -> float:
+    """Seconds to wait after the ``count``-th capacity error of a try: ``delay`` doubled each time,
+    at most ``max_delay``."""
+    return float(min(delay * 2 ** min(count - 1, 62), max_delay))
+
+
+def _utc(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class LeaseSteps(AdmissionSteps):
@@ -103,7 +121,20 @@ class LeaseSteps(AdmissionSteps):
                 attempt=attempt,
                 lease_id=lease_id,
             )
-            job = backend.launch(prepared, name, task_identity(context), tags, event)
+            try:
+                job = backend.launch(prepared, name, task_identity(context), tags, event)
+            except CapacityRefused as refusal:
+                self._write_record(
+                    context, backend, name, attempt, lease_id, "ended", f"CreateTrainingJob: {refusal}"
+                )
+                return self._requeue_for_capacity(
+                    context,
+                    prepared,
+                    f"CreateTrainingJob answered {refusal.code}",
+                    refusal.message,
+                    insufficient=refusal.code == "InsufficientCapacityError",
+                    **monitor_kwargs,
+                )
             # The record names its ARN too (the API's serviceResourceId of the attempt), or the local
             # training's process group and this task process (``backends.local_evidence``).
             if job.arn or isinstance(backend, LocalBackend):
@@ -118,6 +149,8 @@ class LeaseSteps(AdmissionSteps):
         if signal is not None:  # arrived while this worker ran: nobody resumes the monitor for it
             return self._stop_and_requeue(context, backend, prepared, job.name, signal, **monitor_kwargs)
         if not job.running:  # it ended within the settle time: no monitoring trigger needed
+            if job.capacity_failure:
+                return self._requeue_failed_for_capacity(context, backend, prepared, job, **monitor_kwargs)
             return self._finish(context, backend, job, lease_id, preemptions)
         self.defer(
             trigger=backend.monitor(job.name),
@@ -171,6 +204,9 @@ class LeaseSteps(AdmissionSteps):
             return self._stop_and_requeue(
                 context, backend, prepared, training_job_name, signal, **monitor_kwargs
             )
+        if job.capacity_failure:
+            prepared = self._prepare(context)
+            return self._requeue_failed_for_capacity(context, backend, prepared, job, **monitor_kwargs)
         return self._finish(context, backend, job, lease_id, preemptions)
 
     def _follow_launched_job(
@@ -310,6 +346,7 @@ class LeaseSteps(AdmissionSteps):
             attempt = int(record.get("attempt", 0))
             self._write_record(context, backend, name, attempt, lease_id, "ended", arn=job.arn)
         context["task_state_store"].delete(PREEMPT_KEY)
+        context["task_state_store"].delete(CAPACITY_RETRY_KEY)  # it had its capacity: backoff starts again
         self._current_job = None
         self.log.info("Capacity of lease %s released: waiting for quota again", lease_id)
         self._wait_for_quota(
@@ -319,6 +356,88 @@ class LeaseSteps(AdmissionSteps):
             admission=admission + 1,
             preemptions=preemptions + 1,
             released_lease_id=lease_id,
+        )
+
+    def _requeue_failed_for_capacity(
+        self,
+        context: Context,
+        backend: TrainingBackend,
+        prepared: PreparedRequest,
+        job: JobState,
+        *,
+        submitted_at: str,
+        admission: int,
+        preemptions: int,
+        lease_id: str,
+    ) -> NoReturn:
+        """The training job failed for want of instance capacity (``CapacityError``): it holds nothing
+        now; record it ended and requeue as after a refused launch."""
+        record = training_job_record_in(context["task_state_store"]) or {}
+        attempt = int(record.get("attempt", 0))
+        self._write_record(context, backend, job.name, attempt, lease_id, "ended", job.ended_as, job.arn)
+        self._current_job = None
+        self._requeue_for_capacity(
+            context,
+            prepared,
+            f"Training job {job.name} failed with CapacityError",
+            job.failure_reason or "",
+            insufficient=True,
+            submitted_at=submitted_at,
+            admission=admission,
+            preemptions=preemptions,
+            lease_id=lease_id,
+        )
+
+    def _requeue_for_capacity(
+        self,
+        context: Context,
+        prepared: PreparedRequest,
+        answered: str,
+        message: str,
+        *,
+        insufficient: bool,
+        submitted_at: str,
+        admission: int,
+        preemptions: int,
+        lease_id: str,
+    ) -> NoReturn:
+        """AWS had no capacity for the job now: give the lease back and wait for quota again, at the job's
+        original place (the same ``submitted_at``), not granted before the backoff ends.
+
+        No Airflow retry and no preempted attempt is used: the deferral names the lease as released
+        and says why (``requeue_reason``, which the allocator keeps as the job's statusReason) and when
+        it may run again (``not_before``). The backoff doubles with each capacity error of the try, from
+        ``capacity_retry_delay`` up to ``capacity_retry_max_delay``; a preemption starts it again.
+        """
+        store = context["task_state_store"]
+        try_number = int(context["ti"].try_number)
+        kept = read_document(store.get(CAPACITY_RETRY_KEY)) or {}
+        count = int(kept.get("count", 0)) + 1 if kept.get("try_number") == try_number else 1
+        store.set(CAPACITY_RETRY_KEY, {"try_number": try_number, "count": count})
+        delay = capacity_backoff(count, self.capacity_retry_delay, self.capacity_retry_max_delay)
+        now = datetime.now(UTC)
+        not_before = now + timedelta(seconds=delay)
+        detail = message.strip().splitlines()[0][:MAX_DETAIL_LENGTH] if message.strip() else "no details"
+        reason = (
+            f"{INSUFFICIENT_CAPACITY_REASON + ' - ' if insufficient else ''}{answered} at {_utc(now)} "
+            f"({detail}); requeued at its original position, trying again after {_utc(not_before)} "
+            f"(capacity error {count} of this try, backoff {delay:g} s, at most "
+            f"{self.capacity_retry_max_delay:g} s)"
+        )
+        self.log.warning("%s", reason)
+        if preempt_signal(store, lease_id) is not None:  # preempted meanwhile: this deferral reports that too
+            store.delete(PREEMPT_KEY)
+            preemptions += 1
+        self._current_job = None
+        self._wait_for_quota(
+            context,
+            prepared,
+            submitted_at=submitted_at,
+            admission=admission + 1,
+            preemptions=preemptions,
+            released_lease_id=lease_id,
+            not_before=not_before.isoformat(),
+            requeue_reason=reason,
         )
 
     def _finish(
@@ -342,6 +461,11 @@ class LeaseSteps(AdmissionSteps):
         if job.status == "Stopped" and job.secondary_status == "MaxRuntimeExceeded":
             raise AirflowException(
                 f"Training job {job.name} ran past its runtime limit (StoppingCondition.MaxRuntimeInSeconds)"
+            )
+        if job.status == "Stopped" and job.secondary_status == "MaxWaitTimeExceeded":
+            raise AirflowException(
+                f"Training job {job.name} waited for spot capacity past "
+                "StoppingCondition.MaxWaitTimeInSeconds"
             )
         if job.status == "Stopped":
             raise AirflowException(f"Training job {job.name} was stopped outside the quota allocator")

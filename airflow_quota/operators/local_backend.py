@@ -8,6 +8,7 @@ condition (docs/operator.md, "The local backend").
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import time
@@ -105,12 +106,14 @@ class LocalBackend:
         working_dir: str | None,
         stop_grace_period: Any,
         log: TaskLog,
+        checkpoint_per_try: bool = False,
     ) -> None:
         #: The operator's arguments as rendered (checked by ``prepare``, hence ``Any``).
         self.entry_point = entry_point
         self.local_root_dir = local_root_dir
         self.working_dir = working_dir
         self.stop_grace_period = stop_grace_period
+        self.checkpoint_per_try = checkpoint_per_try
         self.log = log
         self.run: LocalTrainingRun | None = None
         self.outcome: RunOutcome | None = None
@@ -138,7 +141,9 @@ class LocalBackend:
         return PreparedRequest(str(resource["InstanceType"]), int(resource["InstanceCount"]), document)
 
     def job_name(self, identity: TaskIdentity, attempt: int) -> str:
-        return training_job_name(identity, attempt)
+        # Without the task instance id's digest: a local job never meets another deployment's in an AWS
+        # account, and its directories are its task instance's under ``local_root_dir``.
+        return training_job_name(dataclasses.replace(identity, ti_id=""), attempt)
 
     def record(self, name: str, attempt: int, lease_id: str, state: RecordState) -> TrainingJobRecord:
         record = training_job_record(self.kind, name, attempt, lease_id, state)
@@ -266,7 +271,9 @@ class LocalBackend:
             name=name,
             command=[str(part) for part in self.entry_point or []],
             devices=devices,
-            checkpoint_dir=task_dir / "checkpoints",
+            checkpoint_dir=task_dir / "checkpoints" / f"try-{identity.try_number}"
+            if self.checkpoint_per_try
+            else task_dir / "checkpoints",
             model_dir=task_dir / name / "model",
             output_data_dir=task_dir / name / "output",
             hyperparameters=dict(document.get("HyperParameters") or {}),

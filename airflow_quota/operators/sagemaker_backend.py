@@ -64,6 +64,7 @@ class SageMakerBackend:
         stop_timeout: float,
         settle_seconds: float,
         log: TaskLog,
+        checkpoint_per_try: bool = False,
     ) -> None:
         self.aws_conn_id = aws_conn_id
         self.input_data_config = input_data_config
@@ -71,6 +72,7 @@ class SageMakerBackend:
         self.stop_poll_interval = stop_poll_interval
         self.stop_timeout = stop_timeout
         self.settle_seconds = settle_seconds
+        self.checkpoint_per_try = checkpoint_per_try
         self.log = log
         self.jobs = SageMakerTrainingJobs(
             aws_conn_id, region_name, verify=verify, botocore_config=botocore_config
@@ -139,7 +141,7 @@ class SageMakerBackend:
         request = build_request(
             prepared.document,
             name=name,
-            checkpoint_uri=checkpoint_s3_uri(prepared.document, identity),
+            checkpoint_uri=checkpoint_s3_uri(prepared.document, identity, per_try=self.checkpoint_per_try),
             tags=tags,
         )
         description, created = self.jobs.launch(request)

@@ -21,6 +21,9 @@ from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY, TrainingJobRec
 #: first run and read back by its later runs (grants, preemptions), so a ModelTrainer is compiled (and its
 #: ``source_code`` uploaded) once per try, whatever its attempts. The task's own: the allocator ignores it.
 REQUEST_KEY = "quota.request"
+#: ``task_state_store`` key of the try's capacity errors so far (``{"try_number", "count"}``): how long
+#: the next backoff is. The task's own: the allocator ignores it.
+CAPACITY_RETRY_KEY = "quota.capacity_retry"
 
 
 def read_document(value: Any) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ at. Jobs are named by their task ids, which the demo's DAGs do not repeat.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -89,10 +90,18 @@ def our_story(engine: sa.Engine) -> Story:
     for victim, preemptor, rule, _ in _audit(engine, "PREEMPTED"):
         story.preemptions.add((job_ids[victim], job_ids[preemptor], rule))
     for task, count in story.attempts.items():
-        story.training_jobs[task] = [
-            training_job_name(identity("ours", task), n) for n in range(1, count + 1)
-        ]
+        # Names carry a digest of the task instance's id (``TaskIdentity.deployment_component``).
+        ours = dataclasses.replace(identity("ours", task), ti_id=_ti_id(engine, identity("ours", task)))
+        story.training_jobs[task] = [training_job_name(ours, n) for n in range(1, count + 1)]
     return story
+
+
+def _ti_id(engine: sa.Engine, who: TaskIdentity) -> str:
+    """The id of the task instance ``who`` names, as the metadata DB holds it."""
+    query = sa.text("SELECT id FROM task_instance WHERE dag_id = :dag AND run_id = :run AND task_id = :task")
+    with engine.connect() as connection:
+        found = connection.execute(query, {"dag": who.dag_id, "run": who.run_id, "task": who.task_id})
+        return str(found.scalar_one())
 
 
 def aws_story(batch: Any) -> Story:

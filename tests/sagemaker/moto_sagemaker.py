@@ -18,6 +18,10 @@ server, so that:
   other status it answers AWS's ``ValidationException``; an unknown job is ``ValidationException`` too;
 * a second ``CreateTrainingJob`` with a name already used is refused with ``ResourceInUse``, and a name
   SageMaker would refuse (pattern, 63 characters) is a ``ValidationException``;
+* a fault moto cannot produce, injected here: ``emulator.create_error`` (``<code>:<n>``, e.g.
+  ``InsufficientCapacityError:2``) makes ``CreateTrainingJob`` answer that error code (HTTP 400, as
+  SageMaker answers ``InsufficientCapacityError``, ``ResourceLimitExceeded`` or ``ThrottlingException``)
+  for attempts ``-a1`` to ``-a<n>`` of a task, creating nothing; later attempts are created as usual;
 * ``AddTags`` with the tag ``emulator:finish`` (``FINISH_TAG``) ends what the job is doing at that moment:
   its training, as its duration would have (``Completed`` or its ``emulator.outcome``), or its
   ``Stopping`` (``Stopped``); the tag itself is not kept. A test that has seen what it checks of a job
@@ -37,6 +41,7 @@ import time
 from typing import Any
 
 from moto import backends
+from moto.core.exceptions import JsonRESTError
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 from moto.sagemaker import models as sagemaker_models
 from moto.sagemaker import responses as sagemaker_responses
@@ -115,7 +120,23 @@ _original_add_tags = sagemaker_models.SageMakerModelBackend.add_tags
 _original_response_object = sagemaker_models.FakeTrainingJob.response_object
 
 
+class _InjectedError(JsonRESTError):
+    """An error answer of ours (not moto's): an AWS error code moto never answers with."""
+
+
+def _injected_create_error(training_job_name: str, hyper_parameters: dict[str, str]) -> None:
+    """Raise ``emulator.create_error``'s error for the attempts it names (``<code>:<n>``: -a1 to -a<n>)."""
+    setting = hyper_parameters.get("emulator.create_error")
+    if not setting:
+        return
+    code, _, attempts = setting.partition(":")
+    attempt = re.search(r"-a(\d+)$", training_job_name)
+    if attempt is not None and int(attempt.group(1)) <= int(attempts or "1"):
+        raise _InjectedError(code, f"Emulated {code}: no ml capacity for {training_job_name} now")
+
+
 def _create_training_job(self: Any, training_job_name: str, **kwargs: Any) -> Any:
+    _injected_create_error(training_job_name, dict(kwargs.get("hyper_parameters") or {}))
     if not _NAME.match(training_job_name or ""):
         raise ValidationError(
             message=f"1 validation error detected: Value '{training_job_name}' at 'trainingJobName' failed "

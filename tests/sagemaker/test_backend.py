@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
+import uuid
 
 import pytest
 from botocore.exceptions import ClientError
@@ -55,6 +57,21 @@ def test_names_are_valid_deterministic_and_distinct_per_try_and_attempt() -> Non
         training_job_name(IDENTITY, 0)
 
 
+def test_names_carry_a_digest_of_the_task_instance_id_so_deployments_never_meet() -> None:
+    ours, theirs = (dataclasses.replace(IDENTITY, ti_id=str(uuid.uuid4())) for _ in range(2))
+    assert training_job_name(ours, 1) != training_job_name(theirs, 1)  # the same DAG, run and task ids
+    assert training_job_name(ours, 1) == training_job_name(dataclasses.replace(ours), 1)  # found again
+    assert training_job_name(ours, 1) == f"{ours.task_key}-{ours.deployment_component}-t1-a1"
+    assert ours.task_key == theirs.task_key == IDENTITY.task_key  # checkpoint prefixes as before
+    long = TaskIdentity("d" * 250, "r" * 250, "t.group." + "x" * 240, 12345, 9999, str(uuid.uuid4()))
+    name = training_job_name(long, 99999)
+    assert len(name) == MAX_TRAINING_JOB_NAME_LENGTH and TRAINING_JOB_NAME_PATTERN.match(name)
+    assert (
+        quota_tags(ours, job_queue="q", quota_share_name="s", attempt=1, lease_id="x")["airflow-quota:ti-id"]
+        == ours.ti_id
+    )
+
+
 def test_every_attempt_gets_the_same_checkpoint_prefix_and_the_quota_tags() -> None:
     request = training_request(Tags=[{"Key": "team", "Value": "a"}])
     first = build_request(
@@ -83,8 +100,10 @@ def test_every_attempt_gets_the_same_checkpoint_prefix_and_the_quota_tags() -> N
 
     own_root = training_request(CheckpointConfig={"S3Uri": "s3://ckpt/llm", "LocalPath": "/opt/ml/ckpt"})
     built = build_request(own_root, name="n", checkpoint_uri=checkpoint_s3_uri(own_root, IDENTITY), tags={})
-    expected = {"S3Uri": f"s3://ckpt/llm/{IDENTITY.task_key}/", "LocalPath": "/opt/ml/ckpt"}
+    expected = {"S3Uri": "s3://ckpt/llm", "LocalPath": "/opt/ml/ckpt"}  # the user's own, as given
     assert built["CheckpointConfig"] == expected
+    per_try = checkpoint_s3_uri(own_root, IDENTITY, per_try=True)
+    assert per_try == "s3://ckpt/llm/try-1/"
 
 
 def test_tag_values_keep_only_characters_aws_accepts() -> None:
