@@ -46,8 +46,8 @@ with DAG(
         # Give up after 5 preemptions (AWS Batch's preemptionRetriesBeforeTermination); None: never.
         preemption_retries_before_termination=5,
         # A SageMaker CreateTrainingJob request, templated. ResourceConfig is what the quota counts.
-        # TrainingJobName, CheckpointConfig.S3Uri (a prefix per task instance) and the quota tags are
-        # set by the operator for every attempt.
+        # TrainingJobName and the quota tags are set by the operator for every attempt; the
+        # CheckpointConfig.S3Uri given is used as is, by every attempt and try: one prefix per DAG run.
         training_job_config={
             "AlgorithmSpecification": {
                 "TrainingImage": f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/llm-finetune:latest",
@@ -68,7 +68,7 @@ with DAG(
             "OutputDataConfig": {"S3OutputPath": "s3://research-models/nightly"},
             "ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2, "VolumeSizeInGB": 200},
             "StoppingCondition": {"MaxRuntimeInSeconds": 6 * 3600},
-            "CheckpointConfig": {"S3Uri": "s3://research-models/checkpoints"},
+            "CheckpointConfig": {"S3Uri": "s3://research-models/checkpoints/{{ run_id }}/"},
             "HyperParameters": {"epochs": "3", "learning_rate": "2e-5", "dataset_date": "{{ ds }}"},
             "Tags": [{"Key": "team", "Value": "research"}],
         },
