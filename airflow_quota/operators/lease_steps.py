@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_quota.backends.sagemaker import CapacityRefused, quota_tags
 from airflow_quota.operators.admission_steps import AdmissionSteps
 from airflow_quota.operators.backend import (
+    MAX_ENDED_AS_LENGTH,
     JobState,
     PreparedRequest,
     RecordState,
@@ -124,9 +125,8 @@ class LeaseSteps(AdmissionSteps):
             try:
                 job = backend.launch(prepared, name, task_identity(context), tags, event)
             except CapacityRefused as refusal:
-                self._write_record(
-                    context, backend, name, attempt, lease_id, "ended", f"CreateTrainingJob: {refusal}"
-                )
+                ended_as = f"CreateTrainingJob: {refusal}"[:MAX_ENDED_AS_LENGTH]
+                self._write_record(context, backend, name, attempt, lease_id, "ended", ended_as)
                 return self._requeue_for_capacity(
                     context,
                     prepared,
