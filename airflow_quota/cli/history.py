@@ -1,7 +1,8 @@
 """``airflow quota history --since ISO-TIME [--until ISO-TIME] [--queue NAME] [-o FILE]``: the ledger's real
 jobs as a simulator trace (``ledger/history.py``), to replay under another design with ``airflow quota
 simulate --trace FILE --config NEW.yaml``. The CSV goes to FILE (or stdout); what was exported, and the
-stop time the real preemptions took, go to stderr.
+stop time the real preemptions took, go to stderr. The trace is written as the ledger's rows are read
+(``ledger.history.HistoryStream``): memory stays bounded however long the history.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from rich.console import Console
 
 from airflow_quota.cli.common import fail, iso, metadata_session, parse_time
-from airflow_quota.ledger.history import HistoryError, HistoryTrace, export_history
+from airflow_quota.ledger.history import HistoryError, HistoryStream, HistoryTrace
 from airflow_quota.sim.trace import write_trace
 
 
@@ -22,29 +23,31 @@ def history(args: argparse.Namespace) -> None:
     until = None if args.until is None else parse_time(args.until, "--until")
     if until is not None and until <= since:
         fail(f"--until {args.until} is not after --since {args.since}: give a later --until")
+    target = args.output
     with metadata_session() as session:
         try:
-            trace = export_history(session, since=since, until=until, job_queue_name=args.queue)
+            trace = HistoryStream(session, since=since, until=until, job_queue_name=args.queue)
         except HistoryError as error:
             fail(str(error))
-    target = args.output
-    if target in (None, "-"):
-        write_trace(trace.jobs, sys.stdout)
-    else:
-        try:
-            with open(target, "w", encoding="utf-8", newline="") as handle:
-                write_trace(trace.jobs, handle)
-        except OSError as error:
-            fail(f"cannot write the trace to {target}: {error}")
+        # Written as the rows are read (bounded memory, however long the history).
+        if target in (None, "-"):
+            write_trace(trace, sys.stdout)
+        else:
+            try:
+                with open(target, "w", encoding="utf-8", newline="") as handle:
+                    write_trace(trace, handle)
+            except OSError as error:
+                fail(f"cannot write the trace to {target}: {error}")
     Console(stderr=True, highlight=False, soft_wrap=True).print(summary(trace, target), markup=False)
 
 
-def summary(trace: HistoryTrace, target: str | None) -> str:
+def summary(trace: HistoryStream | HistoryTrace, target: str | None) -> str:
     """What was exported and how to replay it, for stderr."""
-    if not trace.jobs:
+    exported = trace.exported if isinstance(trace, HistoryStream) else len(trace.jobs)
+    if not exported:
         return "No job that held capacity was submitted in that time: the trace has its header only."
     lines = [
-        f"Exported {_jobs(len(trace.jobs))} of job queue {trace.job_queue_name}; "
+        f"Exported {_jobs(exported)} of job queue {trace.job_queue_name}; "
         f"submitTime 0 is {iso(trace.origin)}."
     ]
     if trace.left_out:

@@ -22,11 +22,12 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, Row, select
 from sqlalchemy.orm import Session
 
 from airflow_quota.engine.config import MAX_NAME_LENGTH
@@ -34,8 +35,10 @@ from airflow_quota.engine.model import JobStatus
 from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
 from airflow_quota.sim.trace import TraceJob
 
-#: Audit rows read per query (an IN list of job ids stays well within every database's limits).
+#: Job ids per audit query (an IN list of job ids stays well within every database's limits).
 CHUNK = 500
+#: Jobs read and replayed at a time (their audit rows are in memory together).
+BATCH = 2000
 _NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_-]+")
 _ATTEMPT_KINDS = (
     AuditKind.GRANTED,
@@ -78,50 +81,104 @@ def export_history(
     job_queue_name: str | None = None,
 ) -> HistoryTrace:
     """The jobs first submitted in ``[since, until)`` to ``job_queue_name`` (or to the one queue that has
-    jobs then) as a trace; ``HistoryError`` when jobs of several queues match and none was named."""
-    query = select(JobRow).where(JobRow.submitted_at >= since)
-    if until is not None:
-        query = query.where(JobRow.submitted_at < until)
-    if job_queue_name is not None:
-        query = query.where(JobRow.job_queue_name == job_queue_name)
-    rows = list(session.scalars(query.order_by(JobRow.submitted_at, JobRow.submit_seq, JobRow.job_id)))
-    queues = sorted({row.job_queue_name for row in rows})
-    if len(queues) > 1:
-        raise HistoryError(
-            f"jobs of {len(queues)} job queues were submitted then ({', '.join(queues)}); a trace replays "
-            "one job queue: give --queue NAME"
-        )
-    queue = queues[0] if queues else (job_queue_name or "")
-    attempts = _replay_attempts(session, [row.job_id for row in rows])
-    jobs: list[TraceJob] = []
-    job_ids: dict[str, str] = {}
-    left_out = 0
-    origin = rows[0].submitted_at if rows else None
-    for row in rows:
-        record = attempts[row.job_id]
-        final = JobStatus(row.status).is_final
-        if final and not record.granted:
-            left_out += 1
-            continue
-        name = job_name_for(row.job_id, taken=job_ids)
-        job_ids[name] = row.job_id
-        assert origin is not None
-        jobs.append(
-            TraceJob(
-                submit_time=(row.submitted_at - origin).total_seconds(),
-                job_name=name,
-                quota_share_name=row.quota_share_name,
-                scheduling_priority=record.first_priority
-                if record.first_priority is not None
-                else row.scheduling_priority,
-                capacity_unit=row.capacity_unit,
-                instance_count=row.instance_count,
-                duration=record.held_seconds if final else None,
-                preemption_retries_before_termination=row.preemption_retries_before_termination,
+    jobs then) as a trace, all in memory (``HistoryStream`` writes a trace of any length in bounded
+    memory); ``HistoryError`` when jobs of several queues match and none was named."""
+    stream = HistoryStream(session, since=since, until=until, job_queue_name=job_queue_name, keep_ids=True)
+    jobs = list(stream)
+    return HistoryTrace(
+        stream.job_queue_name, stream.origin, jobs, stream.job_ids, stream.left_out, stream.stop_seconds
+    )
+
+
+class HistoryStream:
+    """The trace of the jobs first submitted in ``[since, until)``, read as it is iterated: jobs a batch
+    at a time in submission order (a server-side cursor on PostgreSQL), each batch's audit rows by their
+    job ids, so memory stays bounded however long the history (``benchmarks/history_export.py``). What
+    the export measured (``origin``, ``left_out``, ``stop_seconds``, ``exported``) is complete once it
+    has been iterated to its end. ``HistoryError`` (when it is made) when jobs of several job queues match
+    and none was named."""
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        since: datetime,
+        until: datetime | None = None,
+        job_queue_name: str | None = None,
+        keep_ids: bool = False,
+    ) -> None:
+        self._session = session
+        self._filters = [JobRow.submitted_at >= since]
+        if until is not None:
+            self._filters.append(JobRow.submitted_at < until)
+        if job_queue_name is not None:
+            self._filters.append(JobRow.job_queue_name == job_queue_name)
+        queues = sorted(session.scalars(select(JobRow.job_queue_name).where(*self._filters).distinct()))
+        if len(queues) > 1:
+            raise HistoryError(
+                f"jobs of {len(queues)} job queues were submitted then ({', '.join(queues)}); a trace "
+                "replays one job queue: give --queue NAME"
             )
+        self.job_queue_name = queues[0] if queues else (job_queue_name or "")
+        self.origin: datetime | None = None
+        self.exported = 0
+        self.left_out = 0
+        #: Trace job name -> the ledger's job id (only with ``keep_ids``).
+        self.job_ids: dict[str, str] = {}
+        self._keep_ids = keep_ids
+        self._names: set[str] = set()
+        self._stops: list[tuple[datetime, float]] = []
+
+    @property
+    def stop_seconds(self) -> list[float]:
+        """Seconds each completed preemption's stop took, in the order they completed."""
+        return [seconds for _, seconds in sorted(self._stops)]
+
+    def __iter__(self) -> Iterator[TraceJob]:
+        columns = (
+            JobRow.job_id,
+            JobRow.quota_share_name,
+            JobRow.status,
+            JobRow.scheduling_priority,
+            JobRow.capacity_unit,
+            JobRow.instance_count,
+            JobRow.preemption_retries_before_termination,
+            JobRow.submitted_at,
         )
-    stops = sorted(stop for record in attempts.values() for stop in record.stops)
-    return HistoryTrace(queue, origin, jobs, job_ids, left_out, [seconds for _, seconds in stops])
+        query = (
+            select(*columns)
+            .where(*self._filters)
+            .order_by(JobRow.submitted_at, JobRow.submit_seq, JobRow.job_id)
+            .execution_options(yield_per=BATCH)
+        )
+        for batch in self._session.execute(query).partitions():
+            attempts = _replay_attempts(self._session, [row.job_id for row in batch], self._filters)
+            for row in batch:
+                if self.origin is None:
+                    self.origin = row.submitted_at
+                record = attempts.get(row.job_id) or _Attempts()
+                self._stops += record.stops
+                final = JobStatus(row.status).is_final
+                if final and not record.granted:
+                    self.left_out += 1
+                    continue
+                name = job_name_for(row.job_id, taken=self._names)
+                self._names.add(name)
+                if self._keep_ids:
+                    self.job_ids[name] = row.job_id
+                self.exported += 1
+                yield TraceJob(
+                    submit_time=(row.submitted_at - self.origin).total_seconds(),
+                    job_name=name,
+                    quota_share_name=row.quota_share_name,
+                    scheduling_priority=record.first_priority
+                    if record.first_priority is not None
+                    else row.scheduling_priority,
+                    capacity_unit=row.capacity_unit,
+                    instance_count=row.instance_count,
+                    duration=record.held_seconds if final else None,
+                    preemption_retries_before_termination=row.preemption_retries_before_termination,
+                )
 
 
 @dataclass(slots=True)
@@ -146,13 +203,24 @@ class _Attempts:
         self.held_since = None
 
 
-def _replay_attempts(session: Session, job_ids: Sequence[str]) -> dict[str, _Attempts]:
+def _replay_attempts(
+    session: Session, job_ids: Sequence[str], exported: Sequence[ColumnElement[bool]]
+) -> dict[str, _Attempts]:
+    """These jobs' attempts, each replayed from its audit rows in the log's order: its own, and the
+    HANDED_OVER rows of its retries (``exported``: the filters of the jobs exported) that took over its
+    capacity."""
     attempts: dict[str, _Attempts] = defaultdict(_Attempts)
-    for row in _audit_rows(session, job_ids):
+    these = set(job_ids)
+    for row in _audit_rows(session, job_ids, exported):
         if row.job_id is None:
             continue
-        record = attempts[row.job_id]
         kind = row.kind
+        if kind == AuditKind.HANDED_OVER.value and row.related_job_id is not None:
+            attempts[row.related_job_id].release(row.at)
+            if row.job_id in these:
+                attempts[row.job_id].hold(row.at)
+            continue
+        record = attempts[row.job_id]
         if kind == AuditKind.GRANTED.value:
             record.hold(row.at)
         elif kind == AuditKind.PREEMPTED.value:
@@ -162,23 +230,40 @@ def _replay_attempts(session: Session, job_ids: Sequence[str]) -> dict[str, _Att
                 record.stops.append((row.at, (row.at - record.preempted_at).total_seconds()))
             record.preempted_at = None
             record.release(row.at)
-        elif kind == AuditKind.HANDED_OVER.value and row.related_job_id is not None:
-            attempts[row.related_job_id].release(row.at)
-            record.hold(row.at)
         elif kind == AuditKind.PRIORITY_CHANGED.value and record.first_priority is None:
             old = (row.details or {}).get("old")
             record.first_priority = old if isinstance(old, int) else None
-    return attempts
+    return {job_id: attempts[job_id] for job_id in job_ids if job_id in attempts}
 
 
-def _audit_rows(session: Session, job_ids: Sequence[str]) -> Iterable[AuditRow]:
-    """The audit rows of these jobs that tell their attempts, in the log's order."""
-    rows: list[AuditRow] = []
+def _audit_rows(
+    session: Session, job_ids: Sequence[str], exported: Sequence[ColumnElement[bool]]
+) -> list[Row[Any]]:
+    """The audit rows that tell these jobs' attempts, in the log's order: their own, and the HANDED_OVER
+    rows of exported jobs (``exported``: their filters) that took over one of these jobs' capacity."""
+    columns = (
+        AuditRow.id,
+        AuditRow.job_id,
+        AuditRow.kind,
+        AuditRow.at,
+        AuditRow.related_job_id,
+        AuditRow.details,
+    )
     kinds = [kind.value for kind in _ATTEMPT_KINDS]
+    rows: list[Row[Any]] = []
     for start in range(0, len(job_ids), CHUNK):
         chunk = job_ids[start : start + CHUNK]
-        rows += session.scalars(select(AuditRow).where(AuditRow.job_id.in_(chunk), AuditRow.kind.in_(kinds)))
-    return sorted(rows, key=lambda row: row.id)
+        rows += session.execute(select(*columns).where(AuditRow.job_id.in_(chunk), AuditRow.kind.in_(kinds)))
+        rows += session.execute(
+            select(*columns)
+            .join(JobRow, JobRow.job_id == AuditRow.job_id)
+            .where(
+                AuditRow.related_job_id.in_(chunk),
+                AuditRow.kind == AuditKind.HANDED_OVER.value,
+                *exported,
+            )
+        )
+    return sorted({row.id: row for row in rows}.values(), key=lambda row: row.id)  # a row found twice once
 
 
 def job_name_for(job_id: str, *, taken: Collection[str] = ()) -> str:
