@@ -14,7 +14,9 @@ or not at all, and a crash anywhere leaves the ledger as the last commit wrote i
 2. Read the task instances deferred on ``QuotaAdmissionTrigger`` with their requests
    (``tasks.waiting_on``: plain columns, no locks).
 3. Per job queue, in a savepoint (a queue whose part raises is rolled back alone, logged and listed in
-   ``CycleReport.failed_queues``; the others go on), read its open jobs' task instances and training job
+   ``CycleReport.failed_queues``; the others go on; a part that met SQLite's "database is locked" is
+   rolled back and tried again after a short pause, ``SQLITE_BUSY_PAUSES``, and logged, as a warning,
+   only when the lock persists), read its open jobs' task instances and training job
    records (at the part's start: what its tasks did while the parts before it ran counts in this cycle),
    and reconcile each open job with its task instance
    (``reconcile.task_outcome``):
@@ -71,6 +73,7 @@ the commit; ``job_ids`` names jobs and leases.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from itertools import compress, repeat
@@ -78,6 +81,7 @@ from operator import attrgetter, is_, itemgetter
 from typing import cast
 
 from sqlalchemy import select, text
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from airflow_quota.allocator.admission import admit, reject, submitted_at_of
@@ -138,31 +142,69 @@ def run_allocation_cycle(
             session.commit()  # the parts before this one
             if not _take_cycle_lock(session):
                 break  # another allocator's cycle runs the rest
-        part = CycleReport(ran_at=now)
-        try:
-            # A savepoint: a failure rolls back this queue's part alone. Its job rows are written in bulk.
-            with session.begin_nested(), job_rows_in_bulk(session):
-                # What the queue's tasks did until its part starts (the parts before it may have committed:
-                # ``commit_each_queue``), and their training jobs. A RUNNABLE job's task is read only when
-                # it is not waiting (``_view_not_waiting``).
-                views = task_views(session, waiting_too=False, job_queue_name=queue_name)
-                records = training_records(session, job_queue_name=queue_name)
-                queue_part = QueuePart(session, now, settings, views, records, part)
-                _allocate_queue(queue_part, queue_name, waiting_by_queue.get(queue_name, []))
-        except Exception as error:  # whatever it was, the other queues go on
-            if settings.kept_queues is not None:
-                settings.kept_queues.pending.pop(queue_name, None)  # rolled back: read whole next time
-            log.exception(
-                "Job queue %s: its part of the allocation cycle failed and was rolled back; "
-                "the other job queues go on, and the next cycle tries it again",
-                queue_name,
-            )
-            report.failed_queues[queue_name] = first_line(error)
-            continue
-        report.add(part)
+        for pause in (*SQLITE_BUSY_PAUSES, None):
+            part = CycleReport(ran_at=now)
+            try:
+                # A savepoint: a failure rolls back this queue's part alone. Its job rows are written in bulk.
+                with session.begin_nested(), job_rows_in_bulk(session):
+                    # What the queue's tasks did until its part starts (the parts before it may have
+                    # committed: ``commit_each_queue``), and their training jobs. A RUNNABLE job's task is
+                    # read only when it is not waiting (``_view_not_waiting``).
+                    views = task_views(session, waiting_too=False, job_queue_name=queue_name)
+                    records = training_records(session, job_queue_name=queue_name)
+                    queue_part = QueuePart(session, now, settings, views, records, part)
+                    _allocate_queue(queue_part, queue_name, waiting_by_queue.get(queue_name, []))
+            except Exception as error:  # whatever it was, the other queues go on
+                if settings.kept_queues is not None:
+                    settings.kept_queues.pending.pop(queue_name, None)  # rolled back: read whole next time
+                if pause is not None and is_sqlite_busy(error):
+                    # Another process holds SQLite's write lock: try the part again in a moment, in a new
+                    # transaction where this one holds nothing but this part (it would wait on itself).
+                    time.sleep(pause)
+                    if commit_each_queue:
+                        session.rollback()
+                        _take_cycle_lock(session)
+                    continue
+                _log_failed_part(queue_name, error)
+                report.failed_queues[queue_name] = first_line(error)
+                break
+            report.add(part)
+            break
     if commit_each_queue:
         session.commit()
     return report
+
+
+#: Pauses (seconds) before a job queue's part that met SQLite's "database is locked" (another process,
+#: the api-server or the triggerer, holds its write lock) is tried again; only when it persists through
+#: them all is it logged, once, as a warning (the next cycle tries again). About a second in all.
+SQLITE_BUSY_PAUSES = (0.05, 0.1, 0.2, 0.4)
+
+
+def is_sqlite_busy(error: BaseException) -> bool:
+    """Whether ``error`` is SQLite's "database is locked" (or "is busy"): another connection holds the
+    write lock; trying again in a moment is all there is to do."""
+    if not isinstance(error, OperationalError):
+        return False
+    message = str(error.orig).lower()
+    return "database is locked" in message or "database is busy" in message
+
+
+def _log_failed_part(queue_name: str, error: Exception) -> None:
+    if is_sqlite_busy(error):
+        log.warning(
+            "Job queue %s: the SQLite database stayed locked by another process through %d tries (%s); "
+            "its part of this allocation cycle was rolled back and the next cycle tries it again",
+            queue_name,
+            len(SQLITE_BUSY_PAUSES) + 1,
+            first_line(error),
+        )
+        return
+    log.exception(
+        "Job queue %s: its part of the allocation cycle failed and was rolled back; "
+        "the other job queues go on, and the next cycle tries it again",
+        queue_name,
+    )
 
 
 def _waiting_by_queue(

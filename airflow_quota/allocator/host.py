@@ -6,7 +6,9 @@ one cycle, each job queue's part committed as it ends (``commit_each_queue``), e
 through Airflow's ``Stats`` and returns the report. A job queue whose part of the cycle fails is rolled
 back alone by the cycle and counted here (``quota.queue.errors``); a cycle that raises is rolled back from
 the part it was in (the parts before it committed), logged, and counted (``quota.cycle.errors``); the
-host goes on.
+host goes on. SQLite's "database is locked" (another process holds its write lock) is no failure: the
+part, or the cycle, is tried again after a short pause (``cycle.SQLITE_BUSY_PAUSES``), and logged, once,
+as a warning only when the lock persists.
 
 Only once the cycle has committed does the host call out of the process: it asks SageMaker to stop the
 training jobs the cycle listed (``request_stops``: victims' and orphans' still running), and keeps the
@@ -44,8 +46,15 @@ from airflow.models.taskinstancekey import TaskInstanceKey
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from airflow_quota.allocator.cycle import CycleReport, request_stops, run_allocation_cycle
+from airflow_quota.allocator.cycle import (
+    SQLITE_BUSY_PAUSES,
+    CycleReport,
+    is_sqlite_busy,
+    request_stops,
+    run_allocation_cycle,
+)
 from airflow_quota.allocator.kept_state import KeptQueues
+from airflow_quota.allocator.report import first_line
 from airflow_quota.allocator.settings import CycleSettings
 from airflow_quota.allocator.stops import StoppedTrainingJobs
 from airflow_quota.allocator.tasks import scheduled_task_keys
@@ -155,17 +164,30 @@ def run_cycle(settings: CycleSettings | None = None) -> CycleReport | None:
     settings = settings or cycle_settings()
     started = time.monotonic()
     kept = settings.kept_queues
-    try:
-        with Session(bind=engine, expire_on_commit=False) as session:
-            report = run_allocation_cycle(session, datetime.now(UTC), settings, commit_each_queue=True)
-    except Exception:
-        if kept is not None:
-            kept.forget()  # rolled back, or its commit's outcome unknown: the next cycle reads everything
-        log.exception(
-            "Quota allocation cycle failed; its uncommitted part was rolled back and will run again"
-        )
-        Stats.incr("quota.cycle.errors")
-        return None
+    for pause in (*SQLITE_BUSY_PAUSES, None):
+        try:
+            with Session(bind=engine, expire_on_commit=False) as session:
+                report = run_allocation_cycle(session, datetime.now(UTC), settings, commit_each_queue=True)
+        except Exception as error:
+            if kept is not None:
+                kept.forget()  # rolled back, or its commit's outcome unknown: the next cycle reads everything
+            if pause is not None and is_sqlite_busy(error):  # SQLite's write lock held elsewhere: once more
+                time.sleep(pause)
+                continue
+            if is_sqlite_busy(error):
+                log.warning(
+                    "Quota allocation cycle: the SQLite database stayed locked by another process through "
+                    "%d tries (%s); its uncommitted part was rolled back and will run again",
+                    len(SQLITE_BUSY_PAUSES) + 1,
+                    first_line(error),
+                )
+            else:
+                log.exception(
+                    "Quota allocation cycle failed; its uncommitted part was rolled back and will run again"
+                )
+            Stats.incr("quota.cycle.errors")
+            return None
+        break
     if kept is not None and not report.skipped:
         kept.committed()
     emit_metrics(report, time.monotonic() - started)
