@@ -567,7 +567,11 @@ class _Cycle:
         self._set_job(reserving)
         self.usage.reserve(reserving)
         changed = {preemptor.share_name} | {victim.share_name for victim in choice.victims}
-        pool_grew = self.usage.overdraft(preemptor.unit) < overdraft_before
+        # Less borrowed once the victims stop, or spare units of theirs to promise: any share's failed
+        # searches on the unit may succeed now.
+        pool_grew = self.usage.overdraft(preemptor.unit) < overdraft_before or any(
+            self.usage.spare_units.get(victim_id) for victim_id in victim_ids
+        )
         self._decided(
             Preemption(preemptor.job_id, victim_ids, choice.rule, preemptor.unit), changed, pool_grew
         )

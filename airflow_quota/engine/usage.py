@@ -93,8 +93,9 @@ def allocate_claims(
     """How the units of the jobs being stopped (``stopping``, by job id) go to the reservations awaiting
     them, and the units of each stop nobody takes (its spare units).
 
-    A victim's units go first to the preemptor it is being stopped for, then, in submission order, to the
-    other reservations awaiting it (jobs promised its spare units); each reservation takes from its own
+    A victim's units go first to the preemptor it is being stopped for (which waits for every victim it
+    chose, counted with 0 units where it needs none of theirs), then, in submission order, to the other
+    reservations awaiting it (jobs promised its spare units); each reservation takes from its own
     share's stops first, then by job id, never more than its count. A reservation that awaits a job no
     longer being stopped (or stopping for another preemptor, with nothing spare) gets nothing from it.
     """
@@ -102,13 +103,15 @@ def allocate_claims(
     ordered = sorted(reservations, key=_SUBMISSION)
     claims: Claims = {job.job_id: {} for job in ordered}
 
-    def take(reservation: Job, stop_ids: list[str]) -> None:
+    def take(reservation: Job, stop_ids: list[str], *, own_victims: bool) -> None:
         taken = claims[reservation.job_id]
         need = reservation.request.instance_count - sum(taken.values())
         share_name = reservation.request.quota_share_name
         for stop_id in sorted(stop_ids, key=lambda each: (stopping[each].share_name != share_name, each)):
             units = min(need, left[stop_id])
-            if units > 0:
+            # A preemptor waits for every victim it chose, even one it needs no unit of (the queue
+            # may have shrunk since): it is listed with 0 units.
+            if units > 0 or own_victims:
                 taken[stop_id] = taken.get(stop_id, 0) + units
                 left[stop_id] -= units
                 need -= units
@@ -119,7 +122,7 @@ def allocate_claims(
             for stop_id in reservation.awaiting_victims
             if stop_id in stopping and stopping[stop_id].preempted_by == reservation.job_id
         ]
-        take(reservation, victims)
+        take(reservation, victims, own_victims=True)
     for reservation in ordered:  # then spare units, in submission order
         others = [
             stop_id
@@ -129,7 +132,7 @@ def allocate_claims(
             and stopping[stop_id].request.capacity_unit == reservation.request.capacity_unit
         ]
         if others:
-            take(reservation, others)
+            take(reservation, others, own_victims=False)
     return claims, left
 
 
@@ -280,11 +283,13 @@ class Usage:
         if share is None or unit not in share.capacity_limits:
             return False
         own, physical, leaving = claim
+        occupancy, capacity = self.occupancy.get(unit, 0), self.queue.capacity.get(unit, 0)
+        if occupancy - physical + count > capacity:  # (the stops' units free for it, and it)
+            return False
         from_idle = count - physical
-        if from_idle > 0:
-            kept = 0 if share.strategy is SharingStrategy.RESERVE else self.reserve_free.get(unit, 0)
-            if self.occupancy.get(unit, 0) + from_idle + kept > self.queue.capacity.get(unit, 0):
-                return False
+        kept = self.reserve_free.get(unit, 0) if share.strategy is not SharingStrategy.RESERVE else 0
+        if from_idle > 0 and occupancy + from_idle + kept > capacity:  # RESERVE shares' free units stay idle
+            return False
         held = self.share_usage.get((share_name, unit), 0) + count - (own if own < count else count)
         if within_own_limit and held > share.capacity_limits[unit]:
             return False

@@ -267,8 +267,9 @@ def is_stopping(job: Job | None) -> bool:
 
 def reference_claims(jobs: Mapping[str, Job]) -> dict[str, dict[str, int]]:
     """Per reservation, the units each stop under way gives it: a victim's units go first to the preemptor
-    it is stopped for, then, reservations in submission order, to the others awaiting it (their own share's
-    stops first, then by job id); never more than the reservation's count."""
+    it is stopped for (which awaits each of its victims, with 0 units where it needs none), then,
+    reservations in submission order, to the others awaiting it (their own share's stops first, then by
+    job id); never more than the reservation's count."""
     left = {job_id: job.count for job_id, job in jobs.items() if is_stopping(job)}
     reservations = sorted(
         (job for job in jobs.values() if job.holds_reservation), key=lambda job: (job.submitted, job.job_id)
@@ -287,7 +288,7 @@ def reference_claims(jobs: Mapping[str, Job]) -> dict[str, dict[str, int]]:
             need = job.count - sum(claims[job.job_id].values())
             for stop in stops:
                 units = min(need, left[stop.job_id])
-                if units > 0:
+                if units > 0 or first:  # a preemptor waits for each of its victims
                     claims[job.job_id][stop.job_id] = claims[job.job_id].get(stop.job_id, 0) + units
                     left[stop.job_id] -= units
                     need -= units
@@ -411,11 +412,13 @@ def reference_fits(
     covered = sum(units for _, units in given)
     own_covered = sum(units for stop, units in given if stop.share_name == share.name)
     usage = counted_usage(jobs)
+    held, capacity = physical_held(jobs)[unit], queue.capacity.get(unit, 0)
+    if held - covered + job.count > capacity:
+        return False
     from_idle = job.count - covered
-    if from_idle > 0:
-        kept = 0 if share.strategy is SharingStrategy.RESERVE else reserve_free(queue, usage, unit)
-        if physical_held(jobs)[unit] + from_idle + kept > queue.capacity.get(unit, 0):
-            return False
+    kept = reserve_free(queue, usage, unit) if share.strategy is not SharingStrategy.RESERVE else 0
+    if from_idle > 0 and held + from_idle + kept > capacity:
+        return False
     new_usage = usage[(share.name, unit)] + job.count - min(job.count, own_covered)
     if within_own_limit and new_usage > share.own_limit(unit):
         return False
@@ -455,7 +458,8 @@ class Snapshot:
     active: Counter[str]
     usage: Usages
     overdraft: dict[str, int]
-    #: Per unit, RESERVE shares' free units not idle (> 0: someone else holds RESERVE capacity).
+    #: Per unit, RESERVE shares' free units less the idle ones (> 0: someone else holds RESERVE
+    #: capacity; a queue held beyond its capacity counts its overdraw too).
     reserve_shortfall: dict[str, int]
 
     @staticmethod
@@ -469,7 +473,7 @@ class Snapshot:
             usage,
             {unit: overdraft(queue, future, unit) for unit in queue.capacity},
             {
-                unit: reserve_free(queue, usage, unit) - max(0, capacity - physical[unit])
+                unit: reserve_free(queue, usage, unit) - (capacity - physical[unit])
                 for unit, capacity in queue.capacity.items()
             },
         )
@@ -1006,8 +1010,9 @@ class Run:
         state = plan.state
         preemptor = state.jobs[decision.preemptor_id]
         assert preemptor.holds_reservation, f"(g) {decision}: preemptor holds no reservation after the cycle"
-        for victim in stopping_for(state.jobs, preemptor):
-            state = complete_stop(state, victim.job_id)
+        for stop_id in sorted(preemptor.awaiting_victims):  # its victims and the stops it took spare units of
+            if is_stopping(state.jobs.get(stop_id)):
+                state = complete_stop(state, stop_id)
         where = f"after the victims of {decision} stop"
         assert self.snapshot is not None
         check_amounts(state.queue, self.snapshot, Snapshot.of(state.queue, state.jobs), where)
