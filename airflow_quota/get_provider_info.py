@@ -74,6 +74,25 @@ def get_provider_info() -> dict[str, Any]:
             "AWS Batch-style GPU quota management: quota shares, lending, borrowing and preemption."
         ),
         "versions": ["0.3.0", "0.2.0", "0.1.0"],
+        "integrations": [
+            {
+                "integration-name": "AWS Batch service jobs (airflow-quota)",
+                "external-doc-url": "https://docs.aws.amazon.com/batch/latest/userguide/service-jobs.html",
+                "tags": ["aws"],
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": "AWS Batch service jobs (airflow-quota)",
+                "python-modules": ["airflow_quota.hooks.batch_service_job"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "AWS Batch service jobs (airflow-quota)",
+                "python-modules": ["airflow_quota.triggers.batch_service_job"],
+            }
+        ],
         "cli": ["airflow_quota.cli.definition.get_quota_cli_commands"],
         "db-managers": ["airflow_quota.ledger.db.QuotaDBManager"],
         "extra-links": [

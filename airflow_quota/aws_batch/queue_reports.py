@@ -43,11 +43,11 @@ def aws_scheduled_queues(session: Session, job_queue_name: str | None = None) ->
 
 
 def batch_client(aws_conn_id: str | None = "aws_default", config: Any = None) -> Any:
-    """A boto3 Batch client of the Airflow AWS connection ``aws_conn_id`` (the provider's Batch hook), with
-    ``config`` (a botocore ``Config``: timeouts, retries) when given."""
-    from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
+    """A boto3 Batch client of the Airflow AWS connection ``aws_conn_id`` (``BatchServiceJobHook``), with
+    ``config`` (a botocore ``Config`` or its dict: timeouts, retries) when given."""
+    from airflow_quota.hooks.batch_service_job import BatchServiceJobHook
 
-    return BatchClientHook(aws_conn_id=aws_conn_id, config=config).conn
+    return BatchServiceJobHook(aws_conn_id=aws_conn_id, config=config).conn
 
 
 def queue_snapshot_from_aws(

@@ -152,25 +152,16 @@ def _named(
 
 def _named_in(client: Any, job_queue_name: str, job_name: str, statuses: Collection[str]) -> list[str]:
     """The ids of the queue's service jobs named ``job_name`` in ``statuses`` (none when AWS has no such
-    queue)."""
-    found = []
-    for status in statuses:
-        try:
-            answer = client.list_service_jobs(
-                jobQueue=job_queue_name,
-                jobStatus=status,
-                filters=[{"name": "JOB_NAME", "values": [job_name]}],
-            )
-        except ClientError as error:
-            if _not_found(error):
-                return []
-            raise
-        found += [
-            str(job["jobId"])
-            for job in answer.get("jobSummaryList", [])
-            if job.get("jobName") == job_name and job.get("status") == status
-        ]
-    return found
+    queue): one ListServiceJobs filtered by ``JOB_NAME`` alone, every page (AWS ignores ``jobStatus``
+    beside that filter, and matches it case-insensitively: both are checked here)."""
+    from airflow_quota.hooks.batch_service_job import service_jobs_named
+
+    try:
+        return [str(job["jobId"]) for job in service_jobs_named(client, job_queue_name, job_name, statuses)]
+    except ClientError as error:
+        if _not_found(error):
+            return []
+        raise
 
 
 def _describe(client: Any, job_id: str) -> dict[str, Any] | None:

@@ -11,11 +11,14 @@ when 0, ``preemptionConfiguration``, a timeout and tags) and waits deferred on `
 Re-attaching: the service job's ``clientToken`` is ``<task key>-s<generation>``, the same for every try of
 the task instance, so a try that crashed after its SubmitServiceJob and its retry name one job. The
 generation moves on only when the caller knows that job ended (a retry after a failed training job must
-submit a new one); ``ServiceJobs.submit`` answers whether it found an existing job. AWS documents that of
+submit a new one); ``BatchServiceJobHook.submit`` (``hooks/batch_service_job.py``) answers whether it found
+an existing job. AWS documents that of
 two identical requests with one ``clientToken`` "the second request is rejected" (botocore's model of
 SubmitServiceJob), not that it answers the first job: so a ``ClientException`` from SubmitServiceJob is
 followed by a look for the job the token submitted (ListServiceJobs by ``jobName``, then the job whose
-``airflow-quota:client-token`` tag is this token), which is re-attached to; with none, the error stands.
+``airflow-quota:client-token`` tag is this token, for a while: a List answer may lag the submission),
+which is re-attached to; with none, the error stands. Every AWS Batch call goes through the hook, with the
+task's connection, region, ``verify`` and ``botocore_config``, in the worker and in the trigger.
 
 ``BatchBackend`` is the strategy the operator calls: ``prepare`` (the SageMaker strategy's: a request
 dict, a ``ModelTrainer`` or a factory), ``launch`` (submit, or re-attach to the job the task's store
@@ -31,7 +34,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from botocore.exceptions import ClientError
 from botocore.validate import ParamValidator
 
 from airflow_quota.aws_batch.botocore_model import batch_model
@@ -42,6 +44,11 @@ from airflow_quota.backends.sagemaker import (
     build_request,
     checkpoint_s3_uri,
     quota_tags,
+)
+from airflow_quota.hooks.batch_service_job import (
+    CLIENT_TOKEN_TAG,
+    FINAL_STATUSES,
+    BatchServiceJobHook,
 )
 from airflow_quota.operators.backend import task_identity
 from airflow_quota.operators.task_store import read_document
@@ -60,15 +67,27 @@ SCHEDULER_EVENT_KEY: Final = "scheduler"
 AWS_BATCH: Final = "AWS_BATCH"
 #: XCom key of the task's service job (its id and ARN), pushed once it is submitted.
 SERVICE_JOB_XCOM_KEY: Final = "quota_service_job"
-#: Service-job statuses after which nothing changes.
-FINAL_STATUSES: Final = frozenset({"SUCCEEDED", "FAILED"})
 #: ``task_state_store`` key of the task's service job: ``{"job_id", "generation"}`` (kept across tries).
 SERVICE_JOB_KEY = "quota.service_job"
 #: SubmitServiceJob ``tags`` holds at most 50.
 _MAX_SERVICE_JOB_TAGS: Final = 50
-#: The service job's tag holding its ``clientToken`` (DescribeServiceJob shows tags, not the token): how a
-#: retry finds the job a rejected repeat of its request submitted.
-CLIENT_TOKEN_TAG: Final = f"{TAG_PREFIX}client-token"
+#: The ``retryStrategy`` AWS's own SDK sends by default (``sagemaker.train.aws_batch.constants.
+#: DEFAULT_SAGEMAKER_TRAINING_RETRY_CONFIG``, sagemaker 3.27.0, copied: the SDK is not a dependency): RETRY
+#: when SageMaker reports its internal error, EXIT on anything else. ``attempts`` counts the times the job
+#: may be put in RUNNABLE, the first included (AWS Batch's user guide), so with 1 the RETRY rule has no
+#: further attempt to give: a task that wants SageMaker's internal errors retried by AWS Batch passes
+#: ``retry_strategy={"attempts": 3, ...}``. Insufficient capacity is retried by AWS Batch whatever this says.
+DEFAULT_RETRY_STRATEGY: Final[Mapping[str, Any]] = {
+    "attempts": 1,
+    "evaluateOnExit": [
+        {
+            "action": "RETRY",
+            "onStatusReason": "Received status from SageMaker:InternalServerError: "
+            "We encountered an internal error. Please try again.",
+        },
+        {"action": "EXIT", "onStatusReason": "*"},
+    ],
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +101,8 @@ class ServiceJobSpec:
     #: ``timeoutConfig.attemptDurationSeconds`` (None: not sent, AWS Batch defers to the training job's
     #: own ``StoppingCondition``).
     attempt_duration_seconds: int | None = None
+    #: ``retryStrategy`` (None: ``DEFAULT_RETRY_STRATEGY``, what AWS's SDK sends).
+    retry_strategy: Mapping[str, Any] | None = None
 
 
 def client_token(identity: TaskIdentity, generation: int = 0) -> str:
@@ -96,7 +117,7 @@ def service_job_request(
 
     The payload's ``TrainingJobName`` is the task key (AWS Batch names each attempt's training job from
     it), and its ``CheckpointConfig.S3Uri`` the task's checkpoint prefix, shared by every attempt and try.
-    Airflow's retries handle a failed job, so AWS Batch retries none (``retryStrategy.attempts: 1``).
+    ``retryStrategy`` is the spec's, else what AWS's SDK sends (``DEFAULT_RETRY_STRATEGY``).
     """
     tags = service_job_tags(identity, spec)
     payload = build_request(
@@ -113,7 +134,7 @@ def service_job_request(
         "serviceRequestPayload": json.dumps(payload, sort_keys=True),
         "quotaShareName": spec.quota_share_name,
         "schedulingPriority": spec.scheduling_priority,  # sent when 0 too: 0 is a priority
-        "retryStrategy": {"attempts": 1},
+        "retryStrategy": _plain(spec.retry_strategy or DEFAULT_RETRY_STRATEGY),
         "tags": {**tags, CLIENT_TOKEN_TAG: token},
         "clientToken": token,
     }
@@ -129,6 +150,15 @@ def service_job_request(
     return request
 
 
+def _plain(value: Any) -> Any:
+    """``value`` as plain dicts and lists (a template may render a mapping of another type)."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
 def service_job_tags(identity: TaskIdentity, spec: ServiceJobSpec) -> dict[str, str]:
     """The task's quota tags (queue, share, DAG, run, task, map index) without a lease or attempt (AWS
     Batch, not our allocator, hands out the capacity) and without the try: every try of the task instance
@@ -136,7 +166,8 @@ def service_job_tags(identity: TaskIdentity, spec: ServiceJobSpec) -> dict[str, 
     tags = quota_tags(
         identity, job_queue=spec.job_queue, quota_share_name=spec.quota_share_name, attempt=0, lease_id=""
     )
-    per_grant = {f"{TAG_PREFIX}{key}" for key in ("attempt", "lease-id", "try-number")}
+    # Per try or per grant (a try's task instance id too): left out, so every try sends one request.
+    per_grant = {f"{TAG_PREFIX}{key}" for key in ("attempt", "lease-id", "try-number", "ti-id")}
     return {key: value for key, value in tags.items() if key not in per_grant}
 
 
@@ -148,100 +179,6 @@ def request_problems(request: Mapping[str, Any]) -> list[str]:
     if len(request.get("tags") or {}) > _MAX_SERVICE_JOB_TAGS:
         problems.append(f"tags: SubmitServiceJob takes at most {_MAX_SERVICE_JOB_TAGS} tags")
     return [problem.strip() for problem in problems]
-
-
-class ServiceJobs:
-    """AWS Batch service jobs of one AWS connection and region, through the amazon provider's Batch hook."""
-
-    def __init__(self, aws_conn_id: str | None = "aws_default", region_name: str | None = None) -> None:
-        self.aws_conn_id = aws_conn_id
-        self.region_name = region_name
-        self._hook: Any = None
-
-    @property
-    def client(self) -> Any:
-        """The hook's boto3 Batch client (the hook is built on first use: it reads the connection)."""
-        if self._hook is None:
-            from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
-
-            self._hook = BatchClientHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
-        return self._hook.conn
-
-    def submit(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
-        """SubmitServiceJob; returns the job's description and whether this call created it (False: the
-        ``clientToken`` named a job submitted before, which is re-attached to, whether AWS answered that
-        job or rejected the repeat)."""
-        known = {job["jobId"] for job in self._jobs_named(str(request["jobName"]), str(request["jobQueue"]))}
-        try:
-            answer = self.client.submit_service_job(**request)
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") != "ClientException":
-                raise
-            submitted = self._job_of_token(request)
-            if submitted is None:
-                raise
-            return submitted, False
-        return self.describe(str(answer["jobId"])), answer["jobId"] not in known
-
-    def _job_of_token(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The description of the job an earlier SubmitServiceJob with this request's ``clientToken``
-        created (its ``CLIENT_TOKEN_TAG``), looked for among the jobs of its name; None when none is."""
-        token = request.get("clientToken")
-        if not token:
-            return None
-        for summary in self._jobs_named(str(request["jobName"]), str(request["jobQueue"])):
-            described = self.describe(str(summary["jobId"]))
-            if (described.get("tags") or {}).get(CLIENT_TOKEN_TAG) == token:
-                return described
-        return None
-
-    def describe(self, job_id: str) -> dict[str, Any]:
-        answer = dict(self.client.describe_service_job(jobId=job_id))
-        answer.pop("ResponseMetadata", None)
-        return answer
-
-    def terminate(self, job_id: str, reason: str) -> None:
-        """TerminateServiceJob (a job already ended is left as it is)."""
-        self.client.terminate_service_job(jobId=job_id, reason=reason)
-
-    def update_priority(self, job_id: str, scheduling_priority: int) -> None:
-        self.client.update_service_job(jobId=job_id, schedulingPriority=scheduling_priority)
-
-    def _jobs_named(self, job_name: str, job_queue: str) -> list[dict[str, Any]]:
-        """ListServiceJobs' summaries of the jobs of this name in the queue, whatever their status (a
-        filter lists every status), every page."""
-        query: dict[str, Any] = {
-            "jobQueue": job_queue,
-            "filters": [{"name": "JOB_NAME", "values": [job_name]}],
-        }
-        jobs: list[dict[str, Any]] = []
-        while True:
-            answer = self.client.list_service_jobs(**query)
-            jobs += answer.get("jobSummaryList", [])
-            if not answer.get("nextToken"):
-                return jobs
-            query["nextToken"] = answer["nextToken"]
-
-
-def preemptions_of(description: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Each preempted attempt a DescribeServiceJob answer lists: its training job ARN, when it started and
-    stopped (epoch milliseconds) and why."""
-    summary = description.get("preemptionSummary") or {}
-    return [
-        {
-            "training_job_arn": (attempt.get("serviceResourceId") or {}).get("value"),
-            "started_at": attempt.get("startedAt"),
-            "stopped_at": attempt.get("stoppedAt"),
-            "status_reason": attempt.get("statusReason"),
-        }
-        for attempt in summary.get("recentPreemptedAttempts", [])
-    ]
-
-
-def latest_training_job_arn(description: Mapping[str, Any]) -> str | None:
-    latest = (description.get("latestAttempt") or {}).get("serviceResourceId") or {}
-    value = latest.get("value")
-    return str(value) if value else None
 
 
 class BatchBackend:
@@ -257,14 +194,20 @@ class BatchBackend:
         poll_interval: float,
         settle_seconds: float,
         log: TaskLog,
+        verify: bool | str | None = None,
+        botocore_config: dict[str, Any] | None = None,
     ) -> None:
         self.sagemaker = sagemaker
         self.aws_conn_id = aws_conn_id
         self.region_name = region_name
+        self.verify = verify
+        self.botocore_config = botocore_config
         self.poll_interval = poll_interval
         self.settle_seconds = settle_seconds
         self.log = log
-        self.jobs = ServiceJobs(aws_conn_id, region_name)
+        self.jobs = BatchServiceJobHook(
+            aws_conn_id=aws_conn_id, region_name=region_name, verify=verify, config=botocore_config
+        )
 
     def prepare(self, config: TrainingJobConfig, context: Context) -> PreparedRequest:
         """The CreateTrainingJob request, rendered and validated as the SageMaker strategy does."""
@@ -304,6 +247,7 @@ class BatchBackend:
         return described
 
     def monitor(self, job_id: str) -> BatchServiceJobTrigger:
+        """The trigger to defer on: the task's connection, region, ``verify`` and ``botocore_config``."""
         from airflow_quota.triggers.batch_service_job import BatchServiceJobTrigger
 
         settle = timedelta(seconds=self.settle_seconds)
@@ -311,6 +255,8 @@ class BatchBackend:
             job_id=job_id,
             aws_conn_id=self.aws_conn_id,
             region_name=self.region_name,
+            verify=self.verify,
+            botocore_config=self.botocore_config,
             poll_interval=self.poll_interval,
             not_before=(datetime.now(UTC) + settle).isoformat(),
         )

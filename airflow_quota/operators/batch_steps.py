@@ -13,14 +13,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_quota.hooks.batch_service_job import latest_training_job_arn
 from airflow_quota.operators.admission_steps import AdmissionSteps
 from airflow_quota.operators.arguments import attempt_seconds
-from airflow_quota.operators.batch_backend import (
-    SERVICE_JOB_XCOM_KEY,
-    BatchBackend,
-    ServiceJobSpec,
-    latest_training_job_arn,
-)
+from airflow_quota.operators.batch_backend import SERVICE_JOB_XCOM_KEY, BatchBackend, ServiceJobSpec
 from airflow_quota.operators.links import TRAINING_JOB_XCOM_KEY, SageMakerTrainingJobLink
 from airflow_quota.operators.sagemaker_backend import SageMakerBackend
 
@@ -29,7 +25,16 @@ if TYPE_CHECKING:
 
 
 class BatchSteps(AdmissionSteps):
-    """The steps of a job AWS Batch schedules: one service job per task instance, followed to its end."""
+    """The steps of a job AWS Batch schedules: one service job per task instance, followed to its end.
+
+    ``retry_strategy``: the service job's ``retryStrategy`` (``{attempts, evaluateOnExit}``, as
+    SubmitServiceJob takes it); None (default): what AWS's SDK sends
+    (``batch_backend.DEFAULT_RETRY_STRATEGY``). Not used on a queue our allocator schedules.
+    """
+
+    def __init__(self, *, retry_strategy: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.retry_strategy = retry_strategy
 
     def _submit_service_job(self, context: Context) -> NoReturn:
         """The job queue is AWS Batch's: submit (or re-attach to) the task's service job, wait on it."""
@@ -48,6 +53,7 @@ class BatchSteps(AdmissionSteps):
             self.preemption_retries_before_termination,
             # Checked with the other arguments (``_prepare``): None only when not given.
             attempt_seconds(self.attempt_timeout),
+            self.retry_strategy,
         )
         job = batch.launch(context, prepared, spec)
         self._current_service_job = str(job["jobId"])
@@ -76,4 +82,6 @@ class BatchSteps(AdmissionSteps):
             poll_interval=self.poll_interval,
             settle_seconds=self.settle_seconds,
             log=self.log,
+            verify=self.verify,
+            botocore_config=self.botocore_config,
         )

@@ -8,7 +8,8 @@ defers: Airflow 3.3 fails a task resumed before the executor has reported the wo
 A job that ends within seconds, or one that is re-attached to after it ended, would hit it.
 
 A subclass names the keyword argument its job goes by (``job_key``), which ``serialize`` writes beside the
-others: a deferred task's row in the metadata DB holds these kwargs, so they never change.
+others: a deferred task's row in the metadata DB holds these kwargs, so they never change (``verify`` and
+``botocore_config``, the task's, reach the trigger's AWS client and are written only when given).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ class AwsJobSettings(TypedDict, total=False):
 
     aws_conn_id: str | None
     region_name: str | None
+    verify: bool | str | None
+    botocore_config: dict[str, Any] | None
     poll_interval: float
     not_before: str | None
 
@@ -43,12 +46,16 @@ class AwsJobTrigger(BaseTrigger):
         *,
         aws_conn_id: str | None = "aws_default",
         region_name: str | None = None,
+        verify: bool | str | None = None,
+        botocore_config: dict[str, Any] | None = None,
         poll_interval: float = 30.0,
         not_before: str | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # BaseTrigger.__init__ is untyped
         self.aws_conn_id = aws_conn_id
         self.region_name = region_name
+        self.verify = verify
+        self.botocore_config = botocore_config
         self.poll_interval = poll_interval
         self.not_before = not_before
 
@@ -57,16 +64,20 @@ class AwsJobTrigger(BaseTrigger):
         return str(getattr(self, self.job_key))
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                self.job_key: self.job,
-                "aws_conn_id": self.aws_conn_id,
-                "region_name": self.region_name,
-                "poll_interval": self.poll_interval,
-                "not_before": self.not_before,
-            },
-        )
+        kwargs: dict[str, Any] = {
+            self.job_key: self.job,
+            "aws_conn_id": self.aws_conn_id,
+            "region_name": self.region_name,
+            "poll_interval": self.poll_interval,
+            "not_before": self.not_before,
+        }
+        # Written only when given, so the kwargs of a trigger without them stay as rows in a live metadata
+        # DB hold them (a row without them reads as None: the connection's own).
+        if self.verify is not None:
+            kwargs["verify"] = self.verify
+        if self.botocore_config is not None:
+            kwargs["botocore_config"] = self.botocore_config
+        return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
 
     async def _settle(self) -> None:
         """Wait until ``not_before`` (ISO 8601), if it is still ahead."""

@@ -10,8 +10,9 @@ cleared, the triggerer cancels the trigger and calls ``on_kill``, which terminat
 
 An event is never fired sooner than ``not_before`` (``AwsJobTrigger``, ``triggers/aws_job.py``, says why).
 
-Calls go through the amazon provider's sync Batch hook in a worker thread (``asyncio.to_thread``), so
-the triggerer's event loop never blocks.
+Calls go through ``BatchServiceJobHook`` (``hooks/batch_service_job.py``, an ``AwsBaseHook``: the task's
+connection, region, ``verify`` and ``botocore_config``) in a worker thread (``asyncio.to_thread``), so the
+triggerer's event loop never blocks.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from typing import Any, Unpack
 
 from airflow.triggers.base import TriggerEvent
 
-from airflow_quota.operators.batch_backend import (
+from airflow_quota.hooks.batch_service_job import (
     FINAL_STATUSES,
-    ServiceJobs,
+    BatchServiceJobHook,
     latest_training_job_arn,
     preemptions_of,
 )
@@ -50,8 +51,13 @@ class BatchServiceJobTrigger(AwsJobTrigger):
         super().__init__(**settings)
         self.job_id = job_id
 
-    def _jobs(self) -> ServiceJobs:
-        return ServiceJobs(self.aws_conn_id, self.region_name)
+    def _jobs(self) -> BatchServiceJobHook:
+        return BatchServiceJobHook(
+            aws_conn_id=self.aws_conn_id,
+            region_name=self.region_name,
+            verify=self.verify,
+            config=self.botocore_config,
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         jobs = self._jobs()

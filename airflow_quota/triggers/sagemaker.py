@@ -47,7 +47,9 @@ class SageMakerTrainingJobTrigger(AwsJobTrigger):
         self.training_job_name = training_job_name
 
     def _jobs(self) -> SageMakerTrainingJobs:
-        return SageMakerTrainingJobs(self.aws_conn_id, self.region_name)
+        return SageMakerTrainingJobs(
+            self.aws_conn_id, self.region_name, verify=self.verify, botocore_config=self.botocore_config
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         jobs = self._jobs()

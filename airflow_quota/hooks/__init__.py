@@ -1,0 +1,1 @@
+"""Hooks of airflow-quota (in the amazon provider's style: ``AwsBaseHook`` subclasses)."""
