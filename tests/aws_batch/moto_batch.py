@@ -10,15 +10,17 @@ process that hosts the server, these operations of botocore's ``batch`` model:
   DescribeSchedulingPolicies and DescribeJobQueues answer both); TagResource and ListTagsForResource of
   these resources (the tags their Describe* answers show);
 * CreateQuotaShare, UpdateQuotaShare, DescribeQuotaShare, ListQuotaShares;
-* SubmitServiceJob (``clientToken``: the same request again answers the same job, except in
-  ``REJECTING_REGION``, whose emulator rejects it as AWS's documentation says: ``service_jobs``),
+* SubmitServiceJob (``clientToken``: the same request again is rejected, as AWS's documentation says,
+  except in ``REPLAYING_REGION``, whose emulator answers the first job: ``service_jobs``),
   DescribeServiceJob, ListServiceJobs, UpdateServiceJob, TerminateServiceJob(s), GetJobQueueSnapshot,
 
 scheduled by our engine (``service_jobs``): each attempt is a training job of the emulated SageMaker of
 the same server, stopped when preempted. One route is the tests' own, not AWS's: ``POST
 /v1/emulatorsettings`` ``{"accountId", "region", "prefix", "behaviour": {"invisibleSeconds",
-"creatingSeconds", "updatingSeconds", "invalidReason", "refuse": {operation: message}}}`` makes the
-resources of a name prefix behave so (``batch_resources.Behaviour``; ``conftest.emulator_behaviour``).
+"creatingSeconds", "updatingSeconds", "invalidReason", "refuse": {operation: message}, "serviceJobs":
+{...}}}`` makes the resources of a name prefix behave so (``batch_resources.Behaviour``), and the service
+jobs of its job queues (``service_jobs.JobBehaviour``: List lag, page size, throttling and server errors,
+SUBMITTED/PENDING/SCHEDULED, insufficient capacity; ``conftest.emulator_behaviour``).
 ``python -m tests.aws_batch.moto_batch`` starts the server with both emulators
 (``tests.sagemaker.moto_process`` runs it); it prints ``PORT <n>`` once it serves.
 """
@@ -40,8 +42,8 @@ from moto.core.exceptions import ServiceException
 from moto.sagemaker.models import sagemaker_backends
 
 from tests.aws_batch.batch_resources import BatchClientError, BatchResources, Behaviour
-from tests.aws_batch.regions import REJECTING_REGION
-from tests.aws_batch.service_jobs import ServiceJobs
+from tests.aws_batch.regions import REPLAYING_REGION
+from tests.aws_batch.service_jobs import JobBehaviour, ServiceJobs, TransientError
 from tests.sagemaker import moto_sagemaker
 
 _LOCK = threading.RLock()
@@ -121,27 +123,38 @@ def emulator(account_id: str, region: str) -> ServiceJobs:
         _EMULATORS[key] = ServiceJobs(
             BatchResources(account_id, region),
             MotoTrainingJobs(account_id, region),
-            repeated_client_token="REJECT" if region == REJECTING_REGION else "REPLAY",
+            repeated_client_token="REPLAY" if region == REPLAYING_REGION else "REJECT",
         )
     return _EMULATORS[key]
 
 
 def _serves(
     handler: Callable[[Any, ServiceJobs, dict[str, Any], float], dict[str, Any]],
-) -> Callable[[Any], str]:
+) -> Callable[[Any], Any]:
     """A BatchResponse method: parse the body, tick the scheduler, answer JSON; a ``BatchClientError``
-    becomes AWS's ``ClientException``."""
+    becomes AWS's ``ClientException``, a ``TransientError`` (throttling, a server error on request) its own
+    status and code."""
 
-    def method(response: Any) -> str:
+    operation = _OPERATION_NAMES.get(handler.__name__.lstrip("_").replace("_", ""), "")
+
+    def method(response: Any) -> str | tuple[int, dict[str, str], str]:
         body = json.loads(response.body or "{}")
         now = time.time()
         with _LOCK:
             jobs = emulator(response.current_account, response.region)
             try:
+                jobs.check_transient(operation, body)
                 jobs.tick(now)
                 return json.dumps(handler(response, jobs, body, now))
             except BatchClientError as error:
                 raise ClientException(str(error)) from None
+            except TransientError as error:
+                headers = {
+                    "status": str(error.status),  # moto reads the status from the headers
+                    "x-amzn-ErrorType": error.code,
+                    "Content-Type": "application/json",
+                }
+                return error.status, headers, json.dumps({"__type": error.code, "message": str(error)})
 
     method.__name__ = handler.__name__
     return method
@@ -195,7 +208,7 @@ def _describe_service_job(_: Any, jobs: ServiceJobs, body: dict[str, Any], now: 
 
 
 def _list_service_jobs(_: Any, jobs: ServiceJobs, body: dict[str, Any], now: float) -> dict[str, Any]:
-    return jobs.list(body)
+    return jobs.list(body, now)
 
 
 def _update_service_job(_: Any, jobs: ServiceJobs, body: dict[str, Any], now: float) -> dict[str, Any]:
@@ -221,6 +234,20 @@ def _terminate_service_jobs(_: Any, jobs: ServiceJobs, body: dict[str, Any], now
 def _get_job_queue_snapshot(_: Any, jobs: ServiceJobs, body: dict[str, Any], now: float) -> dict[str, Any]:
     return jobs.snapshot(body["jobQueue"], now)
 
+
+#: The AWS name of each of our operations (``submitservicejob`` -> ``SubmitServiceJob``).
+_OPERATION_NAMES = {
+    name.lower(): name
+    for name in (
+        "SubmitServiceJob",
+        "DescribeServiceJob",
+        "ListServiceJobs",
+        "UpdateServiceJob",
+        "TerminateServiceJob",
+        "TerminateServiceJobs",
+        "GetJobQueueSnapshot",
+    )
+}
 
 _NEW_OPERATIONS = {
     "createserviceenvironment": _create_service_environment,
@@ -256,7 +283,7 @@ def _create_job_queue(response: Any) -> str:
     body = json.loads(response.body or "{}")
     if body.get("jobQueueType") != "SAGEMAKER_TRAINING":
         return str(_moto_create_job_queue(response))
-    return _serves(lambda _, jobs, body, now: jobs.resources.create_queue(body))(response)
+    return str(_serves(lambda _, jobs, body, now: jobs.resources.create_queue(body))(response))
 
 
 def _describe_job_queues(response: Any) -> str:
@@ -276,7 +303,7 @@ def _create_scheduling_policy(response: Any) -> str:
     body = json.loads(response.body or "{}")
     if "quotaSharePolicy" not in body:
         return str(_moto_create_scheduling_policy(response))
-    return _serves(lambda _, jobs, body, now: jobs.resources.create_policy(body))(response)
+    return str(_serves(lambda _, jobs, body, now: jobs.resources.create_policy(body))(response))
 
 
 def _describe_scheduling_policies(response: Any) -> str:
@@ -297,7 +324,7 @@ def _update_job_queue(response: Any) -> str:
         )
     if not ours:
         return str(_moto_update_job_queue(response))
-    return _serves(lambda _, jobs, body, now: jobs.resources.update_queue(body))(response)
+    return str(_serves(lambda _, jobs, body, now: jobs.resources.update_queue(body))(response))
 
 
 def _update_scheduling_policy(response: Any) -> str:
@@ -338,7 +365,10 @@ def _emulator_settings(response: Any) -> str:
     body = json.loads(response.body or "{}")
     with _LOCK:
         resources = emulator(body["accountId"], body["region"]).resources
-        resources.behave(body["prefix"], Behaviour.from_request(body.get("behaviour") or {}))
+        behaviour = body.get("behaviour") or {}
+        resources.behave(body["prefix"], Behaviour.from_request(behaviour))
+        jobs = emulator(body["accountId"], body["region"])
+        jobs.behave(body["prefix"], JobBehaviour.from_request(behaviour.get("serviceJobs") or {}))
     return "{}"
 
 

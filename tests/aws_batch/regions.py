@@ -4,6 +4,6 @@ import the emulator (moto's AWS Batch: about a second of every xdist worker's co
 from __future__ import annotations
 
 #: The region whose emulator answers a repeated SubmitServiceJob (identical request, same ``clientToken``)
-#: with AWS's documented rejection (a ``ClientException``); every other region's answers the first job.
-#: One server serves both, so a test picks the behaviour by the region it calls.
-REJECTING_REGION = "eu-west-3"
+#: with the first job; every other region's rejects it, as AWS documents (a ``ClientException``). One
+#: server serves both, so a test picks the behaviour by the region it calls.
+REPLAYING_REGION = "eu-west-3"

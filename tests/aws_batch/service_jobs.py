@@ -17,17 +17,27 @@ moto's own SageMaker backend in the same process).
 
 A repeated ``clientToken`` (``repeated_client_token``): AWS's documentation of SubmitServiceJob says that
 of two requests with identical payloads and ``clientToken`` values "the second request is rejected", without
-saying whether that is an error or the first job's answer. ``REPLAY`` (the default) answers the first
-job; ``REJECT`` emulates the documented rejection: a ``ClientException`` that does not name the job, so a
-caller has to find it (ListServiceJobs by ``JOB_NAME``). Either way the same token with another request
-is a ``ClientException``. ``timeoutConfig.attemptDurationSeconds`` is honoured (step 1).
+saying whether that is an error or the first job's answer. ``REJECT`` (the default) emulates the
+documented rejection: a ``ClientException`` that does not name the job, so a caller has to find it
+(ListServiceJobs by ``JOB_NAME``); ``REPLAY`` answers the first job. Either way the same token with another
+request is a ``ClientException``. ``timeoutConfig.attemptDurationSeconds`` is honoured (step 1).
+
+It fights back on request (``JobBehaviour``, per job queue name prefix; ``conftest.emulator_behaviour``
+with ``serviceJobs``): List answers that leave a job out for a while after its submission, small pages
+(``nextToken``), throttling and server errors for the next calls of an operation, the SUBMITTED and
+PENDING states before RUNNABLE and SCHEDULED before STARTING, and insufficient capacity: an attempt's
+training job fails with SageMaker's ``CapacityError`` and AWS Batch puts the job back in RUNNABLE with
+``CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY`` (no retry attempt consumed; the latest capacity-failed attempt
+is kept in ``attempts``). A job queue's ``jobStateTimeLimitActions`` are applied: a job RUNNABLE with an
+action's ``reason`` (its statusReason's code, before `` - ``) for ``maxTimeSeconds`` is terminated,
+``Terminated by JobStateTimeLimit action due to reason: <reason>``.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, Protocol
 
 from airflow_quota.engine import lifecycle
@@ -45,9 +55,60 @@ from tests.aws_batch.batch_resources import BatchClientError, BatchResources
 #: How many of a job's latest preempted attempts ``preemptionSummary.recentPreemptedAttempts`` lists.
 RECENT_PREEMPTIONS = 5
 _TRAINING_JOB_NAME_LENGTH = 63
+#: AWS Batch's statusReason of a job waiting after insufficient capacity (its user guide).
+INSUFFICIENT_CAPACITY_REASON: Final = (
+    "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - Unable to provision requested compute resources"
+)
+#: SageMaker's FailureReason of a training job that got no capacity (AWS Batch reads its prefix).
+CAPACITY_FAILURE: Final = "CapacityError: Unable to provision requested ML compute capacity. Please retry"
+#: ListServiceJobs' page size when ``maxResults`` is not given (AWS: up to 100).
+DEFAULT_PAGE_SIZE: Final = 100
 #: What the emulator does with a second identical SubmitServiceJob under one ``clientToken``.
 RepeatedClientToken = Literal["REPLAY", "REJECT"]
 REPEATED_CLIENT_TOKEN_MODES: Final = ("REPLAY", "REJECT")
+
+
+@dataclass
+class JobBehaviour:
+    """How the service jobs of the job queues of one name prefix behave (``ServiceJobs.behave``)."""
+
+    #: ListServiceJobs leaves a job out for this long after its submission.
+    list_lag_s: float = 0.0
+    #: Most jobs per ListServiceJobs page (``maxResults`` lower still), then ``nextToken``.
+    page_size: int = DEFAULT_PAGE_SIZE
+    #: Operation -> how many of its next calls answer ``ThrottlingException`` (HTTP 400).
+    throttle: dict[str, int] = field(default_factory=dict)
+    #: Operation -> how many of its next calls answer a server error (HTTP 500).
+    server_errors: dict[str, int] = field(default_factory=dict)
+    #: A new job is SUBMITTED this long, then PENDING ``pending_s``, then RUNNABLE (the engine sees it).
+    submitted_s: float = 0.0
+    pending_s: float = 0.0
+    #: A granted job is SCHEDULED this long (its training job Pending) before STARTING.
+    scheduled_s: float = 0.0
+    #: How many of the next attempts' training jobs fail with SageMaker's ``CapacityError``.
+    insufficient_capacity: int = 0
+
+    @classmethod
+    def from_request(cls, body: dict[str, Any]) -> JobBehaviour:
+        return cls(
+            list_lag_s=float(body.get("listLagSeconds", 0)),
+            page_size=int(body.get("pageSize", DEFAULT_PAGE_SIZE)),
+            throttle={str(k): int(v) for k, v in (body.get("throttle") or {}).items()},
+            server_errors={str(k): int(v) for k, v in (body.get("serverErrors") or {}).items()},
+            submitted_s=float(body.get("submittedSeconds", 0)),
+            pending_s=float(body.get("pendingSeconds", 0)),
+            scheduled_s=float(body.get("scheduledSeconds", 0)),
+            insufficient_capacity=int(body.get("insufficientCapacity", 0)),
+        )
+
+
+class TransientError(Exception):
+    """An answer AWS may give any call: ``code`` with HTTP ``status`` (throttling 400, server error 500)."""
+
+    def __init__(self, code: str, message: str, status: int) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
 
 
 class TrainingJobs(Protocol):
@@ -101,6 +162,17 @@ class ServiceJob:
     stopped_at: int | None = None
     attempts: list[Attempt] = field(default_factory=list)
     preempted: list[Attempt] = field(default_factory=list)
+    #: (SUBMITTED until, PENDING until): before the second, the scheduler does not see the job.
+    arriving_until: tuple[float, float] | None = None
+    #: SUBMITTED or PENDING while arriving (the engine has no PENDING: the scheduler has not seen it).
+    arriving_status: str | None = None
+    submit_seq: int = 0
+    #: Since when it has been RUNNABLE with its current statusReason (seconds), for time limit actions.
+    reason_since: float = 0.0
+    #: Capacity failures of its attempts (retried by AWS Batch without consuming an attempt).
+    capacity_failures: int = 0
+    #: Training jobs created for it so far (each attempt's name: ``-a<N>``, N counting them all).
+    training_jobs_created: int = 0
 
     @property
     def request(self) -> JobRequest:
@@ -116,6 +188,10 @@ class ServiceJob:
             ),
         )
 
+    @property
+    def shown_status(self) -> str:
+        return self.arriving_status or self.status.value
+
     def summary(self) -> dict[str, Any]:
         """ListServiceJobs' item."""
         unit, count = capacity_of(self.payload)
@@ -125,7 +201,7 @@ class ServiceJob:
             "jobName": self.body["jobName"],
             "serviceJobType": self.body["serviceJobType"],
             "quotaShareName": self.body["quotaShareName"],
-            "status": self.status.value,
+            "status": self.shown_status,
             "capacityUsage": [{"capacityUnit": unit, "quantity": float(count)}],
             "createdAt": self.created_at,
             "isTerminated": self.is_terminated,
@@ -181,20 +257,52 @@ class ServiceJobs:
         resources: BatchResources,
         training_jobs: TrainingJobs,
         *,
-        repeated_client_token: RepeatedClientToken = "REPLAY",
+        repeated_client_token: RepeatedClientToken = "REJECT",
     ) -> None:
         if repeated_client_token not in REPEATED_CLIENT_TOKEN_MODES:
             raise ValueError(f"repeated_client_token: one of {REPEATED_CLIENT_TOKEN_MODES}")
         self.resources = resources
         self.training_jobs = training_jobs
-        #: ``REPLAY``: a repeated request answers its first job; ``REJECT``: AWS's documented rejection.
+        #: ``REJECT``: AWS's documented rejection; ``REPLAY``: a repeated request answers its first job.
         self.repeated_client_token = repeated_client_token
+        #: Job queue name prefix -> how its service jobs behave (``behave``).
+        self.behaviours: dict[str, JobBehaviour] = {}
         self.jobs: dict[str, ServiceJob] = {}
         #: What each clientToken submitted: the request (to tell a retry from a reuse) and the job id.
         self.client_tokens: dict[str, tuple[dict[str, Any], str]] = {}
         #: The engine's view of each job queue: its jobs that are not final.
         self.states: dict[str, QueueState] = {}
         self._submissions = 0
+
+    # -- behaviour on request ------------------------------------------------------------------------
+
+    def behave(self, prefix: str, behaviour: JobBehaviour) -> None:
+        self.behaviours[prefix] = behaviour
+
+    def behaviour(self, queue_name: str) -> JobBehaviour:
+        """The behaviour of the longest prefix of ``queue_name`` asked for; else as at once."""
+        matching = [prefix for prefix in self.behaviours if queue_name.startswith(prefix)]
+        return self.behaviours[max(matching, key=len)] if matching else JobBehaviour()
+
+    def check_transient(self, operation: str, body: dict[str, Any]) -> None:
+        """Throttle or fail this call, when its job queue's behaviour still asks for it."""
+        queue_name = self._queue_name_of(body)
+        if queue_name is None:
+            return
+        behaviour = self.behaviour(queue_name)
+        for counts, code, status, message in (
+            (behaviour.throttle, "ThrottlingException", 400, "Rate exceeded"),
+            (behaviour.server_errors, "ServerException", 500, "We encountered an internal error"),
+        ):
+            if counts.get(operation, 0) > 0:
+                counts[operation] -= 1
+                raise TransientError(code, message, status)
+
+    def _queue_name_of(self, body: dict[str, Any]) -> str | None:
+        if body.get("jobQueue"):
+            return str(body["jobQueue"]).rsplit("/", 1)[-1]
+        job = self.jobs.get(str(body.get("jobId", "")))
+        return job.queue_name if job is not None else None
 
     # -- the API -------------------------------------------------------------------------------------
 
@@ -250,18 +358,37 @@ class ServiceJobs:
         if token is not None:
             self.client_tokens[token] = (dict(body), job_id)
         self._submissions += 1
-        state = self._state(queue.name)
-        state = lifecycle.submit_job(state, job_id, job.request, now, self._submissions)
-        self.states[queue.name] = state
-        self._follow(job, state, now)
+        job.submit_seq = self._submissions
+        behaviour = self.behaviour(queue.name)
+        if behaviour.submitted_s > 0 or behaviour.pending_s > 0:
+            job.status, job.arriving_status = JobStatus.SUBMITTED, "SUBMITTED"
+            pending_from = now + behaviour.submitted_s
+            job.arriving_until = (pending_from, pending_from + behaviour.pending_s)
+            return self._submitted_answer(job)
+        self._enter(job, now)
         return self._submitted_answer(job)
+
+    def _enter(self, job: ServiceJob, now: float) -> None:
+        """The scheduler takes the job: RUNNABLE (at its submission's place), or FAILED saying why."""
+        job.arriving_until, job.arriving_status = None, None
+        state = self._state(job.queue_name)
+        state = lifecycle.submit_job(state, job.job_id, job.request, job.created_at / 1000, job.submit_seq)
+        self.states[job.queue_name] = state
+        job.reason_since = now
+        self._follow(job, state, now)
 
     def describe(self, job_id: str) -> dict[str, Any]:
         return self.job(job_id).detail()
 
-    def list(self, body: dict[str, Any]) -> dict[str, Any]:
+    def list(self, body: dict[str, Any], now: float) -> dict[str, Any]:
         queue = self.resources.queue(body["jobQueue"]) if body.get("jobQueue") else None
-        chosen = [job for job in self.jobs.values() if queue is None or job.queue_name == queue.name]
+        behaviour = self.behaviour(queue.name) if queue is not None else JobBehaviour()
+        chosen = [
+            job
+            for job in self.jobs.values()
+            if (queue is None or job.queue_name == queue.name)
+            and now >= job.created_at / 1000 + behaviour.list_lag_s
+        ]
         filters = body.get("filters") or []
         status = body.get("jobStatus")
         for each in filters:
@@ -274,10 +401,15 @@ class ServiceJobs:
         if status is None and not filters:
             status = "RUNNING"  # AWS: "If you don't specify a status, only RUNNING jobs are returned."
         if status is not None:
-            chosen = [job for job in chosen if job.status.value == status]
+            chosen = [job for job in chosen if job.shown_status == status]
         chosen.reverse()  # jobs created in the same millisecond: the later submission first
         chosen.sort(key=lambda job: job.created_at, reverse=True)
-        return {"jobSummaryList": [job.summary() for job in chosen]}
+        size = min(behaviour.page_size, int(body.get("maxResults") or DEFAULT_PAGE_SIZE))
+        start = int(body.get("nextToken") or 0)
+        answer: dict[str, Any] = {"jobSummaryList": [job.summary() for job in chosen[start : start + size]]}
+        if start + size < len(chosen):
+            answer["nextToken"] = str(start + size)
+        return answer
 
     def update(self, body: dict[str, Any], now: float) -> dict[str, Any]:
         job = self.job(body["jobId"])
@@ -296,6 +428,11 @@ class ServiceJobs:
         if job.status.is_final:
             return {}
         job.is_terminated = True
+        if job.arriving_until is not None:  # not seen by the scheduler yet
+            job.arriving_until, job.arriving_status = None, None
+            job.status, job.status_reason = JobStatus.FAILED, reason
+            job.stopped_at = _ms(now)
+            return {}
         state = lifecycle.terminate_job(self._state(job.queue_name), job_id, reason)
         self.states[job.queue_name] = state
         if job.attempts and state.jobs[job_id].stop_cause is StopCause.TERMINATED:
@@ -364,10 +501,18 @@ class ServiceJobs:
 
     def tick(self, now: float) -> None:
         """One round: see what the training jobs did, then let the engine decide, for every job queue."""
+        for job in self.jobs.values():
+            if job.arriving_until is not None:
+                submitted_until, pending_until = job.arriving_until
+                if now >= pending_until:
+                    self._enter(job, now)
+                elif now >= submitted_until:
+                    job.arriving_status = "PENDING"
         for queue_name in list(self.states):
             queue = self.resources.queues[queue_name]
             state = lifecycle.update_queue(self.states[queue_name], self.resources.engine_queue(queue))
             state = self._observe_training_jobs(state, now)
+            state = self._time_limit_actions(state, queue.body.get("jobStateTimeLimitActions") or [], now)
             plan = plan_cycle(state, now)
             state = plan.state
             for decision in plan.decisions:
@@ -379,6 +524,30 @@ class ServiceJobs:
             for job_id in list(state.jobs):
                 self._follow(self.jobs[job_id], state, now)
             self.states[queue_name] = lifecycle.without_final_jobs(state)
+
+    def _time_limit_actions(self, state: QueueState, actions: Any, now: float) -> QueueState:
+        """The job queue's ``jobStateTimeLimitActions``: a job RUNNABLE with an action's reason (the code
+        its statusReason starts with) for ``maxTimeSeconds`` is terminated (CANCEL and TERMINATE alike:
+        it never started)."""
+        for job_id, engine_job in list(state.jobs.items()):
+            if engine_job.status is not JobStatus.RUNNABLE:
+                continue
+            job = self.jobs[job_id]
+            code = job.status_reason.split(" - ", 1)[0]
+            for action in actions:
+                if (
+                    action.get("state") == "RUNNABLE"
+                    and action.get("reason") == code
+                    and now - job.reason_since >= float(action["maxTimeSeconds"])
+                ):
+                    job.is_terminated = True
+                    state = lifecycle.terminate_job(
+                        state,
+                        job_id,
+                        f"Terminated by JobStateTimeLimit action due to reason: {action['reason']}",
+                    )
+                    break
+        return state
 
     def _observe_training_jobs(self, state: QueueState, now: float) -> QueueState:
         for job_id, engine_job in list(state.jobs.items()):
@@ -396,7 +565,11 @@ class ServiceJobs:
                     state = lifecycle.terminate_job(state, job_id, reason)
                     self.training_jobs.stop(attempt.training_job_name)
                     continue
-                wanted = JobStatus.STARTING if secondary == "Starting" else JobStatus.RUNNING
+                scheduled_until = attempt.started_at / 1000 + self.behaviour(job.queue_name).scheduled_s
+                if now < scheduled_until:
+                    wanted = JobStatus.SCHEDULED
+                else:
+                    wanted = JobStatus.STARTING if secondary == "Starting" else JobStatus.RUNNING
                 if status == "InProgress" and wanted is not engine_job.status:
                     state = lifecycle.set_status(state, job_id, wanted)
                 continue
@@ -409,6 +582,26 @@ class ServiceJobs:
                 attempt.status_reason = attempt.status_reason[:1].upper() + attempt.status_reason[1:]
                 job.preempted.append(attempt)
                 state = lifecycle.complete_stop(state, job_id)
+            elif status == "Failed" and _capacity_error(failure) and not engine_job.is_stopping:
+                # AWS Batch retries insufficient capacity itself, consuming no retry attempt: back to
+                # RUNNABLE at its place; only the latest capacity-failed attempt is kept.
+                attempt.status_reason = f"Training job Failed: {failure}"
+                job.capacity_failures += 1
+                earlier = [
+                    each for each in job.attempts[:-1] if "CapacityError" not in (each.status_reason or "")
+                ]
+                job.attempts = [*earlier, attempt]
+                requeued = replace(
+                    engine_job,
+                    status=JobStatus.RUNNABLE,
+                    status_reason=INSUFFICIENT_CAPACITY_REASON,
+                    started=None,
+                    stop_cause=None,
+                    preempted_by=None,
+                    awaiting_victims=frozenset(),
+                )
+                state = QueueState(state.queue, {**state.jobs, job_id: requeued})
+                job.reason_since = now
             elif status == "Stopped" and engine_job.stop_cause is StopCause.TERMINATED:
                 attempt.status_reason = "Training job Stopped: service job terminated"
                 state = lifecycle.complete_stop(state, job_id)
@@ -419,12 +612,23 @@ class ServiceJobs:
         return state
 
     def _start_attempt(self, state: QueueState, job: ServiceJob, now: float) -> QueueState:
-        number = len(job.attempts) + 1
+        job.training_jobs_created += 1
+        number = job.training_jobs_created
         base = str(job.payload.get("TrainingJobName") or job.body["jobName"])
         suffix = f"-a{number}"
         name = base[: _TRAINING_JOB_NAME_LENGTH - len(suffix)] + suffix
+        request = {**job.payload, "TrainingJobName": name}
+        behaviour = self.behaviour(job.queue_name)
+        if behaviour.insufficient_capacity > 0:
+            behaviour.insufficient_capacity -= 1
+            request["HyperParameters"] = {
+                **(request.get("HyperParameters") or {}),
+                "emulator.duration_s": "0.1",
+                "emulator.outcome": "Failed",
+                "emulator.failure_reason": CAPACITY_FAILURE,
+            }
         try:
-            arn = self.training_jobs.create({**job.payload, "TrainingJobName": name})
+            arn = self.training_jobs.create(request)
         except BatchClientError as error:
             state = lifecycle.finish_job(
                 state, job.job_id, succeeded=False, reason=f"CreateTrainingJob: {error}"
@@ -432,11 +636,15 @@ class ServiceJobs:
             return state
         job.attempts.append(Attempt(name, arn, _ms(now)))
         job.scheduled_at = _ms(now)
+        if behaviour.scheduled_s > 0:
+            return lifecycle.set_status(state, job.job_id, JobStatus.SCHEDULED)
         return lifecycle.set_status(state, job.job_id, JobStatus.STARTING)
 
     def _follow(self, job: ServiceJob, state: QueueState, now: float) -> None:
         """Copy the engine's status and statusReason onto the service job."""
         engine_job = state.jobs[job.job_id]
+        if (engine_job.status, engine_job.status_reason) != (job.status, job.status_reason):
+            job.reason_since = now
         job.status = engine_job.status
         job.status_reason = engine_job.status_reason
         if job.status.is_final and job.stopped_at is None:
@@ -451,6 +659,15 @@ class ServiceJobs:
     @staticmethod
     def _submitted_answer(job: ServiceJob) -> dict[str, Any]:
         return {"jobArn": job.arn, "jobName": job.body["jobName"], "jobId": job.job_id}
+
+
+def _capacity_error(failure: str | None) -> bool:
+    """SageMaker's FailureReason of a training job that got no capacity (AWS Batch's signal)."""
+    return (failure or "").startswith("CapacityError")
+
+
+def _capacity_error_reason(status_reason: str | None) -> bool:
+    return "CapacityError" in (status_reason or "")
 
 
 def _ms(seconds: float) -> int:

@@ -156,16 +156,19 @@ def test_the_same_client_token_submits_once(batch: Any, lending_queue: str) -> N
         training_job_name=training_job,
         clientToken="dag.task.run.-1",
     )
-    again = submit(
-        batch,
-        lending_queue,
-        "retried",
-        "nlp",
-        1,
-        training_job_name=training_job,
-        clientToken="dag.task.run.-1",
-    )
-    assert again == first
+    # AWS's documentation: of two identical requests with one clientToken "the second request is rejected"
+    # (the emulator's default; the emulator of REPLAYING_REGION answers the first job instead).
+    with pytest.raises(ClientError, match="was already used by an identical request") as rejected:
+        submit(
+            batch,
+            lending_queue,
+            "retried",
+            "nlp",
+            1,
+            training_job_name=training_job,
+            clientToken="dag.task.run.-1",
+        )
+    assert rejected.value.response["Error"]["Code"] == "ClientException"
     listed = batch.list_service_jobs(
         jobQueue=lending_queue, filters=[{"name": "JOB_NAME", "values": ["retried"]}]
     )["jobSummaryList"]
