@@ -20,14 +20,16 @@ attempts are replayed from the audit log in its order; a retry that took over it
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections import defaultdict
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, select
+from sqlalchemy import ARRAY, DateTime, String, Text, any_, bindparam, cast, select, type_coerce
 from sqlalchemy.orm import Session
 
 from airflow_quota.engine.config import MAX_NAME_LENGTH
@@ -36,14 +38,17 @@ from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
 from airflow_quota.sim.trace import TraceJob
 
 #: Job ids per audit query (an IN list of job ids stays well within every database's limits).
-CHUNK = 500
+CHUNK = 2000
 #: Jobs read and replayed at a time (their audit rows are in memory together).
 BATCH = 2000
+_JOB = JobRow.__table__
+_AUDIT = AuditRow.__table__
+#: An audit row as the export reads it: id, job id, kind, at, related job id, details.
+_AuditColumns = tuple[int, str | None, str, datetime, str | None, str | None]
 _NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_-]+")
 _ATTEMPT_KINDS = (
     AuditKind.GRANTED,
     AuditKind.PREEMPTED,
-    AuditKind.TERMINATED,
     AuditKind.REQUEUED,
     AuditKind.SUCCEEDED,
     AuditKind.FAILED,
@@ -107,13 +112,16 @@ class HistoryStream:
         job_queue_name: str | None = None,
         keep_ids: bool = False,
     ) -> None:
-        self._session = session
-        self._filters = [JobRow.submitted_at >= since]
+        # Plain columns on the session's connection: no ORM objects nor ORM row processing per row.
+        self._connection = session.connection()
+        self._filters = [_JOB.c.submitted_at >= since]
         if until is not None:
-            self._filters.append(JobRow.submitted_at < until)
+            self._filters.append(_JOB.c.submitted_at < until)
         if job_queue_name is not None:
-            self._filters.append(JobRow.job_queue_name == job_queue_name)
-        queues = sorted(session.scalars(select(JobRow.job_queue_name).where(*self._filters).distinct()))
+            self._filters.append(_JOB.c.job_queue_name == job_queue_name)
+        queues = sorted(
+            self._connection.scalars(select(_JOB.c.job_queue_name).where(*self._filters).distinct())
+        )
         if len(queues) > 1:
             raise HistoryError(
                 f"jobs of {len(queues)} job queues were submitted then ({', '.join(queues)}); a trace "
@@ -128,6 +136,21 @@ class HistoryStream:
         self._keep_ids = keep_ids
         self._names: set[str] = set()
         self._stops: list[tuple[datetime, float]] = []
+        # PostgreSQL's driver gives times with their zone already: read them as they come (Airflow's
+        # UtcDateTime converts each again, a second a million rows); SQLite's text needs it.
+        postgres = self._connection.dialect.name == "postgresql"
+        self._at = type_coerce(_AUDIT.c.at, DateTime(timezone=True)) if postgres else _AUDIT.c.at
+        self._submitted_at = (
+            type_coerce(_JOB.c.submitted_at, DateTime(timezone=True)) if postgres else _JOB.c.submitted_at
+        )
+        # A batch's job ids as one array on PostgreSQL (an IN list of 2,000 is rendered anew each time).
+        kinds = [kind.value for kind in _ATTEMPT_KINDS]
+        ids = (
+            _AUDIT.c.job_id == any_(bindparam("ids", type_=ARRAY(String)))
+            if postgres
+            else _AUDIT.c.job_id.in_(bindparam("ids", expanding=True))
+        )
+        self._audit_query = select(*self._audit_columns()).where(ids, _AUDIT.c.kind.in_(kinds))
 
     @property
     def stop_seconds(self) -> list[float]:
@@ -135,50 +158,95 @@ class HistoryStream:
         return [seconds for _, seconds in sorted(self._stops)]
 
     def __iter__(self) -> Iterator[TraceJob]:
-        columns = (
-            JobRow.job_id,
-            JobRow.quota_share_name,
-            JobRow.status,
-            JobRow.scheduling_priority,
-            JobRow.capacity_unit,
-            JobRow.instance_count,
-            JobRow.preemption_retries_before_termination,
-            JobRow.submitted_at,
-        )
         query = (
-            select(*columns)
+            select(
+                _JOB.c.job_id,
+                _JOB.c.quota_share_name,
+                _JOB.c.status,
+                _JOB.c.scheduling_priority,
+                _JOB.c.capacity_unit,
+                _JOB.c.instance_count,
+                _JOB.c.preemption_retries_before_termination,
+                self._submitted_at,
+            )
             .where(*self._filters)
-            .order_by(JobRow.submitted_at, JobRow.submit_seq, JobRow.job_id)
+            .order_by(_JOB.c.submitted_at, _JOB.c.submit_seq, _JOB.c.job_id)
             .execution_options(yield_per=BATCH)
         )
-        for batch in self._session.execute(query).partitions():
-            attempts = _replay_attempts(self._session, [row.job_id for row in batch], self._filters)
-            for row in batch:
+        final_statuses = {status.value for status in JobStatus if status.is_final}
+        handovers = self._handovers()
+        for batch in self._connection.execute(query).partitions():
+            job_ids = [row[0] for row in batch]
+            attempts = _replay_attempts(self._audit_rows(job_ids, handovers), job_ids)
+            for job_id, share, status, priority, unit, count, retries, submitted_at in batch:
                 if self.origin is None:
-                    self.origin = row.submitted_at
-                record = attempts.get(row.job_id) or _Attempts()
+                    self.origin = submitted_at
+                record = attempts.get(job_id) or _Attempts()
                 self._stops += record.stops
-                final = JobStatus(row.status).is_final
+                final = status in final_statuses
                 if final and not record.granted:
                     self.left_out += 1
                     continue
-                name = job_name_for(row.job_id, taken=self._names)
+                name = job_name_for(job_id, taken=self._names)
                 self._names.add(name)
                 if self._keep_ids:
-                    self.job_ids[name] = row.job_id
+                    self.job_ids[name] = job_id
                 self.exported += 1
                 yield TraceJob(
-                    submit_time=(row.submitted_at - self.origin).total_seconds(),
+                    submit_time=(submitted_at - self.origin).total_seconds(),
                     job_name=name,
-                    quota_share_name=row.quota_share_name,
+                    quota_share_name=share,
                     scheduling_priority=record.first_priority
                     if record.first_priority is not None
-                    else row.scheduling_priority,
-                    capacity_unit=row.capacity_unit,
-                    instance_count=row.instance_count,
+                    else priority,
+                    capacity_unit=unit,
+                    instance_count=count,
                     duration=record.held_seconds if final else None,
-                    preemption_retries_before_termination=row.preemption_retries_before_termination,
+                    preemption_retries_before_termination=retries,
                 )
+
+    def _handovers(self) -> dict[str, list[_AuditColumns]]:
+        """The HANDED_OVER rows of the exported jobs (retries that took over their try's capacity), by the
+        job that handed over: few (one per retry that found its try's training job still running), read
+        once so that a try is released by a retry exported in a later batch."""
+        found: dict[str, list[_AuditColumns]] = defaultdict(list)
+        for row in self._connection.execute(
+            select(*self._audit_columns())
+            .join_from(_AUDIT, _JOB, _JOB.c.job_id == _AUDIT.c.job_id)
+            .where(
+                _AUDIT.c.kind == AuditKind.HANDED_OVER.value,
+                _AUDIT.c.related_job_id.is_not(None),
+                *self._filters,
+            )
+        ).all():
+            found[row[4]].append(row)
+        return found
+
+    def _audit_columns(self) -> tuple[Any, ...]:
+        """An audit row as the export reads it (``_AuditColumns``): its details as their JSON text, parsed
+        only for the rare row that needs them (``_replay_attempts``)."""
+        return (
+            _AUDIT.c.id,
+            _AUDIT.c.job_id,
+            _AUDIT.c.kind,
+            self._at,
+            _AUDIT.c.related_job_id,
+            cast(_AUDIT.c.details, Text),
+        )
+
+    def _audit_rows(
+        self, job_ids: Sequence[str], handovers: dict[str, list[_AuditColumns]]
+    ) -> list[_AuditColumns]:
+        """The audit rows that tell these jobs' attempts, in the log's order: their own, and the
+        HANDED_OVER rows of the exported retries that took over one of these jobs' capacity."""
+        rows: dict[int, _AuditColumns] = {}
+        for start in range(0, len(job_ids), CHUNK):
+            chunk = list(job_ids[start : start + CHUNK])
+            found = self._connection.execute(self._audit_query, {"ids": chunk}).all()
+            rows.update((row[0], row) for row in found)
+        for job_id in job_ids:
+            rows.update((row[0], row) for row in handovers.get(job_id, ()))  # a row found twice once
+        return sorted(rows.values(), key=itemgetter(0))
 
 
 @dataclass(slots=True)
@@ -203,67 +271,39 @@ class _Attempts:
         self.held_since = None
 
 
-def _replay_attempts(
-    session: Session, job_ids: Sequence[str], exported: Sequence[ColumnElement[bool]]
-) -> dict[str, _Attempts]:
-    """These jobs' attempts, each replayed from its audit rows in the log's order: its own, and the
-    HANDED_OVER rows of its retries (``exported``: the filters of the jobs exported) that took over its
-    capacity."""
+def _replay_attempts(rows: list[_AuditColumns], job_ids: Sequence[str]) -> dict[str, _Attempts]:
+    """These jobs' attempts, each replayed from its audit ``rows`` in the log's order (``_audit_rows``:
+    its own, and its retries' HANDED_OVER rows that took over its capacity)."""
     attempts: dict[str, _Attempts] = defaultdict(_Attempts)
     these = set(job_ids)
-    for row in _audit_rows(session, job_ids, exported):
-        if row.job_id is None:
+    granted, preempted, handed_over, priority = (
+        AuditKind.GRANTED.value,
+        AuditKind.PREEMPTED.value,
+        AuditKind.HANDED_OVER.value,
+        AuditKind.PRIORITY_CHANGED.value,
+    )
+    for _, job_id, kind, at, related_job_id, details in rows:
+        if job_id is None:
             continue
-        kind = row.kind
-        if kind == AuditKind.HANDED_OVER.value and row.related_job_id is not None:
-            attempts[row.related_job_id].release(row.at)
-            if row.job_id in these:
-                attempts[row.job_id].hold(row.at)
+        if kind == handed_over and related_job_id is not None:
+            attempts[related_job_id].release(at)
+            if job_id in these:
+                attempts[job_id].hold(at)
             continue
-        record = attempts[row.job_id]
-        if kind == AuditKind.GRANTED.value:
-            record.hold(row.at)
-        elif kind == AuditKind.PREEMPTED.value:
-            record.preempted_at = record.preempted_at or row.at
+        record = attempts[job_id]
+        if kind == granted:
+            record.hold(at)
+        elif kind == preempted:
+            record.preempted_at = record.preempted_at or at
         elif kind in _RELEASES:
             if record.preempted_at is not None and record.held_since is not None:
-                record.stops.append((row.at, (row.at - record.preempted_at).total_seconds()))
+                record.stops.append((at, (at - record.preempted_at).total_seconds()))
             record.preempted_at = None
-            record.release(row.at)
-        elif kind == AuditKind.PRIORITY_CHANGED.value and record.first_priority is None:
-            old = (row.details or {}).get("old")
+            record.release(at)
+        elif kind == priority and record.first_priority is None:
+            old = (json.loads(details or "null") or {}).get("old")
             record.first_priority = old if isinstance(old, int) else None
     return {job_id: attempts[job_id] for job_id in job_ids if job_id in attempts}
-
-
-def _audit_rows(
-    session: Session, job_ids: Sequence[str], exported: Sequence[ColumnElement[bool]]
-) -> list[Row[Any]]:
-    """The audit rows that tell these jobs' attempts, in the log's order: their own, and the HANDED_OVER
-    rows of exported jobs (``exported``: their filters) that took over one of these jobs' capacity."""
-    columns = (
-        AuditRow.id,
-        AuditRow.job_id,
-        AuditRow.kind,
-        AuditRow.at,
-        AuditRow.related_job_id,
-        AuditRow.details,
-    )
-    kinds = [kind.value for kind in _ATTEMPT_KINDS]
-    rows: list[Row[Any]] = []
-    for start in range(0, len(job_ids), CHUNK):
-        chunk = job_ids[start : start + CHUNK]
-        rows += session.execute(select(*columns).where(AuditRow.job_id.in_(chunk), AuditRow.kind.in_(kinds)))
-        rows += session.execute(
-            select(*columns)
-            .join(JobRow, JobRow.job_id == AuditRow.job_id)
-            .where(
-                AuditRow.related_job_id.in_(chunk),
-                AuditRow.kind == AuditKind.HANDED_OVER.value,
-                *exported,
-            )
-        )
-    return sorted({row.id: row for row in rows}.values(), key=lambda row: row.id)  # a row found twice once
 
 
 def job_name_for(job_id: str, *, taken: Collection[str] = ()) -> str:
