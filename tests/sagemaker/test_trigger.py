@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -114,3 +115,27 @@ def test_on_kill_stops_the_training_job(moto_server: MotoServer, unique: str) ->
     # is test_a_job_past_its_runtime_limit_fires_stopped_max_runtime_exceeded's).
     status = moto_server.client().describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
     assert status == "Stopping"
+
+
+def test_the_monitoring_trigger_a_sagemaker_job_defers_on_uses_the_tasks_verify_and_botocore_config() -> None:
+    from airflow_quota.operators.sagemaker_backend import SageMakerBackend
+
+    backend = SageMakerBackend(
+        aws_conn_id="aws_default",
+        region_name="us-east-1",
+        verify="/etc/ssl/company-ca.pem",
+        botocore_config={"retries": {"max_attempts": 7}},
+        input_data_config=None,
+        poll_interval=5.0,
+        stop_poll_interval=1.0,
+        stop_timeout=60.0,
+        settle_seconds=0.0,
+        log=logging.getLogger("test"),
+    )
+
+    _, kwargs = backend.monitor("job-1").serialize()
+
+    assert (kwargs["verify"], kwargs["botocore_config"]) == (
+        "/etc/ssl/company-ca.pem",
+        {"retries": {"max_attempts": 7}},
+    )
