@@ -1,0 +1,349 @@
+"""The GPU Quotas page as a React app in Airflow's own UI (``react_apps``), in headless chromium on a real
+api-server: registered for the navigation and the task instance's Quota tab, its bundle served and current,
+then the demo's story (grants, a borrower preempted for its lender, its requeue and resume, jobs finishing)
+in light and dark mode, what it shows compared with the REST API's answers at each step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import requests
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from tests.ui.browser import (
+    ARTIFACTS,
+    NEEDS_CHROMIUM,
+    chromium,
+    click,
+    console_errors,
+    drawn_timeline,
+    log_in,
+    wait_for,
+)
+from tests.ui.conftest import PASSWORDS, QUEUE, UNIT, ApiServer, Ledger
+
+pytestmark = [pytest.mark.airflow, NEEDS_CHROMIUM]
+PAGE = "/plugin/gpu-quotas"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    with chromium() as driver:
+        yield driver
+
+
+#: What the page shows, read in one script run (it redraws itself every few seconds).
+SHOWN = """
+const text = (node) => (node ? node.innerText.trim() : null);
+const cells = (row) => [...row.querySelectorAll(":scope > td")].map(text);
+const page = document.querySelector("[data-quota-page]");
+if (!page) return null;
+const rows = (selector) => [...page.querySelectorAll(selector)];
+const jobs = {};
+for (const row of rows("table.jobs:not(.finished) tr[data-job]")) {
+  const task = row.querySelector("a.task-link");
+  jobs[row.dataset.job] = {
+    cells: cells(row), text: text(row), taskHref: task && task.href, name: text(task) };
+}
+return {
+  kind: page.dataset.quotaPage,
+  title: text(page.querySelector("#title")),
+  units: rows(".unit-title span:first-child").map(text),
+  totals: rows(".unit .queue-total").map(text),
+  segments: rows(".bar .seg").map(text),
+  legends: Object.fromEntries(rows(".legend [data-share]").map((e) => [e.dataset.share, text(e)])),
+  jobs,
+  finished: rows("table.jobs.finished tr[data-job]").map((row) => row.dataset.job),
+  finishedAt: rows("table.jobs.finished td.finished-at").map(text),
+  events: rows("table.events tr[data-kind]").map(cells),
+  eventIds: rows("table.events tr[data-kind]").map((row) => row.dataset.job),
+  // Each table, and whether the note under it says "Times in UTC".
+  notes: rows("table").map((table) => {
+    const holder = table.parentElement;
+    const next = holder && holder.nextElementSibling;
+    const kinds = ["jobs", "finished", "events", "shares", "story"];
+    return [table.className.split(" ").filter((c) => kinds.includes(c)).join(" "),
+      Boolean(next && next.classList.contains("utc-note"))];
+  }),
+  lanes: rows(".timeline-lanes .lane").map(
+    (lane) => [lane.innerText, lane.title, lane.scrollWidth > lane.clientWidth]),
+  status: text(page.querySelector("#status")),
+};
+"""
+
+
+def shown(driver: WebDriver) -> dict[str, Any] | None:
+    state: dict[str, Any] | None = driver.execute_script(SHOWN)
+    return state
+
+
+def showing(driver: WebDriver, what: str, condition: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    def check(d: WebDriver) -> dict[str, Any] | None:
+        state = shown(d)
+        return state if state is not None and condition(state) else None
+
+    result: dict[str, Any] = wait_for(driver, check, what)
+    return result
+
+
+def api(server: ApiServer, path: str, **params: Any) -> Any:
+    response = server.get(f"/quota/api{path}", **params)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def clock(iso: str) -> str:
+    return datetime.fromisoformat(iso).strftime("%H:%M:%S")
+
+
+def test_the_plugin_registers_react_apps_and_serves_a_current_bundle(api_server: ApiServer) -> None:
+    plugins = api_server.get("/api/v2/plugins", user="admin").json()["plugins"]
+    (plugin,) = [plugin for plugin in plugins if plugin["name"] == "airflow_quota"]
+    assert plugin["external_views"] == []  # react_apps go everywhere the iframe went
+    apps = {app["destination"]: app for app in plugin["react_apps"]}
+    assert set(apps) == {"nav", "task_instance"}
+    assert (apps["nav"]["name"], apps["nav"]["url_route"]) == ("GPU Quotas", "gpu-quotas")
+    assert (apps["task_instance"]["name"], apps["task_instance"]["url_route"]) == ("Quota", "quota")
+    for app in apps.values():
+        # Relative to the UI's base URL (the UI resolves it against document.baseURI).
+        assert app["bundle_url"].startswith("quota/static/app/main.umd.cjs?v=")
+        bundle = requests.get(f"{api_server.url}/{app['bundle_url']}", timeout=30)
+        assert bundle.status_code == 200
+        assert bundle.headers["content-type"].startswith("text/javascript")
+        assert "AirflowPlugin" in bundle.text
+    assert apps["nav"]["bundle_url"] != apps["task_instance"]["bundle_url"]  # each imported on its own
+
+
+def seed_story(api_server: ApiServer) -> tuple[Ledger, dict[str, str]]:
+    """The demo's story on the test queue: vision borrows research's idle GPU, research wants it back."""
+    ledger = Ledger(api_server.engine)
+    ledger.now = datetime.now(UTC) - timedelta(minutes=5)  # a live story: the last minutes
+    ledger.empty()
+    ledger.apply()
+    jobs = {
+        "vision_a": ledger.submit("vision-a", "vision", 3, priority=10),
+        "research_a": ledger.submit("research-a", "research", 2),
+        "urgent_a": ledger.submit("urgent-a", "urgent", 1, priority=5),
+    }
+    ledger.cycle()
+    for job_id in jobs.values():
+        ledger.running(job_id)
+    return ledger, jobs
+
+
+def test_the_page_tells_the_story_as_the_rest_api_does_in_both_themes(
+    api_server: ApiServer, browser: WebDriver
+) -> None:
+    ledger, jobs = seed_story(api_server)
+    vision_a = jobs["vision_a"]
+    log_in(browser, api_server.url, "/", "viewer", PASSWORDS["viewer"])
+    browser.get(api_server.url + PAGE)
+    page = showing(browser, "vision's usage", lambda page: "vision" in page["legends"])
+    console_errors(browser)  # from here on: none (before: Airflow's own /ui/config 401 at its login)
+    assert page["kind"] == "queues" and page["title"] == "GPU Quotas"
+    assert page["status"].startswith("Updated ") and " UTC · refreshes every 5 s" in page["status"]
+    snapshot = api(api_server, f"/jobQueues/{QUEUE}/snapshot")
+    (unit,) = snapshot["capacity"]
+    in_use = sum(share["used"] for share in unit["quotaShares"])
+    idle = sum(share["idle"] for share in unit["quotaShares"]) + unit["unownedIdle"]
+    assert (page["units"], page["totals"]) == (
+        [UNIT],
+        [f"{unit['capacity']} total: {in_use} in use, {idle} idle"],
+    )
+    assert page["segments"] == [
+        "research 2",
+        "vision 1 borrowed",
+        "research idle 1",
+        "vision 2",
+        "urgent 1",
+        "urgent idle 1",
+    ]
+    assert page["legends"]["vision"] == "vision: 2 own of 2, 1 borrowed (1 from research), 0 idle"
+    rest_jobs = api(api_server, "/jobs", finished="false")["jobs"]
+    assert set(page["jobs"]) == {job["jobId"] for job in rest_jobs}
+    for job in rest_jobs:
+        cells = page["jobs"][job["jobId"]]["cells"]
+        assert (cells[0], cells[3], cells[4]) == (
+            job["quotaShareName"],
+            str(job["schedulingPriority"]),
+            job["status"],
+        )
+    # Jobs are named "dag / task" (one run: no run needed), linked to their task instance in Airflow.
+    assert page["jobs"][vision_a]["name"] == "train / vision-a"
+    assert page["jobs"][vision_a]["taskHref"] == f"{api_server.url}/dags/train/runs/run-1/tasks/vision-a"
+    # The jobs table shows no time: no "Times in UTC" under it; the decisions show times, and say so.
+    assert (
+        ["jobs", False] in page["notes"]
+        and ["events", True] in page["notes"]
+        and ["shares", False] in page["notes"]
+    )
+
+    # The timeline draws what the REST API's timeline says, in a window fitted to its jobs (not 15 minutes).
+    items = wait_for(browser, lambda d: drawn_timeline(d, QUEUE) or None, "the timeline")
+    timeline = api(api_server, f"/jobQueues/{QUEUE}/timeline", window="1h")
+    bars = [bar for unit in timeline["units"] for bar in unit["bars"]]
+    assert sorted((i["jobId"], i["lane"], i["phase"]) for i in items if i["kind"] == "bar") == sorted(
+        (b["jobId"], b["row"], b["phase"]) for b in bars
+    )
+    first = datetime.fromisoformat(timeline["firstSubmittedAt"]).timestamp() * 1000
+    starts = [item["start"] for item in items]
+    assert min(starts) >= first - 60_000  # the story fills the chart: it opens near the first job
+    # Lane names are whole, or whole in their tooltip.
+    for lane, title, cut in page["lanes"]:
+        assert title == lane and (not cut or title)
+
+    # research wants its own capacity back: vision-a is preempted (reclaim), stops, and waits again.
+    research_b = ledger.submit("research-b", "research", 2)
+    ledger.cycle()
+    ledger.stopped(vision_a)
+    ledger.cycle()
+    page = showing(browser, "vision-a requeued", lambda page: "Preempted" in page["jobs"][vision_a]["text"])
+    cells = page["jobs"][vision_a]["cells"]
+    assert cells[4] == "RUNNABLE"
+    # The preemptor is named the way the page names jobs, not by its id.
+    assert "Preempted 1 time, last by train / research-b at " in cells[6]
+    assert research_b not in cells[6]
+    events = api(api_server, "/events", limit=50)["events"][::-1]
+    assert [row[1] for row in page["events"]] == [event["kind"] for event in events][: len(page["events"])]
+    assert page["eventIds"] == [event["jobId"] or "" for event in events][: len(page["events"])]
+    assert page["events"][0][0].endswith(clock(events[0]["at"]))
+
+    # A click on the running part of vision-a's preempted bar names its preemptor and the preemption's reason.
+    pick = [
+        item
+        for item in drawn_timeline(browser, QUEUE)
+        if item["jobId"] == vision_a and item["phase"] == "RUNNING"
+    ]
+    first_run = min(pick, key=lambda item: item["start"])
+    stop = next(b for b in bars_of(api_server) if b["jobId"] == vision_a and b["phase"] == "STOPPING")
+    click_at(browser, first_run["x"], first_run["y"])
+    details = wait_for(
+        browser, lambda d: d.find_element(By.CSS_SELECTOR, ".timeline-details[data-job]"), "pinned"
+    )
+    assert details.get_attribute("data-phase") == "RUNNING"
+    # Its reason in the page's names of jobs, not their ids.
+    reason = stop["reason"].replace(research_b, "train / research-b").replace(vision_a, "train / vision-a")
+    assert f"Preempted by train / research-b (RECLAIM): {reason}" in details.text
+    assert "ended by its preemption for train / research-b" in details.text
+    click(browser, ".timeline-details a.preemptor", "the preemptor's link")
+    wait_for(
+        browser,
+        lambda d: (
+            d.find_element(By.CSS_SELECTOR, ".timeline-details[data-job]").get_attribute("data-job")
+            == research_b
+        ),
+        "the preemptor pinned",
+    )
+    browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-react-light.png"))
+
+    # Jobs finish: "Recently finished" lists them by finish time, the latest first, with the time.
+    ledger.succeeded(jobs["urgent_a"])
+    ledger.succeeded(jobs["research_a"])
+    page = showing(browser, "two finished jobs", lambda page: len(page["finished"]) == 2)
+    assert page["finished"] == [jobs["research_a"], jobs["urgent_a"]]
+    finished = {job["jobId"]: job for job in api(api_server, "/jobs", finished="true")["jobs"]}
+    assert page["finishedAt"][0].endswith(clock(finished[jobs["research_a"]]["stoppedAt"]))
+    assert ["jobs finished", True] in page["notes"]
+
+    # Dark mode, as Airflow's UI remembers it: the page draws on Airflow's dark theme, the same content.
+    browser.execute_script("localStorage.setItem('theme', 'dark')")
+    try:
+        browser.refresh()
+        dark = showing(browser, "the page in dark mode", lambda page: len(page["finished"]) == 2)
+        assert browser.execute_script("return document.documentElement.classList.contains('dark')")
+        assert {k: dark[k] for k in ("segments", "legends", "finished", "totals")} == {
+            k: page[k] for k in ("segments", "legends", "finished", "totals")
+        }
+        colors = browser.execute_script(
+            "const t = document.querySelector('table.jobs');"
+            "return [getComputedStyle(t).color, getComputedStyle(document.body).backgroundColor]"
+        )
+        assert luminance(colors[0]) > 0.6 > luminance(colors[1])  # light text on a dark background
+        wait_for(browser, lambda d: drawn_timeline(d, QUEUE) or None, "the timeline in dark mode")
+        browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-react-dark.png"))
+    finally:
+        browser.execute_script("localStorage.removeItem('theme')")
+    browser.refresh()
+    showing(browser, "the page in light mode", lambda page: len(page["finished"]) == 2)
+    light = browser.execute_script("return getComputedStyle(document.querySelector('table.jobs')).color")
+    assert luminance(light) < 0.4
+    assert console_errors(browser) == []
+
+
+def bars_of(api_server: ApiServer) -> list[dict[str, Any]]:
+    timeline = api(api_server, f"/jobQueues/{QUEUE}/timeline", window="1h")
+    return [bar for unit in timeline["units"] for bar in unit["bars"]]
+
+
+def click_at(driver: WebDriver, x: float, y: float) -> None:
+    driver.execute_script(
+        "const [x, y] = arguments; const target = document.elementFromPoint(x, y);"
+        "for (const type of ['mousedown', 'mouseup', 'click'])"
+        "  target.dispatchEvent(new MouseEvent(type, {bubbles: true, clientX: x, clientY: y}));",
+        x,
+        y,
+    )
+
+
+def luminance(css: str) -> float:
+    """0 (black) .. 1 (white) of an rgb()/rgba()/oklch()/color() colour as getComputedStyle writes it."""
+    inside = css[css.index("(") + 1 : css.rindex(")")].replace(",", " ").replace("/", " ").split()
+    if css.startswith("oklch"):
+        value = inside[0]
+        return float(value[:-1]) / 100 if value.endswith("%") else float(value)
+    if css.startswith("color("):
+        return sum(float(v) for v in inside[1:4]) / 3
+    return sum(float(v) for v in inside[:3]) / 3 / 255
+
+
+def test_the_task_instance_quota_tab_is_the_react_view(api_server: ApiServer, browser: WebDriver) -> None:
+    ledger, jobs = seed_story(api_server)
+    vision_a = jobs["vision_a"]
+    research_b = ledger.submit("research-b", "research", 2)
+    ledger.cycle()
+    ledger.stopped(vision_a)
+    ledger.cycle()
+    browser.get(f"{api_server.url}/dags/train/runs/run-1/tasks/vision-a/plugin/quota")
+    story = wait_for(
+        browser,
+        lambda d: (
+            [
+                row.get_attribute("data-kind")
+                for row in d.find_elements(By.CSS_SELECTOR, "table.story tr[data-kind]")
+            ]
+            or None
+        ),
+        "the task instance's story",
+    )
+    assert story == ["WAITING", "GRANTED", "PREEMPTED", "REQUEUED", "WAITING"]
+    rows = [row.text for row in browser.find_elements(By.CSS_SELECTOR, "table.story tr[data-kind]")]
+    assert "Granted 3 ml.p4d.24xlarge (1 borrowed)" in rows[1]
+    assert "Preempted by train / research-b (RECLAIM)" in rows[2] and research_b not in rows[2]
+    items = wait_for(browser, lambda d: drawn_timeline(d, QUEUE) or None, "its timeline")
+    assert {item["jobId"] for item in items} == {vision_a}
+    assert browser.find_element(By.CSS_SELECTOR, "[data-quota-page=task] #title").text == "Quota: vision-a"
+    assert browser.find_elements(By.CSS_SELECTOR, "table.story + .utc-note, .utc-note")
+    browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-react-task.png"))
+
+
+def test_the_old_addresses_lead_to_the_page_in_airflows_ui(api_server: ApiServer) -> None:
+    def location(path: str) -> str:
+        response = requests.get(f"{api_server.url}{path}", allow_redirects=False, timeout=30)
+        assert response.status_code in (302, 303, 307), response.text
+        return str(response.headers["location"])
+
+    assert location("/quota/") == "/plugin/gpu-quotas"
+    assert location(f"/quota/shares/{QUEUE}/vision") == f"/plugin/gpu-quotas/shares/{QUEUE}/vision"
+    assert (
+        location("/quota/task-instance?dagId=train&runId=run-1&taskId=vision-a&mapIndex={MAP_INDEX}")
+        == "/dags/train/runs/run-1/tasks/vision-a/plugin/quota"
+    )
+    assert (
+        location("/quota/task-instance?dagId=train&runId=run%2F1&taskId=t&mapIndex=3")
+        == "/dags/train/runs/run%2F1/tasks/t/mapped/3/plugin/quota"
+    )
