@@ -64,6 +64,8 @@ MAX_BORROW_LIMIT = 100 * MAX_CAPACITY
 #: AWS's Integer (and the ledger's integer columns): the bound of a count with no smaller natural one.
 MAX_INTEGER = 2**31 - 1
 MAX_NAME_LENGTH = 128
+#: The longest minimumRunSeconds or starvationLimitSeconds: 30 days.
+MAX_EXTENSION_SECONDS = 30 * 24 * 3600
 MAX_UNIT_LENGTH = 256
 
 _NAME_PATTERN = rf"^[A-Za-z0-9_-]{{1,{MAX_NAME_LENGTH}}}$"
@@ -122,6 +124,22 @@ _EXPECTED: dict[str, str] = {
         "arn:aws:batch:us-east-1:123456789012:service-environment/ml-g5"
     ),
     "order": f"a whole number from 0 to {MAX_INTEGER}",
+    "extensions": (
+        "a mapping of our extensions to AWS Batch's rules (docs/extensions.md): checkpointAwareVictims, "
+        "minimumRunSeconds, starvationLimitSeconds"
+    ),
+    "checkpointAwareVictims": (
+        "ENABLED or DISABLED (when this share's jobs preempt, victims of one rank that lose the least work "
+        "since their last checkpoint go first)"
+    ),
+    "minimumRunSeconds": (
+        f"a whole number of seconds from 0 to {MAX_EXTENSION_SECONDS} (this share's jobs are not preempted "
+        "before they have run that long; 0: off)"
+    ),
+    "starvationLimitSeconds": (
+        f"a whole number of seconds from 0 to {MAX_EXTENSION_SECONDS} (once this share's first waiting job "
+        "has waited that long, capacity the share frees is held for it), or left out for off"
+    ),
     "schedulingPriority": f"a whole number from {MIN_PRIORITY} to {MAX_PRIORITY} (higher runs first)",
     "instanceCount": f"a whole number from 1 to {MAX_CAPACITY}",
     "preemptionRetriesBeforeTermination": (
@@ -205,6 +223,32 @@ class PreemptionConfiguration(_AwsModel):
 
 _NO_IN_SHARE_PREEMPTION = PreemptionConfiguration.model_validate({})
 
+ExtensionSeconds = Annotated[StrictInt, Field(ge=0, le=MAX_EXTENSION_SECONDS)]
+
+
+class ShareExtensions(_AwsModel):
+    """A share's ``extensions:`` block: our additions to AWS Batch's quota rules, each off when left out
+    (engine/extensions.py has the rules, docs/extensions.md what each one is for). AWS Batch has none of
+    them: ``export --format aws`` leaves the block out with a note, and a job queue AWS Batch schedules
+    refuses it."""
+
+    checkpoint_aware_victims: Literal["ENABLED", "DISABLED"] = Field(
+        "DISABLED", alias="checkpointAwareVictims"
+    )
+    minimum_run_seconds: ExtensionSeconds = Field(0, alias="minimumRunSeconds")
+    starvation_limit_seconds: ExtensionSeconds | None = Field(None, alias="starvationLimitSeconds")
+
+    @property
+    def in_use(self) -> bool:
+        return (
+            self.checkpoint_aware_victims == "ENABLED"
+            or self.minimum_run_seconds > 0
+            or self.starvation_limit_seconds is not None
+        )
+
+
+_NO_EXTENSIONS = ShareExtensions.model_validate({})
+
 
 class QuotaShareConfig(_AwsModel):
     """One quota share as AWS Batch's CreateQuotaShare takes it (without jobQueue and tags)."""
@@ -216,9 +260,13 @@ class QuotaShareConfig(_AwsModel):
         _NO_IN_SHARE_PREEMPTION, alias="preemptionConfiguration"
     )
     state: ShareState = ShareState.ENABLED
+    #: Ours, not AWS Batch's (``ShareExtensions``).
+    #: None when absent (all off), so a file without the block is written back without it.
+    extensions: ShareExtensions | None = Field(None, alias="extensions")
 
     def to_quota_share(self) -> QuotaShare:
         sharing = self.resource_sharing_configuration
+        extensions = self.extensions or _NO_EXTENSIONS
         return QuotaShare(
             name=self.quota_share_name,
             capacity_limits={limit.capacity_unit: limit.max_capacity for limit in self.capacity_limits},
@@ -226,6 +274,13 @@ class QuotaShareConfig(_AwsModel):
             borrow_limit=sharing.effective_borrow_limit,
             in_share_preemption=self.preemption_configuration.in_share_preemption == "ENABLED",
             state=self.state,
+            checkpoint_aware_victims=extensions.checkpoint_aware_victims == "ENABLED",
+            minimum_run_seconds=float(extensions.minimum_run_seconds),
+            starvation_limit_seconds=(
+                None
+                if extensions.starvation_limit_seconds is None
+                else float(extensions.starvation_limit_seconds)
+            ),
         )
 
 
@@ -360,6 +415,7 @@ def parse_quota_config(raw: object, source: str) -> QuotaConfig:
             )
         issues += _local_units_after_the_first(raw_queues)
         issues += _shared_service_environments(raw_queues)
+        issues += _extensions_on_aws_batch(raw_queues)
     if issues or config is None:
         raise QuotaConfigError(source, issues)
     return config
@@ -476,6 +532,27 @@ def _shared_service_environments(raw_queues: Sequence[object]) -> list[ConfigIss
                     f"service environment {name} is also jobQueues[{first}]'s: each job queue has its own "
                     "capacity, so give this job queue another serviceEnvironmentOrder "
                     "[{order: 1, serviceEnvironment: NAME}]",
+                )
+            )
+    return issues
+
+
+def _extensions_on_aws_batch(raw_queues: Sequence[object]) -> list[ConfigIssue]:
+    """A share's ``extensions`` in a job queue AWS Batch schedules: AWS Batch has none of them."""
+    issues: list[ConfigIssue] = []
+    for queue_index, raw_queue in enumerate(raw_queues):
+        if _get(raw_queue, "scheduler") != "AWS_BATCH":
+            continue
+        raw_shares = _get(raw_queue, "quotaShares")
+        for share_index, raw_share in enumerate(raw_shares if isinstance(raw_shares, list | tuple) else []):
+            if _get(raw_share, "extensions") is None:
+                continue
+            issues.append(
+                ConfigIssue(
+                    f"jobQueues[{queue_index}].quotaShares[{share_index}].extensions",
+                    f"job queue {_get(raw_queue, 'jobQueueName')} is scheduled by AWS Batch "
+                    "(scheduler: AWS_BATCH), which has none of our extensions: remove extensions from "
+                    "this quota share, or let our allocator schedule the job queue (scheduler: AIRFLOW)",
                 )
             )
     return issues

@@ -86,6 +86,15 @@ class QuotaShare:
     borrow_limit: int = UNLIMITED_BORROW
     in_share_preemption: bool = False
     state: ShareState = ShareState.ENABLED
+    # Our extensions (issue 37), off by default: the quota file's ``extensions:`` block of the share
+    # (engine/extensions.py has the rules).
+    #: When this share's jobs preempt, victims of one rank lose the least work first.
+    checkpoint_aware_victims: bool = False
+    #: This share's jobs are not victims until they have run this many seconds (0: off).
+    minimum_run_seconds: float = 0.0
+    #: Once this share's front job on a unit has waited this many seconds, capacity its share frees there
+    #: is held for it (None: off).
+    starvation_limit_seconds: float | None = None
 
     def own_limit(self, unit: str) -> int:
         return self.capacity_limits.get(unit, 0)
@@ -154,6 +163,8 @@ class Job:
     job names its preemptor in ``preempted_by``, which gets its units first once it has stopped. A waiting
     job that will take units of jobs being stopped (its victims, or spare units of stops under way) lists
     them in ``awaiting_victims``: it holds a reservation (``engine.usage`` says what it counts).
+    ``last_checkpoint``: when its training last reported a checkpoint; what a preemption loses is counted
+    from it (``engine.extensions.lost_unit_seconds``).
     """
 
     job_id: str
@@ -166,6 +177,8 @@ class Job:
     preempted_by: str | None = None
     awaiting_victims: frozenset[str] = frozenset()
     preempted_attempt_count: int = 0
+    #: When its training last saved a checkpoint (engine time; None: never, as far as we know).
+    last_checkpoint: float | None = None
 
     def with_reason(self, status_reason: str) -> Job:
         """This job with another statusReason."""
@@ -213,6 +226,7 @@ class Job:
         _set_preempted_by(copy, self.preempted_by)
         _set_awaiting_victims(copy, self.awaiting_victims)
         _set_preempted_attempt_count(copy, self.preempted_attempt_count)
+        _set_last_checkpoint(copy, self.last_checkpoint)
         return copy
 
     @property
@@ -254,6 +268,7 @@ _JOB_FIELDS = (
     "preempted_by",
     "awaiting_victims",
     "preempted_attempt_count",
+    "last_checkpoint",
 )
 assert Job.__slots__ == _JOB_FIELDS, "Job._copy must copy every field of Job"
 (
@@ -267,6 +282,7 @@ assert Job.__slots__ == _JOB_FIELDS, "Job._copy must copy every field of Job"
     _set_preempted_by,
     _set_awaiting_victims,
     _set_preempted_attempt_count,
+    _set_last_checkpoint,
 ) = (Job.__dict__[name].__set__ for name in _JOB_FIELDS)
 
 

@@ -41,6 +41,7 @@ from collections.abc import Iterable
 from itertools import accumulate, compress, islice
 from operator import attrgetter, ne
 
+from airflow_quota.engine.extensions import VictimPolicy, is_starving
 from airflow_quota.engine.model import (
     CyclePlan,
     Decision,
@@ -61,6 +62,9 @@ from airflow_quota.engine.reasons import (
     awaiting_victims_reason,
     behind_text,
     capacity_lowered_reason,
+    held_for_starving_reason,
+    minimum_run_reason,
+    starving_reason,
     withheld_reason,
 )
 from airflow_quota.engine.usage import Usage
@@ -123,6 +127,14 @@ class _Cycle:
         self.failures: dict[str, dict[str, list[tuple[int, int]]]] = {}
         #: In step 3, the shares out of the merge while failed searches rule out all their jobs.
         self.sleeping: _Sleeping | None = None
+        # Our extensions (engine/extensions.py); with none in use, a cycle runs as without them.
+        #: The victim rules of the shares that use them (None: no share does).
+        self.victim_policy = VictimPolicy.of(self.queue, now)
+        #: Jobs that could preempt only once their victims have run their minimum run time: from when.
+        self.not_before: dict[str, float] = {}
+        #: Per share and unit, its starving front job, for which capacity is held while it waits.
+        self.held_for = self._starving_fronts()
+        self.held_shares = {share_name for share_name, _ in self.held_for}
 
     # -- the three steps -----------------------------------------------------------------------------
 
@@ -169,10 +181,11 @@ class _Cycle:
             share_failed = _failed_of(failures, share_name)
             #: The units on which an earlier job of the share, beyond its room, could start now.
             behind: set[str] = set()
+            holds = share_name in self.held_shares
             for index, job in enumerate(jobs):
                 request = job.request
                 unit = request.capacity_unit
-                if unit in behind:
+                if unit in behind or (holds and self._held_back(job)):
                     left.append(job)
                 elif request.instance_count <= room[unit]:
                     failed = share_failed.get(unit)
@@ -186,7 +199,7 @@ class _Cycle:
                         if not any(count <= room[unit] for unit, count in smallest.items()):
                             left.extend(jobs[index + 1 :])
                             break
-                    elif len(jobs) - index > _MANY_LEFT and _all_ruled_out(
+                    elif not holds and len(jobs) - index > _MANY_LEFT and _all_ruled_out(
                         room, smallest, share_failed, request.scheduling_priority
                     ):
                         # A failed search rules out every later job that fits the room (none needs less
@@ -214,8 +227,44 @@ class _Cycle:
             return True
         if share.in_share_preemption:
             own = self.running.of_share(request.capacity_unit, share.name)
-            return bool(own) and own[0][1].request.scheduling_priority < request.scheduling_priority
+            policy = self.victim_policy
+            if policy is None or share.name not in policy.minimum_run:
+                return bool(own) and own[0][1].request.scheduling_priority < request.scheduling_priority
+            # Lowest priority first: the first of higher priority ends the look.
+            for _, other in own:
+                if other.request.scheduling_priority >= request.scheduling_priority:
+                    break
+                if policy.may_preempt(other):
+                    return True
         return False
+
+    # -- no starved job (engine/extensions.py) ----------------------------------------------------------
+
+    def _starving_fronts(self) -> dict[tuple[str, str], Job]:
+        """Per share with ``starvation_limit_seconds`` and unit, its front job (the first waiting in share
+        order) when it has waited longer than that."""
+        held: dict[tuple[str, str], Job] = {}
+        for share in self.queue.shares:
+            limit = share.starvation_limit_seconds
+            jobs = self.queued.by_share.get(share.name) if limit is not None else None
+            if not jobs:
+                continue
+            units = set(self.queued.smallest[share.name])
+            for job in jobs:
+                unit = job.request.capacity_unit
+                if unit in units:
+                    units.discard(unit)
+                    if is_starving(job, limit, self.now):
+                        held[(share.name, unit)] = job
+                    if not units:
+                        break
+        return held
+
+    def _held_back(self, job: Job) -> bool:
+        """Whether ``job`` waits because its share's capacity on its unit is held for a starving job
+        before it, which this cycle has not decided for yet."""
+        front = self.held_for.get((job.request.quota_share_name, job.request.capacity_unit))
+        return front is not None and front is not job and self.jobs[front.job_id] is front
 
     def _has_room(self, share_name: str) -> bool:
         """Whether the share's smallest waiting job fits within its own limit on some unit now."""
@@ -264,6 +313,7 @@ class _Cycle:
                 heads.append((jobs[0].submitted, jobs[0].job_id, share_name, 0))
         heapq.heapify(heads)
         failures = self.failures
+        held_for = self.held_for
         while heads:
             _, _, share_name, start = heads[0]
             jobs = deferred[share_name]
@@ -278,7 +328,9 @@ class _Cycle:
                 request = job.request
                 failed_on_unit = failures.get(request.capacity_unit)
                 failed = failed_on_unit.get(share_name) if failed_on_unit else None
-                if not failed or not _covered(failed, request.instance_count, request.scheduling_priority):
+                if held_for and self._held_back(job):
+                    pass  # its share's capacity on its unit is held for a starving job before it
+                elif not failed or not _covered(failed, request.instance_count, request.scheduling_priority):
                     changes = self.changes
                     self._admit(job)
                     if changes != self.changes:
@@ -328,7 +380,7 @@ class _Cycle:
         A group's reason is worked out once. A job with waiting jobs of its share on the same unit before
         it (in share order) adds how many and the first of them: the same words for every job from
         ``EXACT_PLACES`` on, so only the jobs at the front of each share and unit are looked at alone."""
-        jobs, queued, withheld = self.jobs, self.queued, self.withheld
+        jobs, queued, withheld, held_for = self.jobs, self.queued, self.withheld, self.held_for
         for job in queued.reserved:
             self._explain_reserved(jobs[job.job_id])
         reasons = self.status_reasons
@@ -347,7 +399,11 @@ class _Cycle:
             if reason is None:
                 share_name, unit, count = group
                 reason = group_reasons[group] = waiting_reasons.reason(shares[share_name], unit, count)
-                reason += behind_front.get((share_name, unit), "")
+                front = held_for.get((share_name, unit))
+                if front is not None and jobs[front.job_id] is front:
+                    reason = held_for_starving_reason(front)
+                else:
+                    reason += behind_front.get((share_name, unit), "")
             reason_of.append(reason)
         # Every waiting job's reason, its group's, compared with the one it has in C (no Python step per
         # job), in the state's order: the jobs are read in the order they lie in memory (group by group,
@@ -382,13 +438,41 @@ class _Cycle:
                     continue  # its reason names the job that needed its units
                 reason = group_reasons[(share_name, unit, job.request.instance_count)]
                 if ahead:
-                    reason += behind_text(ahead, first, share_name)
+                    front = held_for.get((share_name, unit))
+                    if front is not None and jobs[front.job_id] is front:
+                        reason = held_for_starving_reason(front)
+                    else:
+                        reason += behind_text(ahead, first, share_name)
                 if reason != job.status_reason:
                     reasons[job_id] = reason
                 else:
                     reasons.pop(job_id, None)
+        if self.not_before or held_for:
+            self._explain_extensions(group_reasons, reasons)
         decided = QueueState(self.queue, jobs) if self._copied else queued.state
         return CyclePlan(tuple(self.decisions), decided, reasons)
+
+    def _explain_extensions(self, group_reasons: dict[GroupKey, str], reasons: dict[str, str]) -> None:
+        """The reasons our extensions add: a starving job's, and a would-be preemptor's whose victims have
+        not run their minimum run time yet (its own reason, not its group's)."""
+        jobs = self.jobs
+        added: dict[str, str] = {}
+        for (share_name, unit), front in self.held_for.items():
+            if jobs[front.job_id] is front and front.job_id not in self.withheld:
+                waiting = group_reasons[(share_name, unit, front.request.instance_count)]
+                limit = self.usage.shares[share_name].starvation_limit_seconds or 0.0
+                added[front.job_id] = starving_reason(waiting, limit)
+        for job_id, not_before in self.not_before.items():
+            job = jobs[job_id]
+            if job.status is JobStatus.RUNNABLE and not job.awaiting_victims and job_id not in self.withheld:
+                request = job.request
+                key = (request.quota_share_name, request.capacity_unit, request.instance_count)
+                added[job_id] = minimum_run_reason(added.get(job_id, group_reasons[key]), not_before)
+        for job_id, reason in added.items():
+            if reason != jobs[job_id].status_reason:
+                reasons[job_id] = reason
+            else:
+                reasons.pop(job_id, None)
 
     def _fronts(self) -> dict[tuple[str, str], list[Job]]:
         """Per share and unit, its first ``EXACT_PLACES`` jobs still waiting, in share order.
@@ -470,7 +554,10 @@ class _Cycle:
             if stops is not None:
                 self._promise(job, stops)
                 return
-        choice = choose_victims(self.usage, job, self.running, spare)
+        choice = choose_victims(self.usage, job, self.running, spare, self.victim_policy)
+        if choice is not None and choice.not_before is not None:
+            self.not_before[job.job_id] = choice.not_before
+            choice = None
         if choice is None:
             self.failures.setdefault(unit, {}).setdefault(share_name, []).append((count, priority))
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 
 from airflow_quota.engine.model import (
     QUOTA_MANAGEMENT_LIMIT_EXCEEDED,
@@ -298,3 +299,38 @@ def awaiting_victims_reason(victims: list[str], spare_of: Mapping[str, str | Non
             f"the units it was promised of {len(spare_of)} stop(s) under way to be released: {stops}"
         )
     return "Waiting for " + "; and for ".join(parts)
+
+
+# -- our extensions (engine/extensions.py) ---------------------------------------------------------------
+
+
+def clock_text(at: float) -> str:
+    """A moment of the engine's clock in words: a UTC time for epoch seconds (the allocator's), else the
+    simulator's seconds from its start."""
+    if at >= 1e9:
+        return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"t={at:g} s"
+
+
+def minimum_run_reason(waiting: str, not_before: float) -> str:
+    """A waiting job's reason when the jobs it would preempt are still within their minimum run time."""
+    return (
+        f"{waiting}; the jobs it would preempt have not run their quota share's minimumRunSeconds yet: "
+        f"it may preempt them from {clock_text(not_before)}"
+    )
+
+
+def starving_reason(waiting: str, limit_seconds: float) -> str:
+    """The reason of a share's front job that has waited past its share's starvationLimitSeconds."""
+    return (
+        f"{waiting}; waiting longer than starvationLimitSeconds ({limit_seconds:g} s): capacity its share "
+        "frees on this unit is held for it until it fits"
+    )
+
+
+def held_for_starving_reason(front: Job) -> str:
+    """The reason of a later job of a share whose capacity on its unit is held for a starving job."""
+    return (
+        f"Waiting for capacity: held for {front.job_id}, which has waited longer than quota share "
+        f"{front.share_name}'s starvationLimitSeconds: later jobs of the share on {front.unit} start after it"
+    )

@@ -32,6 +32,7 @@ from itertools import compress
 from operator import itemgetter
 from typing import NamedTuple
 
+from airflow_quota.engine.extensions import VictimPolicy
 from airflow_quota.engine.model import Job, PreemptionRule
 from airflow_quota.engine.usage import Claim, Usage
 
@@ -134,11 +135,16 @@ class Candidates:
 
 @dataclass(frozen=True, slots=True)
 class VictimChoice:
-    """Jobs to stop for a preemptor (``victims``), and the stops under way whose spare units it takes too."""
+    """Jobs to stop for a preemptor (``victims``), and the stops under way whose spare units it takes too.
+
+    ``not_before``: set when only victims still within their share's minimum run time would let the
+    preemptor fit (``extensions``): the choice may not be made before then, and nothing is preempted now.
+    """
 
     rule: PreemptionRule
     victims: tuple[Job, ...]
     spare_of: tuple[Job, ...] = ()
+    not_before: float | None = None
 
 
 #: A stop under way with spare units, and how many.
@@ -163,13 +169,50 @@ def claim_spare(usage: Usage, job: Job, spare: Sequence[Spare]) -> tuple[Job, ..
 
 
 def choose_victims(
-    usage: Usage, preemptor: Job, candidates: Candidates, spare: Sequence[Spare]
+    usage: Usage,
+    preemptor: Job,
+    candidates: Candidates,
+    spare: Sequence[Spare],
+    policy: VictimPolicy | None = None,
 ) -> VictimChoice | None:
     """The victims that let ``preemptor`` fit, or None when no allowed set does.
 
     ``spare``: the spare units of stops under way on the preemptor's unit, in ``spare_order``; they are
-    taken first, at no cost, and the choice says which it took beside its victims.
+    taken first, at no cost, and the choice says which it took beside its victims. ``policy``: our
+    extensions' victim rules (``engine.extensions``), None when no share uses them. When jobs within
+    their minimum run time were passed over and no set without them does, the choice the rules would
+    make without that protection comes back with ``not_before`` set: when its victims may be taken.
     """
+    if policy is None:
+        return _choose(usage, preemptor, candidates, spare, None)
+    passed_over: list[Job] = []
+
+    def allowed(job: Job) -> bool:
+        if policy.may_preempt(job):
+            return True
+        passed_over.append(job)
+        return False
+
+    choice = _choose(usage, preemptor, candidates, spare, policy, allowed)
+    if choice is not None or not passed_over:
+        return choice
+    later = _choose(usage, preemptor, candidates, spare, policy)
+    if later is None:
+        return None
+    not_before = max(policy.protected_until(victim) or policy.now for victim in later.victims)
+    return VictimChoice(later.rule, later.victims, later.spare_of, not_before=not_before)
+
+
+def _choose(
+    usage: Usage,
+    preemptor: Job,
+    candidates: Candidates,
+    spare: Sequence[Spare],
+    policy: VictimPolicy | None,
+    allowed: Callable[[Job], bool] | None = None,
+) -> VictimChoice | None:
+    """``choose_victims`` taking only the candidates ``allowed`` lets through (all, when None), in the
+    order ``policy`` gives them (victim order, when None)."""
     share_name, unit = preemptor.share_name, preemptor.unit
     share = usage.shares.get(share_name)
     if share is None:
@@ -181,6 +224,8 @@ def choose_victims(
     if share.in_share_preemption:
         own = candidates.of_share(unit, share_name)
         own_lower = [job for _, job in own[: bisect_left(own, (preemptor.priority,), key=_RANK)]]
+        if policy is not None:
+            own_lower = list(policy.order(share_name, filter(allowed, own_lower)))
         own_lower_units = sum(job.request.instance_count for job in own_lower)
 
     own_limit = share.own_limit(unit)
@@ -205,9 +250,12 @@ def choose_victims(
                     break
                 short -= candidates.units(unit, name)
             if short <= 0:
+                others: Iterable[Job] = candidates.of_shares(unit, borrowers)
+                if policy is not None:
+                    others = policy.order(share_name, filter(allowed, others))
                 ranked = [
                     *spare_entries,
-                    *(_Entry(job, job.count, True) for job in candidates.of_shares(unit, borrowers)),
+                    *(_Entry(job, job.count, True) for job in others),
                     *(_Entry(job, job.count, True) for job in own_lower),
                 ]
                 found = _search(usage, preemptor, ranked, None, within_own_limit=True)

@@ -247,6 +247,7 @@ def _write_queue(
         share_row.borrow_limit = sharing.borrow_limit
         share_row.in_share_preemption = share.preemption_configuration.in_share_preemption
         share_row.state = share.state.value
+        share_row.extensions = document.get("extensions")
         share_row.updated_at = now
 
 
@@ -285,4 +286,5 @@ def _share_document(row: QuotaShareRow) -> dict[str, Any]:
         "resourceSharingConfiguration": sharing,
         "preemptionConfiguration": {"inSharePreemption": row.in_share_preemption},
         "state": row.state,
+        **({} if row.extensions is None else {"extensions": row.extensions}),
     }

@@ -64,6 +64,7 @@ def job_from_row(row: JobRow) -> Job:
         preempted_by=row.preempted_by,
         awaiting_victims=frozenset(row.awaiting_victims),
         preempted_attempt_count=row.preempted_attempt_count,
+        last_checkpoint=None if row.last_checkpoint_at is None else to_engine_time(row.last_checkpoint_at),
     )
 
 
@@ -92,6 +93,7 @@ def job_values(job: Job, now: datetime) -> dict[str, object]:
         "preempted_by": job.preempted_by,
         "awaiting_victims": sorted(job.awaiting_victims),
         "preempted_attempt_count": job.preempted_attempt_count,
+        "last_checkpoint_at": None if job.last_checkpoint is None else from_engine_time(job.last_checkpoint),
     }
     if stop_cause is None:
         values["preemption_rule"] = None

@@ -89,6 +89,8 @@ class QuotaShareRow(LedgerBase):
     borrow_limit: Mapped[int | None] = mapped_column(Integer)
     in_share_preemption: Mapped[str] = mapped_column(String(10))
     state: Mapped[str] = mapped_column(String(10))
+    #: Our extensions block as the quota file wrote it (engine/config.py ``ShareExtensions``); NULL: none.
+    extensions: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
@@ -157,6 +159,8 @@ class JobRow(LedgerBase):
     awaiting_victims: Mapped[list[str]] = mapped_column(JSON)
     # AWS's preemptionSummary.
     preempted_attempt_count: Mapped[int] = mapped_column(Integer)
+    #: When its training last reported a checkpoint (what a preemption loses is counted from it).
+    last_checkpoint_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
     #: ``[{"attempt", "startedAt", "stoppedAt", "preemptedBy", "rule", "statusReason"}]``, the last 10.
     recent_preempted_attempts: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     #: Grants so far; the current (or last) attempt's number, 0 before the first grant.
