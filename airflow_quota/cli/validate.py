@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -21,7 +22,8 @@ from rich.table import Table
 from airflow_quota.cli.common import WIDE_WIDTH, add_column
 from airflow_quota.cli.common import table as cli_table
 from airflow_quota.config_file import load_quota_design
-from airflow_quota.engine.config import ConfigIssue, QuotaConfigError
+from airflow_quota.engine.config import DEFAULT_SCHEDULER, ConfigIssue, QuotaConfig, QuotaConfigError
+from airflow_quota.engine.devices import is_local_unit
 from airflow_quota.engine.model import UNLIMITED_BORROW, JobQueue, QuotaShare
 
 
@@ -81,16 +83,41 @@ def run_validate(
     for queue in queues:
         for table in queue_tables(queue, wide=wide):
             console.print(table)
+    notes = [warning for warning in warnings if _local_unit_of_our_queue(design.config, warning)]
+    warnings = [warning for warning in warnings if warning not in notes]
     for warning in warnings:
         console.print(f"[yellow]warning:[/] {escape(str(warning))}", soft_wrap=True)
+    for note in notes:
+        console.print(f"note: {escape(str(note))} ({LOCAL_QUEUE_NOTE})", soft_wrap=True)
     counts = [
         _plural(len(queues), "job queue"),
         _plural(sum(len(queue.shares) for queue in queues), "quota share"),
     ]
     if warnings:
         counts.append(_plural(len(warnings), "AWS Batch warning"))
+    if notes:
+        counts.append(f"{_plural(len(notes), 'AWS Batch note')} (harmless here)")
     console.print(f"[green]{escape(path)} is valid:[/] {', '.join(counts)}", soft_wrap=True)
     return 0
+
+
+#: What a note about a job queue of the worker's own GPUs adds: why it is harmless for it.
+LOCAL_QUEUE_NOTE = (
+    "harmless for this job queue: our allocator schedules it on this machine's GPUs; it matters only to "
+    "export the design to AWS Batch"
+)
+_UNIT_PATH = re.compile(r"^jobQueues\[(\d+)\]\.capacityLimits\[(\d+)\]\.capacityUnit$")
+
+
+def _local_unit_of_our_queue(config: QuotaConfig, warning: ConfigIssue) -> bool:
+    """Whether ``warning`` is AWS Batch's about a ``local-*`` capacity unit of a job queue our allocator
+    schedules: true of every such queue, and no problem for it (AWS Batch never sees it)."""
+    match = _UNIT_PATH.match(warning.path)
+    if match is None:
+        return False
+    queue = config.job_queues[int(match[1])]
+    unit = queue.capacity_limits[int(match[2])].capacity_unit
+    return is_local_unit(unit) and (queue.scheduler or DEFAULT_SCHEDULER) == DEFAULT_SCHEDULER
 
 
 def queue_tables(queue: JobQueue, *, wide: bool = False) -> list[Table]:
