@@ -70,7 +70,7 @@ LONGEST_FIRST = {
     "tests/aws_batch/test_rest_on_aws_queues.py": 85,
     "tests/db/test_allocator_hosts.py": 90,
     "tests/airflow/test_overhead_benchmarks_run.py": 65,
-    "tests/ui/test_page.py": 60,
+    "tests/ui/test_react_page.py": 60,
     "tests/db/test_migrations.py": 60,
     "tests/cli/test_quota_cli.py": 55,
     # The fast tier's longest files (a file of it takes 10 s by default with a database, 0 without), from
@@ -102,7 +102,9 @@ SPREAD_FILES = frozenset(
 
 #: Files that share a session fixture's Airflow (tests/ui/conftest.py: one api-server per backend for the
 #: session) run on one worker, so it starts once: each costs about 25 CPU-seconds (two uvicorn workers).
-ONE_WORKER_FILES = frozenset({"tests/ui/test_api.py", "tests/ui/test_api_limits.py", "tests/ui/test_page.py"})
+ONE_WORKER_FILES = frozenset(
+    {"tests/ui/test_api.py", "tests/ui/test_api_limits.py", "tests/ui/test_react_page.py"}
+)
 
 
 class FileScheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist ships no types

@@ -90,13 +90,26 @@ def log_in(driver: WebDriver, base_url: str, path: str, user: str, password: str
     username.send_keys(user)
     driver.find_element(By.NAME, "password").send_keys(password)
     driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    wait_for(driver, lambda d: d.current_url == base_url + path, f"the redirect back to {path}")
+    # Back at ``path``, or where it redirects: the page's old addresses (/quota/, /quota/task-instance?...)
+    # lead to its routes in Airflow's UI (/plugin/gpu-quotas, .../plugin/quota).
+    wait_for(
+        driver,
+        lambda d: (
+            d.current_url == base_url + path
+            or (
+                d.current_url.startswith(base_url)
+                and "/auth/login" not in d.current_url
+                and path.startswith("/quota/")
+            )
+        ),
+        f"the redirect back to {path}",
+    )
 
 
 def drawn_timeline(driver: WebDriver, queue: str) -> list[dict[str, Any]]:
-    """What the job queue's GPU timeline draws, one entry per bar or wait: its job, kind (bar or wait),
-    phase (RUNNING, STOPPING, WAITING), lane, borrowed, preemptor, start and end (ms), and where it is on
-    the screen (x, y)."""
+    """What the job queue's GPU timeline draws (QuotaTimeline.drawn), one entry per bar or wait: its job,
+    kind (bar or wait), phase (RUNNING, STOPPING, WAITING), lane, borrowed, preemptor, start and end (ms), and
+    where it is on the screen (x, y)."""
     items: list[dict[str, Any]] = driver.execute_script(
         "return QuotaTimeline.drawn(document.querySelector(`.timeline[data-queue='${arguments[0]}']`))", queue
     )

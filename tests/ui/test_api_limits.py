@@ -368,7 +368,7 @@ def page(server: ApiServer, path: str, **params: Any) -> dict[str, Any]:
 
 
 def test_the_pages_calls_stay_small_with_50000_finished_jobs(server: ApiServer, history: Seeded) -> None:
-    # The page's own calls (quota.js): unfinished jobs, the 10 latest finished, 200 events, per share too.
+    # The React page's calls: unfinished jobs, the 10 latest finished, 200 events, per share too.
     for share_filter in ({}, {"jobQueueName": QUEUE, "quotaShareName": "vision"}):
         unfinished = page(server, "/jobs", finished="false", limit=1000, **share_filter)
         names = [job["jobName"] for job in unfinished["jobs"]]

@@ -51,37 +51,36 @@ export function jobParts(jobId: string | null | undefined): TaskInstanceLink | n
   };
 }
 
-type Named = { jobId: string; displayName?: string | null; taskInstance?: TaskInstanceLink };
+type Named = { jobId: string; displayName?: string | null; runLabel?: string | null; taskInstance?: TaskInstanceLink };
 
-const taskOf = (ti: TaskInstanceLink) => `${ti.dagId} / ${ti.taskId}${ti.mapIndex >= 0 ? ` [${ti.mapIndex}]` : ""}`;
+const taskOf = (ti: TaskInstanceLink) =>
+  `${ti.dagId} / ${ti.taskId}${ti.mapIndex >= 0 ? `[${ti.mapIndex}]` : ""}${ti.tryNumber > 1 ? ` #${ti.tryNumber}` : ""}`;
 
-/** Names jobs the same way everywhere on the page: "dag / task [map index]", "try N" after the first try, and
- * the DAG run where jobs of two runs of the same task are shown; the REST API's displayName when it has one.
- * `known` holds every job shown (jobs or job ids), so a name says the run exactly where two could be confused. */
+/** Names jobs the same way everywhere (the REST API's and the CLI's way, airflow_quota/job_names.py): its
+ * displayName, "dag / task", "[map index]" for a mapped task and "#try" after the first try; where jobs of
+ * two runs of one DAG are shown together, each of that DAG's jobs with "(run <runLabel>)". `known` holds
+ * every job shown (jobs or job ids). */
 export function namer(known: (Named | string | null | undefined)[]): (job: Named | string | null | undefined) => string {
   const runs = new Map<string, Set<string>>();
-  const given = new Map<string, string>();
+  const given = new Map<string, Named>();
   const refOf = (job: Named | string | null | undefined): TaskInstanceLink | null => {
     if (!job) return null;
     if (typeof job === "string") return jobParts(job);
     return job.taskInstance ?? jobParts(job.jobId);
   };
   for (const job of known) {
-    if (job && typeof job !== "string" && job.displayName) given.set(job.jobId, job.displayName);
+    if (job && typeof job !== "string" && job.displayName) given.set(job.jobId, job);
     const ref = refOf(job);
-    if (!ref) continue;
-    const task = taskOf(ref);
-    runs.set(task, (runs.get(task) ?? new Set()).add(ref.runId));
+    if (ref) runs.set(ref.dagId, (runs.get(ref.dagId) ?? new Set()).add(ref.runId));
   }
   return (job) => {
     const id = typeof job === "string" ? job : job?.jobId;
-    if (id && given.has(id)) return given.get(id) as string;
-    if (job && typeof job !== "string" && job.displayName) return job.displayName;
+    const full = (id && given.get(id)) || (job && typeof job !== "string" ? job : undefined);
     const ref = refOf(job);
     if (!ref) return id ?? "";
-    const task = taskOf(ref);
-    const run = (runs.get(task)?.size ?? 0) > 1 ? ` (run ${ref.runId})` : "";
-    return `${task}${run}${ref.tryNumber > 1 ? ` try ${ref.tryNumber}` : ""}`;
+    const base = full?.displayName || taskOf(ref);
+    const run = (runs.get(ref.dagId)?.size ?? 0) > 1 ? ` (run ${full?.runLabel || ref.runId})` : "";
+    return `${base}${run}`;
   };
 }
 

@@ -31,6 +31,7 @@ export type Job = {
   jobId: string;
   jobName: string;
   displayName?: string | null;
+  runLabel?: string | null;
   jobQueueName: string;
   quotaShareName: string;
   status: string;
@@ -160,6 +161,7 @@ export type TimelineJob = {
   jobId: string;
   jobName: string;
   displayName?: string | null;
+  runLabel?: string | null;
   quotaShareName: string;
   schedulingPriority: number;
   capacityUnit: string;
