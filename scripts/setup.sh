@@ -48,12 +48,12 @@ from pip._internal.commands import create_command
 
 options, _ = create_command("install").parse_args([])
 out = ["--no-config", "--index-strategy", "unsafe-best-match"]
-if options.no_index:
+if options.no_index:  # pip then reads no index at all, extra ones included
     out.append("--no-index")
-elif options.index_url:
+else:
     out += ["--index-url", options.index_url]
-for url in options.extra_index_urls or []:
-    out += ["--extra-index-url", url]
+    for url in options.extra_index_urls or []:
+        out += ["--extra-index-url", url]
 for link in options.find_links or []:
     out += ["--find-links", link]
 for constraint in options.constraints or []:
@@ -80,8 +80,8 @@ install_with_uv() {
     local uv=.venv/.uv/bin/uv
     if [ ! -x "$uv" ] || [ "$("$uv" --version 2>/dev/null)" != "uv $UV_VERSION" ]; then
         rm -rf .venv/.uv
-        .venv/bin/python -m pip install --quiet --disable-pip-version-check --target .venv/.uv "uv==$UV_VERSION" ||
-            return 1
+        .venv/bin/python -m pip install --quiet --disable-pip-version-check --target .venv/.uv \
+            "uv==$UV_VERSION" || return 1
     fi
     local settings args=() env=() seen_marker="" line
     settings="$(uv_arguments)" || return 1
@@ -102,10 +102,11 @@ install_with_uv() {
     # not: compiling everything took 56 CPU-s, the first step's packages 14; those compile on first use
     # instead (scripts/test.sh and scripts/demo.sh let Python write its bytecode caches). pip is upgraded
     # as the pip path upgrades it, so `.venv/bin/pip freeze --all` lists the same set either way.
-    env "${env[@]}" "$uv" pip install --quiet --python .venv/bin/python "${args[@]}" --compile-bytecode \
-        -c constraints.txt -e . pip --upgrade-package pip || return 1
-    env "${env[@]}" "$uv" pip install --quiet --python .venv/bin/python "${args[@]}" \
-        -c constraints.txt -e '.[dev]'
+    # (The arrays as ${a[@]+"${a[@]}"}: bash 3.2, macOS's, calls an empty array unbound under set -u.)
+    local uv_pip=(env ${env[@]+"${env[@]}"} "$uv" pip install --quiet --python .venv/bin/python)
+    "${uv_pip[@]}" ${args[@]+"${args[@]}"} --compile-bytecode -c constraints.txt -e . \
+        pip --upgrade-package pip || return 1
+    "${uv_pip[@]}" ${args[@]+"${args[@]}"} -c constraints.txt -e '.[dev]'
 }
 
 install_with_pip() {
