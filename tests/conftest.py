@@ -64,8 +64,8 @@ LONGEST_FIRST = {
     "tests/airflow/test_scheduler_grants.py": 302,
     "tests/sagemaker/test_end_to_end.py": 301,
     "tests/local/test_end_to_end_local.py": 300,
-    # tests/ui's three files on their one worker (ONE_WORKER_FILES): their sum (session 17), so they start
-    # before the shorter Airflow files instead of ending the suite (they did, 388 to 531 s of 536).
+    # tests/ui's three files on their one worker (ONE_WORKER_FILES): their sum (measured 2026-12-03), so they
+    # start before the shorter Airflow files instead of ending the suite (they did, 388 to 531 s of 536).
     "tests/ui/test_api_limits.py": 143,
     "tests/aws_batch/test_rest_on_aws_queues.py": 85,
     "tests/db/test_allocator_hosts.py": 90,

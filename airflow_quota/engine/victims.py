@@ -1,6 +1,6 @@
 """Choosing preemption victims: who may be taken, in which order, and the smallest set that suffices.
 
-The rules (README, "Victim order"):
+The rules (docs/semantics.md, "Victim order"):
 
 * Search 1, *reclaim*: only when the preemptor's share is below its own limit on the unit and another
   share is borrowing there. Candidates are the borrowing shares' jobs and, with in-share preemption, the

@@ -43,10 +43,10 @@ COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 T = TypeVar("T")
 #: Under pytest-xdist, at most this many Airflow installations run at once, whichever workers start them:
 #: more on a 2-core machine starve each other (heartbeats, api-server calls time out) and fail for that.
-#: As many as scripts/test.sh's four workers. With three (session 17, whole suite), the fourth worker
+#: As many as scripts/test.sh's four workers. With three (the whole suite, 2026-12-03), the fourth worker
 #: waited 166 s at the start for a slot while the cores were half idle (the first stories, the soaks and the
 #: demo wait on their trainings' timers): 593 -> 546 s of pytest with four. Five workers with four slots
-#: starved the tests that need no Airflow (session 16).
+#: starved the tests that need no Airflow (measured 2026-12-03).
 AIRFLOW_SLOTS = int(os.environ.get("QUOTA_TEST_AIRFLOW_SLOTS", "4"))
 SLOTS = Path(tempfile.gettempdir()) / "airflow-quota-test-slots"
 
@@ -135,7 +135,7 @@ class AirflowProcesses:
             # written), not every 30 s, which cost each idle installation a parse process every 30 s.
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
             # Airflow's default (1 s) between idle scheduler loops, as users run it: 0.5 s cost an idle
-            # scheduler 4.6 to 5.0 CPU-seconds a minute against 2.9 (measured side by side, session 10),
+            # scheduler 4.6 to 5.0 CPU-seconds a minute against 2.9 (measured side by side, 2026-12-01),
             # and a loop that granted something does not sleep (allocator/executor.py).
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "1",
             "AIRFLOW__QUOTA__ALLOCATION_INTERVAL": "0.5",
