@@ -331,6 +331,57 @@ QUOTA_COMMANDS: list[ActionCommand | GroupCommand] = [
 ]
 
 
+ADVISE_COMMAND = ActionCommand(
+    name="advise",
+    help="Propose a better quota design by replaying real history in the simulator",
+    description=(
+        "Replay a history of one job queue's jobs (--history, what 'airflow quota history' writes; without "
+        "it, the ledger's jobs from --since) under the current quota file, search designs next to it (own "
+        "limits moved between shares within the queue's capacity, strategies, borrow limits) and propose the "
+        "best: -o the proposed quota file (validated; only when better), --report an HTML page comparing "
+        "both designs per share. Objective: job-weighted (mean + p95) / 2 wait per share plus GPU-seconds "
+        "lost per job; held fixed: the queue's capacity, no own limit below the share's p95 usage, RESERVE "
+        "shares (docs/advisor.md). Says plainly when it found nothing better."
+    ),
+    func=lazy_load_command("airflow_quota.cli.advise.advise"),
+    args=(
+        _arg(
+            "--history", metavar="FILE.csv", help="The jobs to replay (what 'airflow quota history' writes)"
+        ),
+        _arg("--since", metavar="ISO-TIME", help="Without --history: the ledger's jobs first submitted from"),
+        ARG_HISTORY_UNTIL,
+        _arg("--config", metavar="QUOTAS.yaml", required=True, help="The current quota file"),
+        ARG_QUEUE,
+        _arg(
+            "-o", "--output", metavar="PROPOSED.yaml", help="Write the proposed quota file (only when better)"
+        ),
+        _arg(
+            "--report", metavar="REPORT.html", help="Write the HTML report comparing both designs per share"
+        ),
+        ARG_JSON,
+        _arg("--stop-seconds", metavar="S", help="How long a stop takes (default 60; the ledger's median)"),
+        ARG_START_SECONDS,
+        _arg("--checkpoint-interval", metavar="S", help="Jobs checkpoint every S s of work (default 900)"),
+        _arg(
+            "--max-replays", metavar="N", help="Replays at most, the current design's included (default 24)"
+        ),
+        _arg("--time-limit", metavar="S", help="Start no replay that would end after S seconds (default 55)"),
+        _arg("--workers", metavar="N", help="Processes replaying designs (default: one per core, at most 2)"),
+        _arg("--seed", metavar="N", help="Breaks ties between moves (default 0): same seed, same search"),
+        _arg(
+            "--min-improvement", metavar="PERCENT", help="Propose only a design this much better (default 2)"
+        ),
+        _arg("--weight", metavar="SHARE=W", action="append", help="A share's weight in the objective"),
+        _arg(
+            "--allow-reserve-changes",
+            action="store_true",
+            help="Let the search change a RESERVE share's strategy (or make one)",
+        ),
+    ),
+)
+QUOTA_COMMANDS.append(ADVISE_COMMAND)
+
+
 def get_quota_cli_commands() -> list[GroupCommand]:
     return [
         GroupCommand(
