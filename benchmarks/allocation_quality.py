@@ -6,6 +6,10 @@ LEND_AND_BORROW 100 with in-share preemption, vision LEND_AND_BORROW unlimited) 
 
 * ``quota``: the quota file as written, preempted jobs taking ``--stop-seconds`` to stop and resuming from
   a checkpoint taken every ``--checkpoint-interval`` seconds of progress;
+* ``quota, checkpoint-aware``: the same with every share's ``checkpointAwareVictims`` extension on
+  (docs/extensions.md): among victims of one rank, those that lose the least work since their last
+  checkpoint go first; the summary compares its GPU time lost and makespan with ``quota``'s (goal: at
+  most half the loss, makespan no more than 2% longer);
 * ``quota, free stops``: the same with 0-second stops and exact resumption: no preemption loss at all,
   which separates the loss from the sharing policy;
 * ``quota, all borrow``: every share LEND_AND_BORROW without a borrow limit (priorities, in-share
@@ -78,6 +82,10 @@ TRACE_GENERATOR = ROOT / "examples" / "traces" / "make_trace.py"
 POOL_SHARE = "pool"
 #: Goal: makespan within 5% of the work-conserving bound.
 GOAL_RATIO = 1.05
+CHECKPOINT_AWARE = "quota, checkpoint-aware"
+#: Goals of checkpoint-aware victims against the default victim order (issue 37).
+LOST_GOAL = 0.5
+MAKESPAN_GOAL = 1.02
 
 
 # --- the trace ----------------------------------------------------------------------------------------------
@@ -221,6 +229,12 @@ def every_share_borrowing(configuration: QueueConfiguration) -> QueueConfigurati
         for share in configuration.shares_raw
     ]
     return QueueConfiguration.parse(configuration.queue_raw, shares, "every share LEND_AND_BORROW")
+
+
+def with_extensions(configuration: QueueConfiguration, extensions: dict[str, object]) -> QueueConfiguration:
+    """The same shares, each with ``extensions`` (our extensions block, docs/extensions.md)."""
+    shares = [{**share, "extensions": extensions} for share in configuration.shares_raw]
+    return QueueConfiguration.parse(configuration.queue_raw, shares, f"every share with {extensions}")
 
 
 def one_pool(configuration: QueueConfiguration, events: Sequence[ScenarioEvent]) -> RunSpec:
@@ -749,6 +763,17 @@ def render(
         f"the same goal for the sharing mechanism without the file's RESERVE, LEND and borrowLimit caps "
         f"(quota, all borrow): x{sharing_ratio:.3f}: {'met' if sharing_ratio <= GOAL_RATIO else 'missed'}"
     )
+    aware = next(result for result in results if result.label == CHECKPOINT_AWARE)
+    lost_ratio = aware.gpu_seconds_lost / quota.gpu_seconds_lost if quota.gpu_seconds_lost else None
+    aware_ratio = (aware.span_end - aware.span_start) / quota_span
+    met = lost_ratio is not None and lost_ratio <= LOST_GOAL and aware_ratio <= MAKESPAN_GOAL
+    lost_text = "-" if lost_ratio is None else f"x{lost_ratio:.3f}"
+    console.print(
+        f"checkpoint-aware victims (extension) against the default victim order: GPU-seconds lost "
+        f"{aware.gpu_seconds_lost:,.0f} vs {quota.gpu_seconds_lost:,.0f} ({lost_text}), preemptions "
+        f"{aware.preemptions} vs {quota.preemptions}, makespan x{aware_ratio:.4f}; goal (lost at most "
+        f"x{LOST_GOAL}, makespan at most x{MAKESPAN_GOAL}): {'met' if met else 'missed'}"
+    )
     file_bound = capped[0]
     file_span = file_bound.span_end - file_bound.span_start
     file_ratio = quota_span / file_span
@@ -807,6 +832,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     lossy = Settings(stop_seconds=args.stop_seconds)
     specs = [
         RunSpec("quota", configuration, events, lossy, args.checkpoint_interval),
+        RunSpec(
+            CHECKPOINT_AWARE,
+            with_extensions(configuration, {"checkpointAwareVictims": "ENABLED"}),
+            events,
+            lossy,
+            args.checkpoint_interval,
+        ),
         RunSpec("quota, free stops", configuration, events, Settings(), 0.0),
         RunSpec(
             "quota, all borrow",

@@ -84,6 +84,15 @@ def set_status(state: QueueState, job_id: str, status: JobStatus) -> QueueState:
     return _with(state, replace(job, status=status))
 
 
+def record_checkpoint(state: QueueState, job_id: str, at: float | None) -> QueueState:
+    """``job_id``'s training reported a checkpoint at ``at``: a preemption of it loses the work since then
+    (``engine.extensions.lost_unit_seconds``)."""
+    job = state.jobs[job_id]
+    if job.last_checkpoint == at:
+        return state
+    return _with(state, replace(job, last_checkpoint=at))
+
+
 def complete_stop(state: QueueState, job_id: str, *, started: bool = True) -> QueueState:
     """A stop finished: a preempted job is requeued at its place (or FAILED when out of retries).
 

@@ -199,8 +199,10 @@ class _Cycle:
                         if not any(count <= room[unit] for unit, count in smallest.items()):
                             left.extend(jobs[index + 1 :])
                             break
-                    elif not holds and len(jobs) - index > _MANY_LEFT and _all_ruled_out(
-                        room, smallest, share_failed, request.scheduling_priority
+                    elif (
+                        not holds
+                        and len(jobs) - index > _MANY_LEFT
+                        and _all_ruled_out(room, smallest, share_failed, request.scheduling_priority)
                     ):
                         # A failed search rules out every later job that fits the room (none needs less
                         # than the smallest, none has a higher priority): those wait, the others go on to

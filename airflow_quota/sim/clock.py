@@ -13,11 +13,13 @@ from airflow_quota.sim.jobs import JobRecord
 
 
 class Timer(IntEnum):
-    """What falls due; at one moment work ends first, then starts, then stops."""
+    """What falls due; at one moment work ends first, then starts, then stops, then wake-ups."""
 
     WORK_DONE = 0
     STARTED = 1
     STOPPED = 2
+    #: Nothing ends: the job's minimum run time before preemption has passed, and a cycle must run then.
+    WAKE = 3
 
 
 class Timers:

@@ -40,6 +40,8 @@ class Hold:
     preempted_by: str | None = None
     rule: str | None = None
     end: HoldEnd = HoldEnd.HELD_AT_END
+    #: Unit-seconds its preemption lost (``engine.extensions.lost_unit_seconds``), once its stop completed.
+    lost_unit_seconds: float | None = None
 
     def until(self, end: float) -> float:
         """When its units were free again, or ``end`` when the run ended first."""
@@ -77,10 +79,11 @@ class HoldRecorder:
             rule=rule if rule is not None else hold.rule,
         )
 
-    def released(self, job_name: str, now: float, end: HoldEnd) -> None:
+    def released(self, job_name: str, now: float, end: HoldEnd, *, lost: float | None = None) -> None:
         index = self._open.pop(job_name, None)
         if index is not None:
-            self._holds[index] = replace(self._holds[index], released_at=now, end=end)
+            hold = self._holds[index]
+            self._holds[index] = replace(hold, released_at=now, end=end, lost_unit_seconds=lost)
 
     def holds(self) -> tuple[Hold, ...]:
         return tuple(self._holds)

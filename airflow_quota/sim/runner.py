@@ -16,7 +16,9 @@ The timers are ``clock.Timers``, each job's progress a ``jobs.JobRecord``, what 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
+from airflow_quota.engine.extensions import lost_unit_seconds
 from airflow_quota.engine.lifecycle import (
     complete_stop,
     finish_job,
@@ -82,7 +84,10 @@ class Simulation:
     """One run. ``record_steps=False`` skips the timeline (trace mode); metrics are always kept.
 
     ``checkpoint_interval`` (seconds of work, 0 = none): a preempted job resumes from its last checkpoint
-    at the moment the preemption was decided instead of where it stopped.
+    at the moment the preemption was decided instead of where it stopped. The engine's jobs carry when
+    they last checkpointed (``Job.last_checkpoint``): what a preemption loses is the engine's own figure
+    (``engine.extensions.lost_unit_seconds``); without a checkpoint interval a job checkpoints when its
+    stop begins (it resumes where it stopped), so it loses its stop's time.
     """
 
     def __init__(self, scenario: Scenario, *, record_steps: bool = True, checkpoint_interval: float = 0.0):
@@ -107,6 +112,7 @@ class Simulation:
         #: Guards against a preemption loop: moments in all, and cycles at one moment.
         self._max_moments = 10_000 + 100 * events
         self._max_cycles = 1_000 + 20 * events
+        self._configured()
 
     # -- the loop ------------------------------------------------------------------------------------
 
@@ -158,6 +164,8 @@ class Simulation:
             self.steps.append(Step(self._now, tuple(self._changes), self._snapshot()))
 
     def _allocate(self) -> None:
+        if self._checkpoints_seen:
+            self._report_checkpoints()
         for _ in range(self._max_cycles):
             plan = plan_cycle(self.state, self._now)
             self.state = plan.state
@@ -185,8 +193,9 @@ class Simulation:
                 self._work_done(record)
             elif kind is Timer.STARTED:
                 self._start_done(record)
-            else:
+            elif kind is Timer.STOPPED:
                 self._stop_done(record)
+            # (Timer.WAKE: nothing ends; a cycle runs since a timer ran.)
             ran = True
         return ran
 
@@ -213,11 +222,13 @@ class Simulation:
         preempted = job.stop_cause is StopCause.PREEMPTED
         stopped_at_progress = record.progress_at(self._now)
         stop_started = record.stop_started_at if record.stop_started_at is not None else self._now
+        # What the preemption lost, as the engine counts it: from the last checkpoint before the stop.
+        at_checkpoint = replace(job, last_checkpoint=self._checkpoint_time(record, stop_started))
+        lost = lost_unit_seconds(at_checkpoint, self._now) if preempted else None
         self.state = complete_stop(self.state, record.name)
         self._released(record)
-        if preempted:
+        if lost is not None:
             checkpoint = self._last_checkpoint(record.progress_at_stop)
-            lost = record.count * ((record.progress_at_stop - checkpoint) + (self._now - stop_started))
             self.metrics.preempted(record.share, record.unit, lost)
             record.lost_unit_seconds += lost
             record.progress = stopped_at_progress if self.checkpoint_interval <= 0 else checkpoint
@@ -225,13 +236,55 @@ class Simulation:
             record.progress = stopped_at_progress
         after = self.state.jobs[record.name]
         requeued = after.status is JobStatus.RUNNABLE
-        self.holds.released(record.name, self._now, HoldEnd.REQUEUED if requeued else HoldEnd.FAILED)
+        self.holds.released(
+            record.name, self._now, HoldEnd.REQUEUED if requeued else HoldEnd.FAILED, lost=lost
+        )
         if requeued:
             self._waiting(record)
             self._note(Change(ChangeKind.REQUEUED, record.name, after.status_reason))
         else:
             self._final(record)
             self._note(Change(ChangeKind.FAILED, record.name, after.status_reason))
+
+    def _checkpoint_time(self, record: JobRecord, stop_started: float) -> float | None:
+        """When the job's training was last at a checkpoint before its stop began at ``stop_started``
+        (None: never in this attempt's lineage, the attempt's start counts). Every ``checkpoint_interval``
+        seconds of work; an attempt that resumed from one was at it when it began running. Without an
+        interval, a job checkpoints as its stop begins."""
+        if self.checkpoint_interval <= 0:
+            return stop_started
+        if record.running_since is None:
+            return None  # not running yet (STARTING): its start counts
+        progress = record.progress_at(stop_started)
+        checkpoint = self._last_checkpoint(progress)
+        if checkpoint <= 0:
+            return None
+        return record.running_since + max(0.0, checkpoint - record.progress)
+
+    def _report_checkpoints(self) -> None:
+        """The running jobs' latest checkpoints, as trainings report them, for the shares whose victim
+        order reads them (``checkpointAwareVictims``)."""
+        jobs = self.state.jobs
+        changed = {}
+        for name, job in jobs.items():
+            if job.status is not JobStatus.RUNNING or job.stop_cause is not None:
+                continue
+            at = self._checkpoint_time(self.records[name], self._now)
+            if at != job.last_checkpoint:
+                changed[name] = replace(job, last_checkpoint=at)
+        if changed:
+            self.state = QueueState(self.state.queue, {**jobs, **changed})
+
+    def _configured(self) -> None:
+        """What the shares' extensions ask of the simulation: checkpoints reported to the engine, and a
+        cycle when a job's minimum run time before preemption ends."""
+        shares = self.state.queue.shares
+        self._checkpoints_seen = self.checkpoint_interval > 0 and any(
+            share.checkpoint_aware_victims for share in shares
+        )
+        self._minimum_run = {
+            share.name: share.minimum_run_seconds for share in shares if share.minimum_run_seconds > 0
+        }
 
     def _last_checkpoint(self, progress: float) -> float:
         if self.checkpoint_interval <= 0:
@@ -247,6 +300,9 @@ class Simulation:
         record.started_at, record.stopped_at, record.stop_started_at = self._now, None, None
         if record.first_started_at is None:
             record.first_started_at = self._now
+        minimum_run = self._minimum_run.get(record.share)
+        if minimum_run:
+            self._timers.push(self._now + minimum_run, Timer.WAKE, record)
         self.metrics.held(record.unit, record.count)
         priority = self.state.jobs[record.name].priority
         self.holds.granted(
@@ -419,6 +475,7 @@ class Simulation:
     def _configure(self, configuration: QueueConfiguration) -> None:
         self.configuration = configuration
         self.state = update_queue(self.state, configuration.queue)
+        self._configured()
 
     def _record(self, event: ScenarioEvent, job_name: str) -> JobRecord:
         record = self.records.get(job_name)
