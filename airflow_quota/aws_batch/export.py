@@ -78,6 +78,21 @@ def export_design(
     return bundle
 
 
+def extensions_not_kept(config: QuotaConfig) -> list[ConfigIssue]:
+    """One note per quota share whose ``extensions`` (ours, not AWS Batch's: docs/extensions.md) the
+    export leaves out."""
+    return [
+        ConfigIssue(
+            f"jobQueues[{queue_index}].quotaShares[{share_index}].extensions",
+            f"quota share {share.quota_share_name}'s extensions are ours, not AWS Batch's: left out of "
+            "its CreateQuotaShare body (AWS Batch schedules without them)",
+        )
+        for queue_index, queue in enumerate(config.job_queues)
+        for share_index, share in enumerate(queue.quota_shares)
+        if share.extensions is not None
+    ]
+
+
 def defaulted_fields(config: QuotaConfig) -> dict[str, frozenset[str]]:
     """Per job queue name, the fields of its CreateJobQueue body that export filled in because the file
     leaves them out (``OPTIONAL_QUEUE_FIELDS``)."""

@@ -21,7 +21,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from airflow_quota.aws_batch.export import export_design, export_issues
+from airflow_quota.aws_batch.export import export_design, export_issues, extensions_not_kept
 from airflow_quota.cli.validate import print_errors
 from airflow_quota.config_file import load_quota_design
 from airflow_quota.engine.config import QuotaConfigError
@@ -75,6 +75,8 @@ def run_export(paths: list[str], *, region: str | None = None, account_id: str |
         print_errors(err, QuotaConfigError("the export", problems))
         return 1
     sys.stdout.write(json.dumps(bundle, indent=2) + "\n")
+    for note in extensions_not_kept(design.config):
+        err.print(f"[yellow]not kept:[/] {escape(str(note))}")
     if region is None or account_id is None:
         err.print(
             "note: schedulingPolicyArn says REGION and ACCOUNT_ID: pass --region and --account-id to "
