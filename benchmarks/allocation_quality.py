@@ -6,7 +6,7 @@ LEND_AND_BORROW 100 with in-share preemption, vision LEND_AND_BORROW unlimited) 
 
 * ``quota``: the quota file as written, preempted jobs taking ``--stop-seconds`` to stop and resuming from
   a checkpoint taken every ``--checkpoint-interval`` seconds of progress;
-* ``quota, checkpoint-aware``: the same with every share's ``checkpointAwareVictims`` extension on
+* ``quota, ckpt-aware``: the same with every share's ``checkpointAwareVictims`` extension on
   (docs/extensions.md): among victims of one rank, those that lose the least work since their last
   checkpoint go first; the summary compares its GPU time lost and makespan with ``quota``'s (goal: at
   most half the loss, makespan no more than 2% longer);
@@ -82,7 +82,7 @@ TRACE_GENERATOR = ROOT / "examples" / "traces" / "make_trace.py"
 POOL_SHARE = "pool"
 #: Goal: makespan within 5% of the work-conserving bound.
 GOAL_RATIO = 1.05
-CHECKPOINT_AWARE = "quota, checkpoint-aware"
+CHECKPOINT_AWARE = "quota, ckpt-aware"
 #: Goals of checkpoint-aware victims against the default victim order (issue 37).
 LOST_GOAL = 0.5
 MAKESPAN_GOAL = 1.02
@@ -819,7 +819,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     generator = load_trace_generator()
     args.seed = generator.SEED if args.seed is None else args.seed
-    console = Console(width=140)
+    console = Console(width=160)
     with tempfile.TemporaryDirectory(prefix="quota-quality-") as folder:
         trace_path = Path(folder) / "trace.csv"
         write_scaled_trace(trace_path, args.load, args.seed)
