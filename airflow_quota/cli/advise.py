@@ -19,6 +19,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -117,7 +118,7 @@ ADVISE_ARGUMENTS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
         ("--time-limit",),
         {
             "metavar": "S",
-            "help": f"Start no replay that would end after S seconds (default {DEFAULTS.time_limit:g})",
+            "help": f"Start no replay ending after S s of the command (default {DEFAULTS.time_limit:g})",
         },
     ),
     (
@@ -167,6 +168,7 @@ def one_line(error: Exception) -> str:
 
 
 def _run(args: argparse.Namespace, *, ledger: bool, console: Console | None) -> int:
+    started = time.perf_counter()  # the time limit counts from here: reading the history included
     options = _options(args)
     config = args.config
     for flag, path in (("-o", args.output), ("--report", args.report)):
@@ -190,7 +192,7 @@ def _run(args: argparse.Namespace, *, ledger: bool, console: Console | None) -> 
     if not events:
         raise AdviseError(f"{history}: the history holds no job: there is nothing to replay")
     out = console or Console(highlight=False, width=None if sys.stdout.isatty() else 120)
-    advice = search(configuration, events, options, source=history, progress=_RichProgress())
+    advice = search(configuration, events, options, source=history, progress=_RichProgress(), started=started)
     if advice.improved and args.output is not None:
         document = proposed_document(raw, queue_index, advice)
         validate_document(document, args.output)

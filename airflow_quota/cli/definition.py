@@ -365,7 +365,11 @@ ADVISE_COMMAND = ActionCommand(
         _arg(
             "--max-replays", metavar="N", help="Replays at most, the current design's included (default 24)"
         ),
-        _arg("--time-limit", metavar="S", help="Start no replay that would end after S seconds (default 55)"),
+        _arg(
+            "--time-limit",
+            metavar="S",
+            help="Start no replay that would end after S s of the command (default 50)",
+        ),
         _arg("--workers", metavar="N", help="Processes replaying designs (default: one per core, at most 2)"),
         _arg("--seed", metavar="N", help="Breaks ties between moves (default 0): same seed, same search"),
         _arg(

@@ -78,7 +78,7 @@ class AdviseOptions:
     start_seconds: float = 0.0
     checkpoint_interval: float = 900.0
     max_replays: int = 24
-    time_limit: float = 55.0
+    time_limit: float = 50.0
     workers: int = 0  # 0: one per core, at most 2
     seed: int = 0
     min_improvement: float = 0.02
@@ -164,6 +164,8 @@ class Advice:
     not_searched: list[str]
     trials: list[Trial]
     stopped_because: str
+    #: False when the search stopped at its replay or time limit, before a local optimum.
+    complete: bool
     elapsed_seconds: float
     options: AdviseOptions
     job_count: int
@@ -627,12 +629,14 @@ def advise(
     *,
     source: str = "history",
     progress: Progress | None = None,
+    started: float | None = None,
 ) -> Advice:
     """Search designs for ``configuration``'s queue by replaying ``events``; see the module's docstring."""
     if not events:
         raise AdviseError(f"{source}: the history holds no job: there is nothing to replay")
     progress = progress or Progress()
-    started = time.perf_counter()
+    # The time limit counts from ``started`` (``time.perf_counter()``; the CLI passes its own start).
+    started = time.perf_counter() if started is None else started
     context = _Context(
         source,
         dict(configuration.queue_raw),
@@ -673,6 +677,7 @@ def advise(
         batch_size = 2 * replayer.workers
         per_replay = max(baseline.wall_seconds, 1e-3)
         stopped = ""
+        complete = True
         round_number = 0
         pending = _fresh(_moves(best_shares, best, weights, rules, rng), tried, rules)
         while not stopped:
@@ -685,15 +690,21 @@ def advise(
             left = options.max_replays - replays
             if left <= 0:
                 stopped = f"the search used its {options.max_replays} replays"
+                complete = False
                 break
-            batch = pending[: min(batch_size, left)]
-            rounds_needed = math.ceil(len(batch) / replayer.workers)
-            if time.perf_counter() - started + rounds_needed * per_replay * 1.1 > options.time_limit:
+            # As many replays as still fit in the time limit (in rounds of one replay per worker).
+            rounds_fit = math.floor(
+                (options.time_limit - (time.perf_counter() - started)) / (1.25 * per_replay)
+            )
+            batch = pending[: min(batch_size, left, max(0, rounds_fit) * replayer.workers)]
+            if not batch:
                 stopped = (
-                    f"the next replays would pass the time limit of {options.time_limit:g} s "
-                    f"(one replay takes about {per_replay:.1f} s here)"
+                    f"a further replay would pass the time limit of {options.time_limit:g} s (one replay "
+                    f"takes about {per_replay:.1f} s here)"
                 )
+                complete = False
                 break
+            rounds_needed = math.ceil(len(batch) / replayer.workers)
             round_number += 1
             pending = pending[len(batch) :]
             for move in batch:
@@ -741,6 +752,7 @@ def advise(
         not_searched=not_searched(),
         trials=trials,
         stopped_because=stopped,
+        complete=complete,
         elapsed_seconds=time.perf_counter() - started,
         options=options,
         job_count=len(events),

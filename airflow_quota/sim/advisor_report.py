@@ -79,17 +79,31 @@ def _shown(value: Any) -> str:
 
 
 def verdict(advice: Advice) -> str:
+    """What came of the search, in one or two sentences (said plainly when nothing better was found)."""
+    early = (
+        ""
+        if advice.complete
+        else f" The search stopped early ({advice.stopped_because}): more replays (--time-limit, "
+        "--max-replays) may find more."
+    )
     if advice.improved:
         return (
             f"Proposed design: objective {advice.current_score:.0f} -> {advice.proposed_score:.0f} s "
-            f"({100 * advice.improvement:.1f}% lower)."
+            f"({100 * advice.improvement:.1f}% lower).{early}"
         )
-    best = min((trial.score for trial in advice.trials if trial.allowed), default=advice.current_score)
-    gain = 100 * (advice.current_score - best) / advice.current_score if advice.current_score > 0 else 0.0
+    designs = len(advice.trials) - 1
+    if designs == 0:
+        tried = "no other design was replayed"
+    else:
+        best = min((t.score for t in advice.trials[1:] if t.allowed), default=advice.current_score)
+        gain = 100 * (advice.current_score - best) / advice.current_score if advice.current_score > 0 else 0.0
+        tried = (
+            f"the best of {designs} other designs was {max(gain, 0.0):.1f}% lower, under the "
+            f"{100 * advice.options.min_improvement:g}% a proposal needs"
+        )
     return (
-        f"Found nothing better: the current design stays (objective {advice.current_score:.0f} s; the best "
-        f"design tried was {max(gain, 0.0):.1f}% lower, under the "
-        f"{100 * advice.options.min_improvement:g}% a proposal needs). No quota file written."
+        f"Found nothing better: the current design stays (objective {advice.current_score:.0f} s; {tried}). "
+        f"No quota file written.{early}"
     )
 
 
@@ -376,6 +390,7 @@ def advice_json(advice: Advice) -> dict[str, Any]:
         "proposed": evaluation_json(advice.proposed),
         "replays": len(advice.trials),
         "stoppedBecause": advice.stopped_because,
+        "searchComplete": advice.complete,
         "elapsedSeconds": round(advice.elapsed_seconds, 3),
         "trials": [
             {

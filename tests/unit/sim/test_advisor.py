@@ -7,6 +7,7 @@ import json
 import random
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,12 +66,12 @@ def files(folder: Path, quotas: str, trace: str) -> tuple[Path, Path]:
     return folder / "history.csv", folder / "quotas.yaml"
 
 
-def report_data(path: Path) -> dict[str, object]:
+def report_data(path: Path) -> dict[str, Any]:
     match = re.search(
         r"<script type='application/json' id='advice-data'>\n(.*?)\n</script>", path.read_text(), re.S
     )
     assert match is not None
-    data: dict[str, object] = json.loads(match[1])
+    data: dict[str, Any] = json.loads(match[1])
     return data
 
 
@@ -113,10 +114,10 @@ def test_a_starved_share_gets_the_idle_shares_capacity(
     } == {"RESERVE"}
     data = report_data(tmp_path / "report.html")
     assert data["improved"] is True
-    current, after = data["current"]["shares"]["busy"], data["proposed"]["shares"]["busy"]  # type: ignore[index]
+    current, after = data["current"]["shares"]["busy"], data["proposed"]["shares"]["busy"]
     assert after["waitP95"] < current["waitP95"] / 2 and after["waitMean"] < current["waitMean"] / 2
     assert "busy: capacityLimits.gpu 2 -&gt; " in (tmp_path / "report.html").read_text()
-    assert any(line.startswith("busy: capacityLimits.gpu 2 -> ") for line in data["changes"])  # type: ignore[union-attr]
+    assert any(line.startswith("busy: capacityLimits.gpu 2 -> ") for line in data["changes"])
 
 
 def test_the_search_is_deterministic_for_a_seed(tmp_path: Path) -> None:
@@ -143,6 +144,19 @@ def test_a_well_served_history_gets_nothing_better(
     assert not (tmp_path / "proposed.yaml").exists()
     assert report_data(tmp_path / "report.html")["improved"] is False
     assert "Found nothing better" in (tmp_path / "report.html").read_text()
+
+
+def test_a_search_cut_short_by_its_time_limit_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history, quotas = files(tmp_path, STARVED_QUOTAS, starved_trace())
+
+    assert run(tmp_path, history, quotas, "--time-limit", "0") == 0
+
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Found nothing better: the current design stays" in out
+    assert "no other design was replayed" in out and "The search stopped early" in out
+    assert "--time-limit" in out and not (tmp_path / "proposed.yaml").exists()
 
 
 @pytest.mark.parametrize(
