@@ -29,7 +29,18 @@ from datetime import datetime
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import ARRAY, DateTime, String, Text, any_, bindparam, cast, select, type_coerce
+from sqlalchemy import (
+    ARRAY,
+    DateTime,
+    String,
+    Text,
+    any_,
+    bindparam,
+    cast,
+    literal_column,
+    select,
+    type_coerce,
+)
 from sqlalchemy.orm import Session
 
 from airflow_quota.engine.config import MAX_NAME_LENGTH
@@ -151,6 +162,11 @@ class HistoryStream:
             else _AUDIT.c.job_id.in_(bindparam("ids", expanding=True))
         )
         self._audit_query = select(*self._audit_columns()).where(ids, _AUDIT.c.kind.in_(kinds))
+        self._audit_sql: str | None = None
+        if postgres:  # the kinds written in (constants), the job ids the one parameter
+            written: list[Any] = [literal_column(f"'{kind}'") for kind in kinds]
+            query = select(*self._audit_columns()).where(ids, _AUDIT.c.kind.in_(written))
+            self._audit_sql = str(query.compile(dialect=self._connection.dialect))
 
     @property
     def stop_seconds(self) -> list[float]:
@@ -239,14 +255,28 @@ class HistoryStream:
     ) -> list[_AuditColumns]:
         """The audit rows that tell these jobs' attempts, in the log's order: their own, and the
         HANDED_OVER rows of the exported retries that took over one of these jobs' capacity."""
-        rows: dict[int, _AuditColumns] = {}
+        rows: list[_AuditColumns] = []
         for start in range(0, len(job_ids), CHUNK):
-            chunk = list(job_ids[start : start + CHUNK])
-            found = self._connection.execute(self._audit_query, {"ids": chunk}).all()
-            rows.update((row[0], row) for row in found)
-        for job_id in job_ids:
-            rows.update((row[0], row) for row in handovers.get(job_id, ()))  # a row found twice once
-        return sorted(rows.values(), key=itemgetter(0))
+            rows += self._read_audit(list(job_ids[start : start + CHUNK]))
+        handed = [row for job_id in job_ids for row in handovers.get(job_id, ())]
+        if handed:  # a retry's HANDED_OVER row may be among these jobs' own rows too: once
+            seen = {row[0] for row in rows}
+            rows += [row for row in handed if row[0] not in seen]
+        rows.sort(key=itemgetter(0))
+        return rows
+
+    def _read_audit(self, job_ids: list[str]) -> list[_AuditColumns]:
+        """These jobs' own audit rows of ``_ATTEMPT_KINDS``. On PostgreSQL through the driver's cursor,
+        its rows as it makes them (plain tuples, the times with their zone): the rows are most of the
+        export's work, and SQLAlchemy's result rows cost as much again."""
+        if self._audit_sql is None:
+            return list(self._connection.execute(self._audit_query, {"ids": job_ids}).all())
+        cursor = self._connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(self._audit_sql, {"ids": job_ids})
+            return list(cursor.fetchall())
+        finally:
+            cursor.close()
 
 
 @dataclass(slots=True)
