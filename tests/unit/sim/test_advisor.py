@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import random
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -212,3 +214,45 @@ def test_the_standalone_command_needs_a_history(capsys: pytest.CaptureFixture[st
 
     assert exit_info.value.code == 2
     assert "give --history FILE.csv" in capsys.readouterr().err
+
+
+def test_the_standalone_advisor_never_imports_airflow() -> None:
+    code = (
+        "import sys, airflow_quota.cli.advise; "
+        "print(any(name.split('.')[0] == 'airflow' for name in sys.modules))"
+    )
+    root = Path(__file__).resolve().parents[3]
+    completed = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60, check=True
+    )
+
+    assert completed.stdout.strip() == "False"
+
+
+RECLAIMING_QUOTAS = """jobQueues:
+  - jobQueueName: q
+    capacityLimits: [{capacityUnit: gpu, maxCapacity: 4}]
+    quotaShares:
+      - quotaShareName: borrower
+        capacityLimits: [{capacityUnit: gpu, maxCapacity: 2}]
+        resourceSharingConfiguration: {strategy: LEND_AND_BORROW}
+      - quotaShareName: lender
+        capacityLimits: [{capacityUnit: gpu, maxCapacity: 2}]
+        resourceSharingConfiguration: {strategy: LEND}
+"""
+
+
+def test_our_extensions_are_part_of_the_search(tmp_path: Path) -> None:
+    """Borrowed GPUs reclaimed again and again lose work: the search tries the extensions against it."""
+    rows = [f"{i * 3000},b-{i},borrower,0,gpu,2,5000" for i in range(30)]
+    rows += [f"{i * 3000 + 1500},l-{i},lender,0,gpu,2,600" for i in range(30)]
+    history, quotas = files(tmp_path, RECLAIMING_QUOTAS, HEADER + "\n".join(rows) + "\n")
+    configuration = load_queue_configuration(quotas)
+    options = AdviseOptions(max_replays=40, time_limit=300, workers=1)
+
+    advice = advise(configuration, load_trace(history, configuration), options)
+
+    assert advice.current.lost_unit_seconds > 0
+    moves = " ".join(trial.move for trial in advice.trials)
+    assert "extensions.checkpointAwareVictims ENABLED" in moves and "extensions.minimumRunSeconds" in moves
+    assert not any("extensions" in line for line in advice.not_searched)
