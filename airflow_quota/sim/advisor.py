@@ -447,9 +447,11 @@ def _moves(
     weights: Mapping[str, float],
     rules: _Rules,
     rng: random.Random,
+    gains: Mapping[str, float],
 ) -> list[_Move]:
     """The designs one step from ``shares``, best-ranked first (the rank: how much the move should help,
-    in seconds of the objective, as the replay of ``shares`` suggests)."""
+    in seconds of the objective, as the replay of ``shares`` suggests, plus what the same move gained
+    when it was replayed from an earlier design)."""
     jobs = max(1, evaluation.jobs)
     need = {
         name: weights.get(name, 0.0) * (stats.wait_mean + stats.wait_p95) / 2
@@ -549,7 +551,7 @@ def _moves(
             _extension_moves(name, position, share, evaluation, need, lost, add)
 
     rng.shuffle(moves)  # the seed breaks ties; the sort below is stable
-    moves.sort(key=lambda move: -move.rank)
+    moves.sort(key=lambda move: -(move.rank + gains.get(move.label, 0.0)))
     return moves
 
 
@@ -679,7 +681,9 @@ def advise(
         stopped = ""
         complete = True
         round_number = 0
-        pending = _fresh(_moves(best_shares, best, weights, rules, rng), tried, rules)
+        #: What each move (by its label) gained when it was last replayed: such moves are tried first again.
+        gains: dict[str, float] = {}
+        pending = _fresh(_moves(best_shares, best, weights, rules, rng, gains), tried, rules)
         while not stopped:
             if current_score <= 0:
                 stopped = "the current design has no wait and loses no work: nothing can be better"
@@ -699,8 +703,8 @@ def advise(
             batch = pending[: min(batch_size, left, max(0, rounds_fit) * replayer.workers)]
             if not batch:
                 stopped = (
-                    f"a further replay would pass the time limit of {options.time_limit:g} s (one replay "
-                    f"takes about {per_replay:.1f} s here)"
+                    f"a further replay would pass the time limit of {options.time_limit:g} s; one replay "
+                    f"takes about {per_replay:.1f} s here"
                 )
                 complete = False
                 break
@@ -722,13 +726,16 @@ def advise(
                 trials.append(
                     Trial(len(trials), round_number, move.label, move.shares, evaluation, score, allowed)
                 )
+                if allowed and score < best_score:
+                    gains[move.label] = best_score - score
                 if allowed and (winner is None or _better((score, evaluation), (winner[1], winner[2]))):
                     winner = (len(trials) - 1, score, evaluation)
             if winner is not None and winner[1] < best_score * (1 - STEP_IMPROVEMENT):
                 number, best_score, best = winner
                 trials[number] = _taken(trials[number])
                 best_shares = trials[number].shares
-                pending = _fresh(_moves(best_shares, best, weights, rules, rng), tried, rules)
+                gains.pop(trials[number].move, None)
+                pending = _fresh(_moves(best_shares, best, weights, rules, rng, gains), tried, rules)
     finally:
         replayer.close()
         progress.stop()
