@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -24,8 +25,9 @@ from airflow_quota.allocator.cycle import run_allocation_cycle
 from airflow_quota.allocator.report import CycleReport
 from airflow_quota.allocator.settings import CycleSettings
 from airflow_quota.engine.model import JobStatus
+from tests.db.allocation import QUEUE, defer
 from tests.db.conftest import Database
-from tests.db.test_allocator_cycle import QUEUE, db, defer, job
+from tests.db.test_allocator_cycle import db, job
 from tests.db.test_allocator_lifecycle import at
 
 pytestmark = [pytest.mark.db, pytest.mark.parametrize("database", ["sqlite"], indirect=True)]
@@ -36,7 +38,7 @@ LOCKED = OperationalError("UPDATE quota_job ...", {}, sqlite3.OperationalError("
 
 @pytest.fixture(autouse=True)
 def no_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cycle_module.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(time, "sleep", lambda seconds: None)
 
 
 def locked_for(monkeypatch: pytest.MonkeyPatch, times: int, error: Exception = LOCKED) -> list[int]:
@@ -129,11 +131,10 @@ def host_on(db: Database, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]
     """``host.run_cycle`` on ``db``, its cycle meeting a locked database at its commit the first times it
     runs (as many as the list it yields says, set by the test)."""
     monkeypatch.setattr(host, "_engine", lambda: db.engine)
-    monkeypatch.setattr(host.time, "sleep", lambda seconds: None)
     monkeypatch.setattr(host, "request_stops", lambda report, settings: None)
     monkeypatch.setattr(host, "emit_metrics", lambda report, seconds: None)
     locked_times = [0]
-    real = host.run_allocation_cycle
+    real = run_allocation_cycle
     runs: list[int] = []
 
     def run(session: Session, now: datetime, settings: CycleSettings, **kwargs: Any) -> CycleReport:
