@@ -374,6 +374,16 @@ def advice_json(advice: Advice) -> dict[str, Any]:
     return {
         "jobQueue": advice.queue_name,
         "jobs": advice.job_count,
+        "settings": {
+            "stopSeconds": advice.options.stop_seconds,
+            "startSeconds": advice.options.start_seconds,
+            "checkpointIntervalSeconds": advice.options.checkpoint_interval,
+            "maxReplays": advice.options.max_replays,
+            "timeLimitSeconds": advice.options.time_limit,
+            "seed": advice.options.seed,
+            "minImprovement": advice.options.min_improvement,
+            "allowReserveChanges": advice.options.allow_reserve_changes,
+        },
         "improved": advice.improved,
         "objective": {
             "definition": OBJECTIVE_TEXT,
