@@ -278,29 +278,42 @@ def _time_p95(changes: list[tuple[float, int]], start: float, end: float) -> int
 
 
 class _Replayer:
-    """Replays designs, in worker processes when there are several (forked: they inherit the events)."""
+    """Replays designs in worker processes (forked, so they inherit the events; in this process where
+    fork is not available). A round can be cut at a deadline: its unfinished replays are abandoned."""
 
     def __init__(self, context: _Context, workers: int) -> None:
         global _CONTEXT
         _CONTEXT = context
         self.workers = workers
         self._pool: Any = None
-        if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
+        if "fork" in multiprocessing.get_all_start_methods():
             self._pool = multiprocessing.get_context("fork").Pool(workers)
         else:
             self.workers = 1
 
     def replay(
-        self, designs: Sequence[Sequence[Mapping[str, Any]]], done: Callable[[], None]
-    ) -> list[Evaluation]:
-        results: list[Evaluation] = []
+        self,
+        designs: Sequence[Sequence[Mapping[str, Any]]],
+        done: Callable[[], None],
+        deadline: float | None = None,
+    ) -> list[Evaluation | None]:
+        """Each design's evaluation, in order; None for those the deadline (``time.perf_counter()``) cut."""
+        results: list[Evaluation | None] = [None] * len(designs)
         if self._pool is None:
-            for design in designs:
-                results.append(_replay(design))
+            for index, design in enumerate(designs):
+                results[index] = _replay(design)
                 done()
             return results
-        for evaluation in self._pool.imap(_replay, [list(design) for design in designs]):
-            results.append(evaluation)
+        work = [(index, list(design)) for index, design in enumerate(designs)]
+        finished = self._pool.imap_unordered(_replay_indexed, work)
+        for _ in work:
+            timeout = None if deadline is None else max(0.0, deadline - time.perf_counter())
+            try:
+                index, evaluation = finished.next(timeout)
+            except multiprocessing.TimeoutError:
+                self.close()
+                break
+            results[index] = evaluation
             done()
         return results
 
@@ -308,6 +321,11 @@ class _Replayer:
         if self._pool is not None:
             self._pool.terminate()
             self._pool.join()
+            self._pool = None
+
+
+def _replay_indexed(item: tuple[int, Sequence[Mapping[str, Any]]]) -> tuple[int, Evaluation]:
+    return item[0], _replay(item[1])
 
 
 # --- the objective and the rules held fixed -----------------------------------------------------------------
@@ -652,7 +670,10 @@ def advise(
     trials: list[Trial] = []
     progress.start(max(1, options.max_replays))
     try:
-        baseline = replayer.replay([current_shares], lambda: progress.advance("current design"))[0]
+        # The current design's replay runs to its end whatever the time limit: nothing is known without it.
+        first = replayer.replay([current_shares], lambda: progress.advance("current design"))[0]
+        assert first is not None
+        baseline = first
         weights = share_weights(baseline, options.weights)
         current_score = objective(baseline, weights)
         trials.append(Trial(0, 0, "current design", current_shares, baseline, current_score, True, True))
@@ -715,12 +736,23 @@ def advise(
                 tried.add(design_key(move.shares))
             round_started = time.perf_counter()
             evaluations = replayer.replay(
-                [move.shares for move in batch], partial(progress.advance, f"round {round_number}")
+                [move.shares for move in batch],
+                partial(progress.advance, f"round {round_number}"),
+                deadline=started + options.time_limit,
             )
             per_replay = max(per_replay, (time.perf_counter() - round_started) / rounds_needed)
             replays += len(batch)
             winner: tuple[int, float, Evaluation] | None = None
+            if None in evaluations:
+                cut = evaluations.count(None)
+                stopped = (
+                    f"the time limit of {options.time_limit:g} s cut the last round ({cut} of its "
+                    f"{len(batch)} replays left unfinished)"
+                )
+                complete = False
             for move, evaluation in zip(batch, evaluations, strict=True):
+                if evaluation is None:
+                    continue
                 score = objective(evaluation, weights)
                 allowed = _within_guard(evaluation, baseline)
                 trials.append(

@@ -8,6 +8,7 @@ import random
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ import pytest
 
 from airflow_quota.cli.advise import main
 from airflow_quota.config_file import load_quota_file
-from airflow_quota.sim.advisor import AdviseOptions, advise
+from airflow_quota.sim.advisor import AdviseOptions, _Context, _Replayer, advise
+from airflow_quota.sim.scenario import Settings
 from airflow_quota.sim.trace import load_queue_configuration, load_trace
 
 #: 8 GPUs as two fixed pools: busy's 2 are far too few for its stream of jobs, idle's 6 sit unused.
@@ -256,3 +258,26 @@ def test_our_extensions_are_part_of_the_search(tmp_path: Path) -> None:
     moves = " ".join(trial.move for trial in advice.trials)
     assert "extensions.checkpointAwareVictims ENABLED" in moves and "extensions.minimumRunSeconds" in moves
     assert not any("extensions" in line for line in advice.not_searched)
+
+
+def test_a_round_past_the_deadline_is_cut_and_its_replays_abandoned(tmp_path: Path) -> None:
+    """The time limit holds however slow the machine gets: unfinished replays of a round are dropped."""
+    history, quotas = files(tmp_path, STARVED_QUOTAS, starved_trace())
+    configuration = load_queue_configuration(quotas)
+    context = _Context(
+        "h", dict(configuration.queue_raw), load_trace(history, configuration), Settings(), 0.0
+    )
+    replayer = _Replayer(context, 1)
+    try:
+        shares = configuration.shares_raw
+        assert replayer.replay([shares], lambda: None, deadline=time.perf_counter()) == [None]
+    finally:
+        replayer.close()
+    replayer = _Replayer(context, 2)
+    try:
+        evaluations = replayer.replay([shares, shares], lambda: None, deadline=time.perf_counter() + 120)
+    finally:
+        replayer.close()
+    first, second = evaluations
+    assert first is not None and second is not None
+    assert (first.shares, first.utilization) == (second.shares, second.utilization)
