@@ -6,6 +6,7 @@ answer for a queue, while a queue our allocator schedules is answered from the l
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -273,14 +274,21 @@ def test_one_service_job_shows_its_preemption_as_aws_batch_reports_it(
     if page.CHROMIUM is None:
         return
     with page.chromium() as driver:
-        path = "/quota/task-instance?" + "&".join(f"{key}={value}" for key, value in task.items())
-        page.log_in(driver, server.url, path, "viewer", PASSWORDS["viewer"])
+        page.log_in(driver, server.url, "/", "viewer", PASSWORDS["viewer"])
+        page.console_errors(driver)  # from here on, the tab's errors (before: Airflow's 401s at its login)
+        # The old address leads to the React task view, in Airflow's page of the task instance.
+        driver.get(server.url + "/quota/task-instance?" + "&".join(f"{k}={v}" for k, v in task.items()))
         section = page.wait_for(
             driver,
-            lambda d: d.find_element(By.CSS_SELECTOR, "section[data-scheduler='AWS_BATCH']"),
+            lambda d: d.find_element(
+                By.CSS_SELECTOR, "[data-quota-page=task] section[data-scheduler='AWS_BATCH']"
+            ),
             "the task's service job",
         )
         shown = section.text
+        assert (
+            driver.current_url == f"{server.url}/dags/nlp_pipeline/runs/run-{unique}/tasks/train/plugin/quota"
+        )
         driver.save_screenshot(str(page.ARTIFACTS / "gpu-quotas-aws-batch-task.png"))
         errors = page.console_errors(driver)
     assert f"Job queue {name} scheduled by AWS Batch" in shown
@@ -289,8 +297,28 @@ def test_one_service_job_shows_its_preemption_as_aws_batch_reports_it(
         in shown
     )
     assert "Preempted 1 time" in shown and "PREEMPTED" in shown
-    # The browser logs the ledger's 404 (no job of this task in the ledger) that sends the tab to AWS Batch.
-    assert [error for error in errors if "/taskInstances/timeline?" not in error] == []
+    # Expected in the console, and only these: the ledger's 404 (no job of this task in the ledger) that sends
+    # the tab to AWS Batch, and Airflow's own UI asking its API for the DAG, its run, task and task instance
+    # and its grid, which this api-server does not have (the service job went to AWS Batch, not from a run).
+    run = f"run-{unique}"
+    ledger_404 = f"quota/api/taskInstances/timeline?dagId=nlp_pipeline&runId={run}&taskId=train&mapIndex=-1"
+    airflow_404s = re.compile(
+        "api/v2/dags/nlp_pipeline(/details|/tasks/train"
+        rf"|/dagRuns/{run}(/taskInstances/train/-1)?)?"
+        r"|ui/grid/(structure|runs|ti_summaries)/nlp_pipeline(\?[^ ]*)?"
+    )
+
+    def expected(error: str) -> bool:
+        address, _, message = error.partition(" - ")
+        path = address.removeprefix(server.url + "/")
+        return message == NOT_FOUND and (path == ledger_404 or airflow_404s.fullmatch(path) is not None)
+
+    assert [error for error in errors if not expected(error)] == [], errors
+    assert f"{server.url}/{ledger_404} - {NOT_FOUND}" in errors  # the tab asked the ledger first
+
+
+#: How chromium's console logs a 404 answer.
+NOT_FOUND = "Failed to load resource: the server responded with a status of 404 (Not Found)"
 
 
 def test_what_aws_batch_cannot_answer_is_said_and_other_queues_go_on(
@@ -347,7 +375,9 @@ def test_the_page_shows_a_queue_aws_batch_schedules_marked_and_read_from_aws(
 ) -> None:
     aws, jobs = queues["aws"], queues["jobs"]
     with page.chromium() as driver:
-        page.log_in(driver, server.url, "/quota/", "viewer", PASSWORDS["viewer"])
+        page.log_in(driver, server.url, "/", "viewer", PASSWORDS["viewer"])
+        page.console_errors(driver)  # from here on, the page's errors (before: Airflow's 401s at its login)
+        driver.get(server.url + "/quota/")  # the old address: the page in Airflow's UI
 
         def drawn(d: WebDriver) -> dict[str, Any] | None:
             sections: dict[str, Any] = d.execute_script(SECTIONS)
