@@ -195,6 +195,11 @@ class PreemptedAttempt(_Body):
     preemptedBy: str | None = None
     rule: str | None = None
     statusReason: str | None = None
+    lostUnitSeconds: float | None = Field(
+        default=None,
+        description="GPU-seconds the preemption lost: units x the time from the attempt's last checkpoint "
+        "(or its start, when it never checkpointed) to the preemption's decision",
+    )
 
 
 class PreemptionSummary(_Body):

@@ -20,7 +20,8 @@ from airflow_quota.ledger.views import AttemptTimes, PreemptionNote, attempt_tim
 
 #: A preempted attempt's fields, each present (null when unknown), in the REST ``PreemptedAttempt``'s
 #: order: AWS Batch's (``serviceResourceId``: the attempt's training job ARN, ``startedAt``, ``stoppedAt``,
-#: ``statusReason``) and ours (``attempt``, ``preemptedBy``, ``rule``).
+#: ``statusReason``) and ours (``attempt``, ``preemptedBy``, ``rule``, ``lostUnitSeconds``: the GPU-seconds
+#: the preemption lost, since the attempt's last checkpoint or its start, as its PREEMPTED audit row says).
 PREEMPTED_ATTEMPT_FIELDS = (
     "serviceResourceId",
     "attempt",
@@ -29,6 +30,7 @@ PREEMPTED_ATTEMPT_FIELDS = (
     "preemptedBy",
     "rule",
     "statusReason",
+    "lostUnitSeconds",
 )
 
 

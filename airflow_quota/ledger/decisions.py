@@ -13,9 +13,10 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from airflow_quota.engine.extensions import lost_unit_seconds
 from airflow_quota.engine.model import CyclePlan, Grant, Job, Preemption, Promise, QueueState
 from airflow_quota.ledger.audit import add_audit_row, audit_rows_in_bulk
-from airflow_quota.ledger.job_rows import changed_jobs, set_columns, write_jobs, write_reasons
+from airflow_quota.ledger.job_rows import changed_jobs, set_columns, to_engine_time, write_jobs, write_reasons
 from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
 
 
@@ -95,9 +96,12 @@ def _record_preemption(
     session: Session, state: QueueState, rows: Mapping[str, JobRow], preemption: Preemption, now: datetime
 ) -> None:
     preemptor = state.jobs[preemption.preemptor_id]
+    at = to_engine_time(now)
     for victim_id in preemption.victim_ids:
         victim, row = state.jobs[victim_id], rows[victim_id]
         set_columns(row, {"preemption_rule": preemption.rule.value})
+        lost = round(lost_unit_seconds(victim, at), 1)
+        since = "its last checkpoint" if _checkpointed(victim) else "its start"
         add_audit_row(
             session,
             now,
@@ -108,14 +112,26 @@ def _record_preemption(
             rule=preemption.rule.value,
             message=f"{victim_id} ({victim.share_name}) preempted by {preemptor.job_id} "
             f"({preemptor.share_name}), rule {preemption.rule}: its {victim.count} {victim.unit} go to "
-            f"{preemptor.job_id} once it has stopped",
+            f"{preemptor.job_id} once it has stopped; it loses {_seconds(lost)} GPU-seconds since {since}",
             details={
                 "capacityUnit": victim.unit,
                 "instanceCount": victim.count,
                 "preemptorShare": preemptor.share_name,
                 "attempt": row.attempt,
+                "lostUnitSeconds": lost,
+                "lostSince": "checkpoint" if _checkpointed(victim) else "start",
             },
         )
+
+
+def _checkpointed(job: Job) -> bool:
+    """Whether ``job`` reported a checkpoint in its current attempt (what its lost work counts from)."""
+    started, checkpoint = job.started, job.last_checkpoint
+    return started is not None and checkpoint is not None and checkpoint > started[0]
+
+
+def _seconds(value: float) -> str:
+    return f"{value:,.0f}"
 
 
 def _record_promise(session: Session, state: QueueState, promise: Promise, now: datetime) -> None:

@@ -20,6 +20,7 @@ from airflow_quota.engine.lifecycle import (
     complete_stop,
     finish_job,
     hand_over,
+    record_checkpoint,
     set_status,
     submit_jobs,
     terminate_job,
@@ -213,6 +214,23 @@ def record_status_change(
     return _without_final(after, changed)
 
 
+def record_checkpoint_report(
+    session: Session, state: QueueState, job_id: str, at: datetime, now: datetime
+) -> QueueState:
+    """A granted job's training reported its newest checkpoint, saved at ``at``: its row's
+    ``last_checkpoint_at`` (what a preemption's lost work counts from; no audit row, no decision). A report
+    older than the job's current attempt, or not newer than the one kept, changes nothing."""
+    job = state.jobs[job_id]
+    seconds = to_engine_time(at)
+    if not job.status.holds_capacity or job.started is None or seconds <= job.started[0]:
+        return state
+    if job.last_checkpoint is not None and seconds <= job.last_checkpoint:
+        return state
+    after = record_checkpoint(state, job_id, seconds)
+    _write(session, state, after, now)
+    return after
+
+
 def record_stop_completed(
     session: Session, state: QueueState, job_id: str, now: datetime, *, started: bool = True
 ) -> QueueState:
@@ -233,6 +251,7 @@ def record_stop_completed(
             "preemptedBy": before.preempted_by,
             "rule": rule,
             "statusReason": after.jobs[job_id].status_reason,
+            "lostUnitSeconds": _lost_at_decision(session, job_id),
         }
         arn = (row.training_job or {}).get("arn")
         if arn:  # AWS Batch's words for what the attempt ran
@@ -373,6 +392,19 @@ def _without_final(state: QueueState, changed: list[str]) -> QueueState:
     for job_id in final:
         del jobs[job_id]
     return QueueState(state.queue, jobs)
+
+
+def _lost_at_decision(session: Session, job_id: str) -> float | None:
+    """The GPU-seconds the job's latest preemption lost, as its PREEMPTED audit row says (None for a row
+    written before lost work was measured)."""
+    details = session.scalars(
+        select(AuditRow.details)
+        .where(AuditRow.job_id == job_id, AuditRow.kind == AuditKind.PREEMPTED.value)
+        .order_by(AuditRow.id.desc())
+        .limit(1)
+    ).first()
+    lost = (details or {}).get("lostUnitSeconds")
+    return None if lost is None else float(lost)
 
 
 def _iso(at: datetime) -> str:

@@ -374,6 +374,7 @@ def test_a_grant_and_a_reclaim_round_trip_and_are_audited(ledger: Ledger) -> Non
             "preemptedBy": "l1",
             "rule": "RECLAIM",
             "statusReason": "Preempted by l1; requeued at its original position",
+            "lostUnitSeconds": round(4 * (preempted.at - granted_at).total_seconds(), 1),
         }
     ]
     requeued = ledger.audit(AuditKind.REQUEUED)[-1]
