@@ -36,6 +36,8 @@ own channels, and this module names every message:
   orphan), which is stopped before the capacity is released, unless the task instance is up for
   retry: then the capacity is kept, and the retry's admission request takes it over (its grant says
   ``reattach``) so the retry re-attaches to the running training job instead of launching a second.
+  While the job holds capacity, the allocator also copies the record's ``last_checkpoint`` (the training's
+  newest checkpoint) to the ledger each cycle: what a preemption's lost work counts from.
 """
 
 from __future__ import annotations
@@ -121,6 +123,12 @@ class TrainingJobRecord(TypedDict):
     #: (``backends.local_evidence.launch_evidence``), by which an allocator on the same host can tell that
     #: the training and its task are gone before Airflow notices the dead task.
     process: NotRequired[dict[str, Any]]
+    #: When the attempt's training last saved a checkpoint (ISO 8601, UTC), as the task last saw it: local,
+    #: the newest file's mtime under its checkpoint directory (``backends.local.newest_checkpoint``);
+    #: SageMaker, the newest object's LastModified under its checkpoint prefix.
+    #: The allocator copies it to the ledger (``quota_job.last_checkpoint_at``): a preemption's lost work
+    #: counts from it.
+    last_checkpoint: NotRequired[str]
     #: SageMaker: the training job's ARN, once its CreateTrainingJob answered (the API's serviceResourceId).
     arn: NotRequired[str]
     #: SageMaker: the connection to stop an orphaned training job with.

@@ -10,6 +10,7 @@ docs/allocator.md ("One cycle", step 3) is the full set of rules.
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 
 from airflow_quota.allocator.decisions import signal_stop
 from airflow_quota.allocator.orphans import held_for_retry, local_training_gone, orphan_stopped
@@ -25,6 +26,7 @@ from airflow_quota.allocator.tasks import clear_unresponsive
 from airflow_quota.engine.model import Job, JobStatus, QueueState
 from airflow_quota.ledger.audit import audit_rows_in_bulk
 from airflow_quota.ledger.lifecycle import (
+    record_checkpoint_report,
     record_finish,
     record_status_change,
     record_stop_completed,
@@ -136,6 +138,7 @@ def _follow_progress(
     part: QueuePart, state: QueueState, job: Job, row: JobRow, view: TaskView | None
 ) -> QueueState:
     record = _note_training_job(part, row)
+    state = _note_checkpoint(part, state, job, record)
     if job.is_stopping:
         return state
     launched = record is not None and record.get("state") == "launched"
@@ -149,6 +152,24 @@ def _follow_progress(
     if order.index(target) <= order.index(job.status):
         return state
     return record_status_change(part.session, state, job.job_id, target, part.now)
+
+
+def _note_checkpoint(
+    part: QueuePart, state: QueueState, job: Job, record: TrainingJobRecord | None
+) -> QueueState:
+    """Copy the training's newest checkpoint, as the task recorded it for the current lease, to the ledger
+    (``last_checkpoint_at``): what a preemption of the job loses counts from it."""
+    reported = None if record is None else record.get("last_checkpoint")
+    if not reported:
+        return state
+    try:
+        at = datetime.fromisoformat(reported)
+    except (TypeError, ValueError):
+        log.warning("Job %s: its training job record has a bad last_checkpoint %r", job.job_id, reported)
+        return state
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return record_checkpoint_report(part.session, state, job.job_id, at, part.now)
 
 
 def _signal_if_due(part: QueuePart, job: Job, row: JobRow, view: TaskView | None) -> None:

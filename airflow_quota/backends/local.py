@@ -46,6 +46,11 @@ SLOW_GONE_POLL_SECONDS = 0.1
 #: How long to wait for the last output once the whole group is gone.
 OUTPUT_DRAIN_SECONDS = 5.0
 
+#: Files under the checkpoint directory that are not (yet) a checkpoint: a name starting with a dot or
+#: ending in ``.tmp`` (a checkpoint being written, before its rename), the same rule as for the atomic save.
+_NOT_A_CHECKPOINT = (".",)
+_NOT_A_CHECKPOINT_SUFFIX = ".tmp"
+
 #: Variables the backend sets; inherited values are dropped and ``extra_env`` may not set them.
 _CONTRACT_VARIABLES = frozenset({"TRAINING_JOB_NAME", "CUDA_VISIBLE_DEVICES", CHECKPOINT_DIR_ENV})
 
@@ -97,6 +102,29 @@ class LocalTrainingJob:
                 f"training job {self.name!r}: extra_env may not set {', '.join(reserved)}; the backend sets "
                 "them from the job (name, devices, directories, hyperparameters, channels)"
             )
+
+
+def newest_checkpoint(directory: Path) -> float | None:
+    """When the training last saved a checkpoint: the newest modification time (seconds since the epoch) of
+    a file anywhere under ``directory``, or None when it holds none (or does not exist). Files whose name
+    starts with a dot or ends in ``.tmp`` are checkpoints being written and do not count
+    (docs/local-backend.md, "Checkpoints and resuming")."""
+    newest: float | None = None
+    try:
+        walk = list(os.walk(directory))
+    except OSError:
+        return None
+    for folder, _, files in walk:
+        for name in files:
+            if name.startswith(_NOT_A_CHECKPOINT) or name.endswith(_NOT_A_CHECKPOINT_SUFFIX):
+                continue
+            try:
+                modified = os.stat(os.path.join(folder, name)).st_mtime
+            except OSError:  # replaced or removed meanwhile
+                continue
+            if newest is None or modified > newest:
+                newest = modified
+    return newest
 
 
 def build_environment(job: LocalTrainingJob, base_env: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -14,11 +14,12 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_quota.backends.sagemaker import CapacityRefused, quota_tags
+from airflow_quota.operators import local_backend
 from airflow_quota.operators.admission_steps import AdmissionSteps
 from airflow_quota.operators.backend import (
     MAX_ENDED_AS_LENGTH,
@@ -37,7 +38,7 @@ from airflow_quota.operators.task_store import (
     read_document,
     training_job_record_in,
 )
-from airflow_quota.protocol import PREEMPT_KEY
+from airflow_quota.protocol import PREEMPT_KEY, TrainingJobRecord
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -244,8 +245,10 @@ class LeaseSteps(AdmissionSteps):
         """Run the local job to its end, polling the store for a ``Preempt`` of this lease every second."""
         store = context["task_state_store"]
         signals: list[dict[str, Any]] = []
+        checkpoints = _CheckpointReports(store, backend, lease_id)
 
         def preempt_requested() -> bool:
+            checkpoints.poll()
             signal = preempt_signal(store, lease_id)
             if signal is not None:
                 signals.append(signal)
@@ -474,3 +477,29 @@ class LeaseSteps(AdmissionSteps):
         raise AirflowException(
             f"Training job {job.name} is {job.status}: {job.failure_reason or 'no details'}"
         )
+
+
+class _CheckpointReports:
+    """While a local job runs: every ``CHECKPOINT_POLL_SECONDS``, its newest checkpoint, recorded in the
+    task's ``TrainingJobRecord`` (``last_checkpoint``) when it is newer than the one recorded, for the
+    allocator to copy to the ledger (a preemption's lost work counts from it)."""
+
+    def __init__(self, store: Any, backend: LocalBackend, lease_id: str) -> None:
+        self.store, self.backend, self.lease_id = store, backend, lease_id
+        self.reported: float | None = None
+        self.next_poll = 0.0
+
+    def poll(self) -> None:
+        now = time.monotonic()
+        if now < self.next_poll:
+            return
+        self.next_poll = now + local_backend.CHECKPOINT_POLL_SECONDS
+        newest = self.backend.newest_checkpoint()
+        if newest is None or (self.reported is not None and newest <= self.reported):
+            return
+        record = training_job_record_in(self.store)
+        if not record or record.get("lease_id") != self.lease_id or record.get("state") != "launched":
+            return
+        record["last_checkpoint"] = datetime.fromtimestamp(newest, UTC).isoformat()
+        keep_training_job_record(self.store, cast("TrainingJobRecord", record))
+        self.reported = newest

@@ -24,6 +24,7 @@ from airflow_quota.backends.local import (
     LocalTrainingRun,
     RunOutcome,
     failure_message,
+    newest_checkpoint,
 )
 from airflow_quota.backends.local_evidence import launch_evidence
 from airflow_quota.backends.sagemaker import (
@@ -56,6 +57,9 @@ if TYPE_CHECKING:
 
 #: How often the worker looks for the allocator's preemption signal while the process runs.
 SIGNAL_POLL_SECONDS = 1.0
+#: How often the worker looks for a newer checkpoint of the running process (``newest_checkpoint``) and, when
+#: it finds one, records it for the allocator (``TrainingJobRecord.last_checkpoint``).
+CHECKPOINT_POLL_SECONDS = 15.0
 #: How often a grant checks whether the processes of an earlier worker run's training are gone.
 EARLIER_PROCESS_POLL_SECONDS = 0.2
 
@@ -243,6 +247,11 @@ class LocalBackend:
 
         self.outcome = run.run(should_stop, poll_interval=SIGNAL_POLL_SECONDS)
         return self._ended_state(name, self.outcome.exit_code)
+
+    def newest_checkpoint(self) -> float | None:
+        """When the running job last saved a checkpoint (``backends.local.newest_checkpoint`` of its
+        checkpoint directory), seconds since the epoch; None before any."""
+        return None if self.run is None else newest_checkpoint(self.run.job.checkpoint_dir)
 
     # --- helpers --------------------------------------------------------------------------------------
 
