@@ -101,6 +101,7 @@ from airflow_quota.allocator.tasks import (
     waiting_on,
     write_resumed,
 )
+from airflow_quota.allocator.time_limits import apply_time_limits
 from airflow_quota.engine.model import CyclePlan, Grant, JobStatus, Preemption, QueueState, decided_job
 from airflow_quota.engine.planner import plan_cycle
 from airflow_quota.ledger.decisions import record_cycle
@@ -324,6 +325,7 @@ def _allocate_queue(part: QueuePart, queue_name: str, waiting: list[Waiting]) ->
     _view_not_waiting(part, not_waiting)
     started_from = state
     state = reconcile_open_jobs(part, state, not_waiting)
+    state = apply_time_limits(part, state)  # before the shortcut: a limit may come due in a quiet queue
     if unchanged and state is started_from:
         # Nothing changed since the last cycle, whose plan over this very state decided nothing and left
         # every statusReason as the engine words it: planned again, it decides nothing and rewords

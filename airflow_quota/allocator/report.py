@@ -55,6 +55,8 @@ class CycleReport:
     #: Waiting jobs not granted this cycle because their backoff after a capacity error has not ended
     #: (their request's ``not_before``).
     backing_off: list[str] = field(default_factory=list)
+    #: RUNNABLE jobs terminated this cycle by their queue's ``jobStateTimeLimitActions`` (time_limits.py).
+    time_limited: list[str] = field(default_factory=list)
     #: Jobs whose task try ended this cycle: finished in the ledger, capacity released.
     finished: list[str] = field(default_factory=list)
     #: Jobs whose task ended while a training job may still run on their capacity: held until it stopped.

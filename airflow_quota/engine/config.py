@@ -53,6 +53,18 @@ AWS_MAX_CAPACITY_LIMITS_PER_SHARE = 5
 #: A job queue's ``priority`` in AWS Batch (research/quota-semantics.md 1.2; the service model states none).
 AWS_MIN_QUEUE_PRIORITY = 0
 AWS_MAX_QUEUE_PRIORITY = 1000
+#: A job queue's ``jobStateTimeLimitActions``: AWS Batch's documented bounds of ``maxTimeSeconds`` (the
+#: service model states them in words: 600 to 86,400) and the ``reason`` values it supports on a
+#: SAGEMAKER_TRAINING job queue (user guide, "Automatic remediation with jobStateTimeLimitActions"), each a
+#: statusReason our allocator writes for a RUNNABLE job.
+AWS_MIN_TIME_LIMIT_SECONDS = 600
+AWS_MAX_TIME_LIMIT_SECONDS = 86_400
+TimeLimitReason = Literal[
+    "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",
+    "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE",
+    "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED",
+]
+TIME_LIMIT_REASONS: tuple[str, ...] = get_args(TimeLimitReason)
 
 # Upper bounds: every value fits the ledger's columns (names 128 characters, units 256, whole numbers
 # 32-bit like AWS's Integer) and nothing anyone types makes the allocator build or count more than this.
@@ -110,6 +122,19 @@ _EXPECTED: dict[str, str] = {
     "priority": (
         f"a whole number from {AWS_MIN_QUEUE_PRIORITY} to {AWS_MAX_QUEUE_PRIORITY} (AWS Batch's job queue "
         "priority), or left out"
+    ),
+    "jobStateTimeLimitActions": (
+        "a list of {reason, state: RUNNABLE, maxTimeSeconds, action: TERMINATE} entries (AWS Batch's "
+        "CreateJobQueue field), or left out"
+    ),
+    "reason": "one of " + ", ".join(TIME_LIMIT_REASONS) + " (the statusReason the job waits with)",
+    "maxTimeSeconds": (
+        f"a whole number of seconds from {AWS_MIN_TIME_LIMIT_SECONDS} to {AWS_MAX_TIME_LIMIT_SECONDS} "
+        "(how long a RUNNABLE job may wait with that reason)"
+    ),
+    "action": (
+        "TERMINATE (the only action AWS Batch takes on a SAGEMAKER_TRAINING job queue; CANCEL is for ECS, "
+        "FARGATE and EKS job queues)"
     ),
     "schedulingPolicyArn": (
         "the name or ARN of the job queue's AWS Batch scheduling policy, e.g. quota or "
@@ -305,6 +330,42 @@ class ServiceEnvironmentOrderEntry(_AwsModel):
     service_environment: EnvironmentReference = Field(alias="serviceEnvironment")
 
 
+class JobStateTimeLimitAction(_AwsModel):
+    """One entry of CreateJobQueue's ``jobStateTimeLimitActions``: a job RUNNABLE with statusReason
+    ``reason`` for ``maxTimeSeconds`` is terminated (``action``). On a job queue our allocator schedules,
+    the allocator applies it (allocator/time_limits.py); on one AWS Batch schedules, AWS Batch does."""
+
+    reason: TimeLimitReason
+    #: AWS requires it; the file may leave it out (RUNNABLE is its only value).
+    state: Literal["RUNNABLE"] = "RUNNABLE"
+    max_time_seconds: StrictInt = Field(
+        alias="maxTimeSeconds", ge=AWS_MIN_TIME_LIMIT_SECONDS, le=AWS_MAX_TIME_LIMIT_SECONDS
+    )
+    #: AWS Batch takes only TERMINATE on a SAGEMAKER_TRAINING job queue (the service model's words).
+    action: Literal["TERMINATE"]
+
+    @field_validator("state", mode="before")
+    @classmethod
+    def _runnable(cls, state: object) -> object:
+        if state != "RUNNABLE":
+            raise PydanticCustomError(
+                "quota_time_limit_state",
+                f"state is {show_value(state)}: it must be RUNNABLE (the only state AWS Batch's "
+                "jobStateTimeLimitActions take)",
+            )
+        return state
+
+    @field_validator("action", mode="before")
+    @classmethod
+    def _terminate(cls, action: object) -> object:
+        if action != "TERMINATE":
+            raise PydanticCustomError(
+                "quota_time_limit_action",
+                f"action is {show_value(action)}: it must be {_EXPECTED['action']}",
+            )
+        return action
+
+
 #: Who schedules a job queue's jobs: our allocator in Airflow, or AWS Batch itself (service jobs).
 QueueScheduler = Literal["AIRFLOW", "AWS_BATCH"]
 DEFAULT_SCHEDULER: QueueScheduler = "AIRFLOW"
@@ -326,6 +387,10 @@ class JobQueueWithShares(JobQueueConfig):
     scheduling_policy_arn: PolicyReference | None = Field(None, alias="schedulingPolicyArn")
     service_environment_order: list[ServiceEnvironmentOrderEntry] | None = Field(
         None, alias="serviceEnvironmentOrder", min_length=1, max_length=1
+    )
+    #: Read by the allocator too (on a queue it schedules it terminates the jobs they name); None: none.
+    job_state_time_limit_actions: list[JobStateTimeLimitAction] | None = Field(
+        None, alias="jobStateTimeLimitActions"
     )
 
     @field_validator("scheduler", mode="before")

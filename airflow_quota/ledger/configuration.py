@@ -221,6 +221,10 @@ def _write_queue(
         session.add(queue_row)
     queue_row.capacity_limits = capacity_limits
     queue_row.scheduler = queue.scheduler
+    actions = queue.job_state_time_limit_actions
+    queue_row.job_state_time_limit_actions = (
+        None if actions is None else [action.model_dump(mode="json", by_alias=True) for action in actions]
+    )
     queue_row.revision = revision
     queue_row.updated_at = now
     session.flush()  # the queue row exists before its shares point at it
@@ -268,11 +272,17 @@ def _queue_document(row: JobQueueRow) -> dict[str, Any]:
     document: dict[str, Any] = {"jobQueueName": row.job_queue_name, "capacityLimits": row.capacity_limits}
     if row.scheduler is not None:
         document["scheduler"] = row.scheduler
+    if row.job_state_time_limit_actions is not None:
+        document["jobStateTimeLimitActions"] = row.job_state_time_limit_actions
     return document
 
 
+#: The queue's own fields the ledger keeps (``_queue_document``).
+_LEDGER_QUEUE_FIELDS = ("jobQueueName", "capacityLimits", "scheduler", "jobStateTimeLimitActions")
+
+
 def _queue_document_of(document: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: document[key] for key in ("jobQueueName", "capacityLimits", "scheduler") if key in document}
+    return {key: document[key] for key in _LEDGER_QUEUE_FIELDS if key in document}
 
 
 def _share_document(row: QuotaShareRow) -> dict[str, Any]:

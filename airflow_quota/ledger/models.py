@@ -66,6 +66,9 @@ class JobQueueRow(LedgerBase):
     #: Who schedules it, as the quota file writes it (``AIRFLOW`` or ``AWS_BATCH``); NULL when the file
     #: leaves it out (our allocator).
     scheduler: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    #: AWS Batch's ``jobStateTimeLimitActions`` as the quota file wrote them (engine/config.py
+    #: ``JobStateTimeLimitAction``); the allocator applies them (allocator/time_limits.py). NULL: none.
+    job_state_time_limit_actions: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     revision: Mapped[int] = mapped_column(Integer)
     #: Bumped by every transaction that writes the queue's jobs or configuration (``ledger.generation``):
     #: an allocator keeping the queue's state between cycles trusts it only while no one else bumped it.
@@ -161,6 +164,9 @@ class JobRow(LedgerBase):
     preempted_attempt_count: Mapped[int] = mapped_column(Integer)
     #: When its training last reported a checkpoint (what a preemption loses is counted from it).
     last_checkpoint_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    #: Since when the RUNNABLE job has waited with a statusReason one of its queue's
+    #: ``jobStateTimeLimitActions`` names (allocator/time_limits.py); NULL: not waiting with one.
+    time_limit_reason_since: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
     #: ``[{"attempt", "startedAt", "stoppedAt", "preemptedBy", "rule", "statusReason"}]``, the last 10.
     recent_preempted_attempts: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     #: Grants so far; the current (or last) attempt's number, 0 before the first grant.
