@@ -13,7 +13,7 @@ names; ``status`` and ``statusReason`` are ignored; a job queue's ``airflow-quot
 ``scheduler``, and its ``priority``, ``state``, scheduling policy and service environment are kept as the
 job queue's optional fields where they differ from what export writes by default (``priority: 1``,
 ``ENABLED``, both named after the job queue); what our file cannot express (other tags, a DISABLED service
-environment, ``jobStateTimeLimitActions``) is returned as a note at its field's path. Every refusal
+environment) is returned as a note at its field's path. Every refusal
 names the field's path in the AWS document and the fix. ``aws_batch.export`` writes the four request
 bodies back; ``aws_batch.portability`` says what AWS Batch treats differently.
 """
@@ -374,13 +374,6 @@ def _join(
                 )
             )
             continue
-        if body.get("jobStateTimeLimitActions"):
-            notes.append(
-                ConfigIssue(
-                    join_path(where, "jobStateTimeLimitActions"),
-                    "not expressed in the quota file: set it again on AWS Batch after export",
-                )
-            )
         policy_issue = _policy_issue(queue, policies, used_policies)
         if policy_issue is not None:
             (notes if policy_issue.message.startswith("assumed") else issues).append(policy_issue)
@@ -456,6 +449,9 @@ def _kept_queue_fields(queue: Resource, environment: Resource) -> dict[str, Any]
     policy = body.get("schedulingPolicyArn")
     if isinstance(policy, str) and name_of(policy) != name:
         kept["schedulingPolicyArn"] = name_of(policy)
+    actions = body.get("jobStateTimeLimitActions")
+    if actions:  # the allocator applies them too, on a queue it schedules
+        kept["jobStateTimeLimitActions"] = actions
     order = body["serviceEnvironmentOrder"][0].get("order", 1)
     if environment.name != name or order != 1:
         kept["serviceEnvironmentOrder"] = [{"order": order, "serviceEnvironment": environment.name}]

@@ -54,6 +54,16 @@ def export_design(
                 "priority": EXPORTED_QUEUE_PRIORITY if queue.priority is None else queue.priority,
                 "schedulingPolicyArn": policy_arn,
                 "serviceEnvironmentOrder": [{"order": order, "serviceEnvironment": environment}],
+                **(
+                    {}
+                    if queue.job_state_time_limit_actions is None
+                    else {
+                        "jobStateTimeLimitActions": [
+                            action.model_dump(mode="json", by_alias=True)
+                            for action in queue.job_state_time_limit_actions
+                        ]
+                    }
+                ),
                 # Who schedules the queue, when the file says: AWS Batch has no field for it.
                 **({} if queue.scheduler is None else {"tags": {SCHEDULER_TAG: queue.scheduler}}),
             }
