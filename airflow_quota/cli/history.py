@@ -63,6 +63,13 @@ def summary(trace: HistoryStream | HistoryTrace, target: str | None) -> str:
                 f"The {len(stops)} preemptions' stops took {stop} s (median; from {_seconds(min(stops))} "
                 f"to {_seconds(max(stops))} s)."
             )
+    lost = trace.lost_unit_seconds
+    if lost:
+        each = "" if len(lost) == 1 else f" (per preemption: from {_whole(min(lost))} to {_whole(max(lost))})"
+        lines.append(
+            f"Work lost to preemption: {_whole(sum(lost))} GPU-seconds in {len(lost)} "
+            f"preemption{'' if len(lost) == 1 else 's'}{each}, since each victim's last checkpoint or start."
+        )
     file = target if target not in (None, "-") else "jobs.csv"
     lines.append(
         f"Replay: airflow quota simulate --trace {file} --config QUOTA_FILE --queue {trace.job_queue_name} "
@@ -73,6 +80,10 @@ def summary(trace: HistoryStream | HistoryTrace, target: str | None) -> str:
 
 def _seconds(value: float) -> str:
     return f"{value:.1f}".removesuffix(".0")
+
+
+def _whole(value: float) -> str:
+    return f"{value:,.0f}"
 
 
 def _jobs(count: int) -> str:

@@ -87,6 +87,8 @@ class HistoryTrace:
     left_out: int = 0
     #: Seconds each completed preemption's stop took, in the order they completed.
     stop_seconds: list[float] = field(default_factory=list)
+    #: GPU-seconds each preemption lost (its PREEMPTED audit row's ``lostUnitSeconds``), in decision order.
+    lost_unit_seconds: list[float] = field(default_factory=list)
 
 
 def export_history(
@@ -102,7 +104,13 @@ def export_history(
     stream = HistoryStream(session, since=since, until=until, job_queue_name=job_queue_name, keep_ids=True)
     jobs = list(stream)
     return HistoryTrace(
-        stream.job_queue_name, stream.origin, jobs, stream.job_ids, stream.left_out, stream.stop_seconds
+        stream.job_queue_name,
+        stream.origin,
+        jobs,
+        stream.job_ids,
+        stream.left_out,
+        stream.stop_seconds,
+        stream.lost_unit_seconds,
     )
 
 
@@ -147,6 +155,7 @@ class HistoryStream:
         self._keep_ids = keep_ids
         self._names: set[str] = set()
         self._stops: list[tuple[datetime, float]] = []
+        self._lost: list[tuple[datetime, float]] = []
         # PostgreSQL's driver gives times with their zone already: read them as they come (Airflow's
         # UtcDateTime converts each again, a second a million rows); SQLite's text needs it.
         postgres = self._connection.dialect.name == "postgresql"
@@ -172,6 +181,12 @@ class HistoryStream:
     def stop_seconds(self) -> list[float]:
         """Seconds each completed preemption's stop took, in the order they completed."""
         return [seconds for _, seconds in sorted(self._stops)]
+
+    @property
+    def lost_unit_seconds(self) -> list[float]:
+        """GPU-seconds each preemption of the exported jobs lost, in the order they were decided (those
+        recorded before lost work was measured are left out)."""
+        return [lost for _, lost in sorted(self._lost)]
 
     def __iter__(self) -> Iterator[TraceJob]:
         query = (
@@ -199,6 +214,7 @@ class HistoryStream:
                     self.origin = submitted_at
                 record = attempts.get(job_id) or _Attempts()
                 self._stops += record.stops
+                self._lost += record.lost
                 final = status in final_statuses
                 if final and not record.granted:
                     self.left_out += 1
@@ -289,6 +305,8 @@ class _Attempts:
     preempted_at: datetime | None = None
     #: (when the stop completed, how long it took)
     stops: list[tuple[datetime, float]] = field(default_factory=list)
+    #: (when a preemption was decided, the GPU-seconds it lost)
+    lost: list[tuple[datetime, float]] = field(default_factory=list)
     first_priority: int | None = None
 
     def hold(self, at: datetime) -> None:
@@ -325,6 +343,9 @@ def _replay_attempts(rows: list[_AuditColumns], job_ids: Sequence[str]) -> dict[
             record.hold(at)
         elif kind == preempted:
             record.preempted_at = record.preempted_at or at
+            lost = (json.loads(details or "null") or {}).get("lostUnitSeconds")
+            if isinstance(lost, int | float):
+                record.lost.append((at, float(lost)))
         elif kind in _RELEASES:
             if record.preempted_at is not None and record.held_since is not None:
                 record.stops.append((at, (at - record.preempted_at).total_seconds()))
