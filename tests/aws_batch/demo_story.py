@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -101,7 +102,8 @@ def _ti_id(engine: sa.Engine, who: TaskIdentity) -> str:
     query = sa.text("SELECT id FROM task_instance WHERE dag_id = :dag AND run_id = :run AND task_id = :task")
     with engine.connect() as connection:
         found = connection.execute(query, {"dag": who.dag_id, "run": who.run_id, "task": who.task_id})
-        return str(found.scalar_one())
+        # (SQLite holds it as 32 hex digits; the task names its jobs from the UUID's usual form.)
+        return str(uuid.UUID(str(found.scalar_one())))
 
 
 def aws_story(batch: Any) -> Story:
