@@ -15,7 +15,7 @@ ARN = "arn:aws:batch:us-east-1:123456789012"
 UNIT = "ml.g5.xlarge"
 
 
-def bundle(scheduler: str | None = None) -> dict[str, list[dict[str, Any]]]:
+def bundle(scheduler: str | None = None, **queue_fields: Any) -> dict[str, list[dict[str, Any]]]:
     queue: dict[str, Any] = {
         "jobQueueName": "q",
         "capacityLimits": [{"capacityUnit": UNIT, "maxCapacity": 4}],
@@ -28,6 +28,7 @@ def bundle(scheduler: str | None = None) -> dict[str, list[dict[str, Any]]]:
             }
         ],
         **({} if scheduler is None else {"scheduler": scheduler}),
+        **queue_fields,
     }
     return export_design(parse_quota_config({"jobQueues": [queue]}, "test"))
 
@@ -207,3 +208,22 @@ def test_re_pointing_a_queue_is_guarded_and_calls_are_listed_in_order() -> None:
     assert [g.guard for g in plan.guarded] == ["repoint"]
     assert "pass --allow-repoint" in plan.blocked()[0]
     assert [call.operation for call in plan_calls(plan.pending())] == ["UpdateJobQueue", "DescribeJobQueues"]
+
+
+ACTION = {
+    "reason": "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",
+    "state": "RUNNABLE",
+    "maxTimeSeconds": 3600,
+    "action": "TERMINATE",
+}
+
+
+def test_a_queues_time_limit_actions_the_file_gives_are_sent_and_those_it_leaves_out_stay_as_in_aws() -> None:
+    added = plan_apply(bundle(scheduler="AWS_BATCH", jobStateTimeLimitActions=[ACTION]), aws_has())
+    kept = plan_apply(bundle(scheduler="AWS_BATCH"), aws_has(jobStateTimeLimitActions=[ACTION]))
+
+    assert added.changes[2].request == {
+        "jobQueue": f"{ARN}:job-queue/q",
+        "jobStateTimeLimitActions": [ACTION],
+    }
+    assert (kept.changes[2].action, kept.changes[2].request) == ("unchanged", None)
