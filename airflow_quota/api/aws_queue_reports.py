@@ -227,6 +227,7 @@ def service_jobs_of_task_instance(
     """The service jobs the operator submitted for a task instance (named by its task key, the same for
     every try) in the queues AWS Batch schedules, each as DescribeServiceJob answers it, newest first."""
     from airflow_quota.backends.sagemaker import TaskIdentity
+    from airflow_quota.hooks.batch_service_job import service_jobs_named
 
     job_name = TaskIdentity(dag_id, run_id, task_id, map_index, 1).task_key
     found: list[dict[str, Any]] = []
@@ -237,13 +238,9 @@ def service_jobs_of_task_instance(
         return schemas.TaskInstanceServiceJobs(jobs=[], errors=[unreadable(error)])
     for name in job_queue_names:
         try:
-            listed = client.list_service_jobs(
-                jobQueue=name, filters=[{"name": "JOB_NAME", "values": [job_name]}]
-            ).get("jobSummaryList", [])
             found += [
                 dict(client.describe_service_job(jobId=job["jobId"]))
-                for job in listed
-                if job.get("jobName") == job_name
+                for job in service_jobs_named(client, name, job_name)  # every page
             ]
         except Exception as error:
             errors.append(f"job queue {name}: {unreadable(error)}")
