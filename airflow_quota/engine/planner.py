@@ -401,9 +401,9 @@ class _Cycle:
             if reason is None:
                 share_name, unit, count = group
                 reason = group_reasons[group] = waiting_reasons.reason(shares[share_name], unit, count)
-                front = held_for.get((share_name, unit))
-                if front is not None and jobs[front.job_id] is front:
-                    reason = held_for_starving_reason(front)
+                starving = held_for.get((share_name, unit))
+                if starving is not None and jobs[starving.job_id] is starving:
+                    reason = held_for_starving_reason(starving)
                 else:
                     reason += behind_front.get((share_name, unit), "")
             reason_of.append(reason)
@@ -440,9 +440,9 @@ class _Cycle:
                     continue  # its reason names the job that needed its units
                 reason = group_reasons[(share_name, unit, job.request.instance_count)]
                 if ahead:
-                    front = held_for.get((share_name, unit))
-                    if front is not None and jobs[front.job_id] is front:
-                        reason = held_for_starving_reason(front)
+                    starving = held_for.get((share_name, unit))
+                    if starving is not None and jobs[starving.job_id] is starving:
+                        reason = held_for_starving_reason(starving)
                     else:
                         reason += behind_text(ahead, first, share_name)
                 if reason != job.status_reason:
