@@ -9,12 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 import requests
+import sqlalchemy as sa
+from selenium.webdriver.common.actions.action_builder import ActionBuilder
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.select import Select
 
+from airflow_quota.ledger.models import JobRow
 from tests.ui.browser import (
     ARTIFACTS,
     NEEDS_CHROMIUM,
@@ -23,9 +28,11 @@ from tests.ui.browser import (
     console_errors,
     drawn_timeline,
     log_in,
+    pick_window,
     wait_for,
 )
 from tests.ui.conftest import PASSWORDS, QUEUE, UNIT, ApiServer, Ledger
+from tests.ui.test_api_limits import finished_jobs
 
 pytestmark = [pytest.mark.airflow, NEEDS_CHROMIUM]
 PAGE = "/plugin/gpu-quotas"
@@ -347,3 +354,289 @@ def test_the_old_addresses_lead_to_the_page_in_airflows_ui(api_server: ApiServer
         location("/quota/task-instance?dagId=train&runId=run%2F1&taskId=t&mapIndex=3")
         == "/dags/train/runs/run%2F1/tasks/t/mapped/3/plugin/quota"
     )
+
+
+# The old page's checks (tests/ui/test_page.py before 101f1be), on the React page.
+
+#: A quota share's page, read in one script run: its card (term, value), its jobs and decisions.
+SHARE_PAGE = """
+const page = document.querySelector("[data-quota-page]");
+const card = page && page.querySelector(".share-card");
+if (!card) return null;
+const text = (node) => node.innerText.trim();
+return {
+  title: text(page.querySelector("#title")),
+  card: [...card.querySelectorAll("dt")].map((term) => [text(term), text(term.nextElementSibling)]),
+  jobs: [...page.querySelectorAll("table.jobs:not(.finished) tr[data-job]")].map((row) => row.dataset.job),
+  shares: [...page.querySelectorAll("table.events tr[data-kind] > td:nth-child(3)")].map(text),
+};
+"""
+
+
+def seed_requeued_story(api_server: ApiServer) -> tuple[Ledger, dict[str, str]]:
+    """The story up to vision-a's requeue: research-b reclaimed research's GPU from it."""
+    ledger, jobs = seed_story(api_server)
+    jobs["research_b"] = ledger.submit("research-b", "research", 2)
+    ledger.cycle()
+    ledger.stopped(jobs["vision_a"])
+    ledger.cycle()
+    return ledger, jobs
+
+
+def test_the_share_page_focuses_on_one_share(api_server: ApiServer, browser: WebDriver) -> None:
+    _, jobs = seed_requeued_story(api_server)
+    log_in(browser, api_server.url, "/", "viewer", PASSWORDS["viewer"])
+    console_errors(browser)
+    browser.get(f"{api_server.url}{PAGE}/shares/{QUEUE}/vision")
+    page = wait_for(browser, lambda d: d.execute_script(SHARE_PAGE), "the share's card")
+    assert page["title"] == "GPU Quotas: vision"
+    # Its card says what the REST API says of the share.
+    (vision,) = [
+        share
+        for share in api(api_server, "/quotaShares", jobQueueName=QUEUE)["quotaShares"]
+        if share["quotaShareName"] == "vision"
+    ]
+    (usage,) = vision["usage"]
+    assert page["card"] == [
+        ["Job queue", QUEUE],
+        ["Strategy", "LEND_AND_BORROW"],
+        ["Borrow limit", "100%"],
+        ["In-share preemption", vision["preemptionConfiguration"]["inSharePreemption"]],
+        ["State", "ENABLED"],
+        [
+            UNIT,
+            f"limit {usage['limit']}, ceiling {usage['ceiling']}: {usage['used']} in use ({usage['own']} own,"
+            f" {usage['borrowed']} borrowed), {usage['lent']} lent, {usage['idle']} idle;"
+            f" {usage['running']} RUNNING, {usage['runnable']} RUNNABLE",
+        ],
+    ]
+    assert (usage["limit"], usage["ceiling"], usage["used"], usage["runnable"]) == (2, 4, 0, 1)
+    # Only its jobs, and only its decisions.
+    assert page["jobs"] == [jobs["vision_a"]]
+    assert page["shares"] and set(page["shares"]) == {"vision"}
+    # Its timeline fades the other shares' bars (research and urgent hold the GPUs) and shows its waits alone.
+    drawn = wait_for(browser, lambda d: drawn_timeline(d, QUEUE) or None, "the share's timeline")
+    bars = [item for item in drawn if item["kind"] == "bar"]
+    assert {item["share"] for item in bars if item["dim"]} == {"research", "urgent"}
+    assert all(item["dim"] == (item["share"] != "vision") for item in bars)
+    assert {(item["jobId"], item["dim"]) for item in drawn if item["kind"] == "wait"} == {
+        (jobs["vision_a"], False)
+    }
+    browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-react-share.png"))
+    assert console_errors(browser) == []
+
+
+#: The decisions' rows, each its cells (at, decision, share, job, what happened).
+DECISIONS = """
+return [...document.querySelectorAll("[data-quota-page] table.events tr[data-kind]")].map(
+  (row) => [...row.querySelectorAll(":scope > td")].map((cell) => cell.innerText.trim()));
+"""
+
+
+def decisions(driver: WebDriver, what: str, condition: Callable[[list[list[str]]], bool]) -> list[list[str]]:
+    def check(d: WebDriver) -> list[list[str]] | None:
+        rows: list[list[str]] = d.execute_script(DECISIONS)
+        return rows if rows and condition(rows) else None
+
+    result: list[list[str]] = wait_for(driver, check, what)
+    return result
+
+
+def choose(driver: WebDriver, name: str, value: str) -> None:
+    """Pick ``value`` in the decisions' ``name`` filter (again if a refresh replaced the select meanwhile)."""
+
+    def chosen(d: WebDriver) -> bool:
+        select = Select(d.find_element(By.CSS_SELECTOR, f"select[name={name}]"))
+        if select.first_selected_option.get_attribute("value") != value:
+            select.select_by_value(value)
+        return select.first_selected_option.get_attribute("value") == value
+
+    wait_for(driver, chosen, f"the {name} filter set to {value!r}")
+
+
+def test_recent_decisions_name_the_job_and_filter_by_kind_job_share_and_dag_run(
+    api_server: ApiServer, browser: WebDriver
+) -> None:
+    ledger, jobs = seed_requeued_story(api_server)
+    vision_a = jobs["vision_a"]
+    # A job of another DAG run, in urgent: the DAG run and share filters tell it apart.
+    eval_b = ledger.submit("eval-b", "urgent", 1, run_id="run-2")
+    log_in(browser, api_server.url, "/", "viewer", PASSWORDS["viewer"])
+    console_errors(browser)
+    browser.get(api_server.url + PAGE)
+    decisions(browser, "eval-b's submission", lambda rows: any("eval-b" in row[3] for row in rows))
+    choose(browser, "kind", "PREEMPTED")
+    rows = decisions(browser, "only preemptions", lambda rows: {row[1] for row in rows} == {"PREEMPTED"})
+    # Jobs of two runs of train are shown: each named with its run.
+    assert [job_of(row) for row in rows] == ["train / vision-a (run run-1)"]
+    # The filter stays through the page's refreshes.
+    status = browser.find_element(By.ID, "status").text
+    wait_for(browser, lambda d: d.find_element(By.ID, "status").text != status, "a refresh", seconds=15)
+    assert {row[1] for row in browser.execute_script(DECISIONS)} == {"PREEMPTED"}
+    choose(browser, "kind", "")
+    choose(browser, "job", vision_a)
+    rows = decisions(
+        browser,
+        "vision-a's decisions alone",
+        lambda rows: len(rows) >= 4 and all(job_of(row) == "train / vision-a (run run-1)" for row in rows),
+    )
+    assert [row[1] for row in rows] == [
+        event["kind"] for event in api(api_server, "/events", jobId=vision_a, limit=50)["events"][::-1]
+    ]
+    assert {row[1] for row in rows} >= {"SUBMITTED", "GRANTED", "PREEMPTED", "REQUEUED"}
+    browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-react-decisions.png"))
+    choose(browser, "job", "")
+    # The share filter: urgent's decisions only, its two jobs' (of two DAG runs).
+    choose(browser, "share", "urgent")
+    rows = decisions(
+        browser,
+        "urgent's decisions",
+        lambda rows: {row[2] for row in rows} == {"urgent"} and any("eval-b" in row[3] for row in rows),
+    )
+    assert {job_of(row) for row in rows} - {""} == {
+        "train / urgent-a (run run-1)",
+        "train / eval-b (run run-2)",
+    }
+    choose(browser, "share", "")
+    # The DAG run filter: run-2's one decision, eval-b's submission.
+    choose(browser, "run", "train / run-2")
+    rows = decisions(browser, "run-2's decisions", lambda rows: len(rows) == 1)
+    assert [(row[1], job_of(row)) for row in rows] == [("SUBMITTED", "train / eval-b (run run-2)")]
+    assert eval_b == "train/run-2/eval-b/-1/1"
+    choose(browser, "run", "")
+    assert console_errors(browser) == []
+
+
+def job_of(row: list[str]) -> str:
+    """The job a decision's row names (its Job cell's first line)."""
+    return row[3].split("\n")[0]
+
+
+def end_the_session(driver: WebDriver) -> str:
+    """Make the page's API answer 401 from now on (the session ended); the "log in again" link's address."""
+    driver.execute_script(
+        "window.fetch = async () => new Response('{}', {status: 401, statusText: 'Unauthorized'})"
+    )
+    return str(
+        wait_for(
+            driver,
+            lambda d: d.find_element(By.CSS_SELECTOR, "[data-quota-page] #error a").get_attribute("href"),
+            "the session-ended message",
+        )
+    )
+
+
+def test_an_ended_session_says_so_with_a_link_to_log_in_again(
+    api_server: ApiServer, browser: WebDriver
+) -> None:
+    seed_requeued_story(api_server)
+    log_in(browser, api_server.url, "/", "viewer", PASSWORDS["viewer"])
+    for path, ready in (
+        (PAGE, "[data-quota-page=queues] table.jobs tr[data-job]"),
+        ("/dags/train/runs/run-1/tasks/vision-a/plugin/quota", "[data-quota-page=task] table.story tr"),
+    ):
+        browser.get(api_server.url + path)
+        wait_for(browser, lambda d, ready=ready: d.find_element(By.CSS_SELECTOR, ready), f"{path} drawn")
+        here = browser.current_url
+        # Airflow's own login, which comes back here (what Airflow's UI does on a 401).
+        link = end_the_session(browser)
+        assert "Your session has ended" in browser.find_element(By.ID, "error").text
+        assert link == f"{api_server.url}/api/v2/auth/login?" + urlencode({"next": here})
+        click(browser, "[data-quota-page] #error a", "log in again")
+        wait_for(browser, lambda d: d.find_element(By.NAME, "username"), "the login form")
+        assert "/auth/login" in browser.current_url and "next=" in browser.current_url
+
+
+def test_the_page_shows_a_page_of_jobs_with_a_long_history(api_server: ApiServer, browser: WebDriver) -> None:
+    """20,000 jobs, 1,001 of them waiting: it lists the newest 1000 waiting, says so, and 10 finished; its
+    timeline draws the newest 500 jobs of its window, and says so."""
+    ledger = Ledger(api_server.engine)
+    ledger.empty()
+    ledger.apply()
+    rows = list(finished_jobs(20_000))
+    for row in rows[-1001:]:
+        row |= {"status": "RUNNABLE", "status_reason": "Waiting for capacity"}
+    with api_server.engine.begin() as connection:
+        connection.execute(sa.insert(JobRow), rows)
+    log_in(browser, api_server.url, "/", "viewer", PASSWORDS["viewer"])
+    console_errors(browser)
+    browser.get(api_server.url + PAGE)
+    page = showing(browser, "the jobs", lambda page: (len(page["jobs"]), len(page["finished"])) == (1000, 10))
+    order = list(page["jobs"])  # in the page's order
+    assert order[0] == rows[-1000]["job_id"] and order[999] == rows[-1]["job_id"]
+    assert "The newest 1000 of 1001 unfinished jobs" in browser.find_element(By.ID, "jobs-cut").text
+    notice = wait_for(
+        browser,
+        lambda d: d.find_element(By.CSS_SELECTOR, f'.timeline-truncated[data-queue="{QUEUE}"]').text,
+        "the timeline's notice that it left jobs out",
+    )
+    assert notice.startswith("Only the newest 500 jobs of this window are drawn: older jobs"), notice
+    assert f"/quota/api/jobQueues/{QUEUE}/timeline?since=...&until=..." in notice
+    assert console_errors(browser) == []
+
+
+MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def test_a_job_running_for_days_says_on_which_day_it_started_in_its_tooltip(
+    api_server: ApiServer, browser: WebDriver
+) -> None:
+    """A job running for two days: its tooltip gives the date it started (UTC), on the "since the first job"
+    window and on the last 15 minutes (whose bar is clipped, not its story); a job granted a minute ago gives
+    its clock time alone."""
+    ledger = Ledger(api_server.engine)
+    ledger.empty()
+    ledger.now = datetime.now(UTC) - timedelta(days=2)
+    ledger.apply()
+    long_job = ledger.submit("long-run", "research", 2)
+    ledger.cycle()
+    started = ledger.now
+    ledger.running(long_job)
+    ledger.now = datetime.now(UTC) - timedelta(minutes=1)
+    recent_job = ledger.submit("recent-run", "research", 1)
+    ledger.cycle()
+    log_in(browser, api_server.url, "/", "viewer", PASSWORDS["viewer"])
+    console_errors(browser)
+    browser.get(api_server.url + PAGE)
+
+    def when(job_id: str) -> Callable[[WebDriver], str | None]:
+        """Hover the job's bar; its tooltip's When line."""
+
+        def hovered(d: WebDriver) -> str | None:
+            bar = next(
+                (
+                    item
+                    for item in drawn_timeline(d, QUEUE)
+                    if item["jobId"] == job_id and item["kind"] == "bar"
+                ),
+                None,
+            )
+            if bar is None:
+                return None
+            hover = ActionBuilder(d)
+            hover.pointer_action.move_to_location(int(bar["x"]), int(bar["y"]))
+            hover.perform()
+            for tip in d.find_elements(By.CSS_SELECTOR, ".tl-tip"):
+                lines = tip.text.split("\n")
+                if lines[0] == bar["label"]:
+                    return next((line[4:].strip() for line in lines if line.startswith("When")), None)
+            return None
+
+        return hovered
+
+    day = f"{MONTHS[started.month - 1]} {started.day} "
+    try:
+        pick_window(browser, "all")
+        wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".timeline-chart"), "the timeline")
+        browser.execute_script("document.querySelector('.timeline-chart').scrollIntoView()")
+        shown = wait_for(browser, when(long_job), "the long job's tooltip")
+        assert shown.startswith(day) and shown.endswith("now (48.0 h)"), shown
+        browser.save_screenshot(str(ARTIFACTS / "gpu-quotas-react-timeline-days.png"))
+        pick_window(browser, "15m")
+        shown = wait_for(browser, when(long_job), "the long job's tooltip on the last 15 minutes")
+        assert shown.startswith(day) and shown.endswith("now (48.0 h)"), shown
+        recent = wait_for(browser, when(recent_job), "the recent job's tooltip")
+        assert recent[0].isdigit() and " s)" in recent, recent
+    finally:
+        browser.execute_script("localStorage.removeItem('quota-timeline-window')")
+    assert console_errors(browser) == []
