@@ -323,24 +323,59 @@ def the_page_shows_the_reclaim(run: DemoRun) -> None:
         assert all(item["laneName"] == f"GPU {item['device']}" for item in bars), bars
         driver.save_screenshot(str(ARTIFACTS / "gpu-quotas-demo-timeline.png"))
         assert console_errors(driver) == []
-        # A victim's own "Quota" tab in Airflow's task instance page tells its story.
-        dag_id, run_id, task_id = run.victims[0].split("/")[:3]
+        # A victim's own "Quota" tab in Airflow's task instance page (the React task view) tells its story as
+        # the REST API's audit log does: a row per decision, at its time, its waits beside them.
+        victim = run.victims[0]
+        dag_id, run_id, task_id = victim.split("/")[:3]
         driver.get(f"{run.base_url}/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/plugin/quota")
-        frame = wait_for(
-            driver, lambda d: d.find_elements(By.CSS_SELECTOR, "iframe[title=Quota]"), "the tab"
-        )[0]
-        assert f"quota/task-instance?dagId={dag_id}&runId={run_id}&taskId={task_id}&" in str(
-            frame.get_attribute("src")
+        rows = wait_for(driver, lambda d: d.execute_script(STORY) or None, "the task instance's story")
+        events = sorted(run.api(f"/events?jobId={victim}&limit=100")["events"], key=lambda e: e["id"])
+        assert [e["kind"] for e in events] == [
+            "SUBMITTED",
+            "GRANTED",
+            "PREEMPTED",
+            "REQUEUED",
+            "GRANTED",
+            "SUCCEEDED",
+        ]
+        job = run.api(f"/jobs/{victim}")
+        expected = []
+        for event in events:
+            at = day_clock(event["at"])
+            if event["kind"] == "SUBMITTED":  # it waits from its submission (its record's, when older)
+                submitted = min(map(datetime.fromisoformat, (job["submittedAt"], event["at"])))
+                expected.append((day_clock(submitted.isoformat()), "WAITING"))
+                continue
+            expected.append((at, event["kind"]))
+            if event["kind"] == "REQUEUED":
+                expected.append((at, "WAITING"))  # and from its requeue
+        assert [(row["at"], row["kind"]) for row in rows] == expected, (rows, events, job["submittedAt"])
+        preemptor = run.api(f"/jobs/{run.pretrain}")["displayName"]
+        granted = [row["details"] for row in rows if row["kind"] == "GRANTED"]
+        assert all(
+            line.startswith(f"Granted {job['instanceCount']} {job['capacityUnit']}") for line in granted
         )
-        driver.switch_to.frame(frame)
-        story = wait_for(
-            driver,
-            lambda d: (
-                [row.get_attribute("data-kind") for row in d.find_elements(By.CSS_SELECTOR, "tr[data-kind]")]
-                or None
-            ),
-            "the task instance's story",
-        )
-        assert story == ["WAITING", "GRANTED", "PREEMPTED", "REQUEUED", "WAITING", "GRANTED", "SUCCEEDED"]
-        driver.switch_to.default_content()
+        assert "resumed from its checkpoint" in granted[1], granted
+        (preempted,) = [row["details"] for row in rows if row["kind"] == "PREEMPTED"]
+        assert preempted.startswith(f"Preempted by {preemptor} (RECLAIM): "), preempted
+        title = driver.find_element(By.CSS_SELECTOR, "[data-quota-page=task] #title").text
+        assert title == f"Quota: {task_id}"
         driver.save_screenshot(str(ARTIFACTS / "gpu-quotas-demo-task-instance.png"))
+        assert console_errors(driver) == []
+
+
+#: The task view's story rows, read in one script run (the view refreshes itself every 5 s).
+STORY = """
+const rows = document.querySelectorAll("[data-quota-page=task] table.story tr[data-kind]");
+return [...rows].map((row) => {
+  const cells = [...row.querySelectorAll(":scope > td")].map((cell) => cell.innerText.trim());
+  return {kind: row.dataset.kind, at: cells[0], details: cells[cells.length - 1]};
+});
+"""
+MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def day_clock(iso: str) -> str:
+    """An API time as the page writes it: "Mar 1 14:03:07" (UTC)."""
+    at = datetime.fromisoformat(iso).astimezone(UTC)
+    return f"{MONTHS[at.month - 1]} {at.day} {at:%H:%M:%S}"
