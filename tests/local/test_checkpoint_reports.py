@@ -69,7 +69,8 @@ def test_a_running_local_job_records_its_newest_checkpoint_for_the_allocator(tmp
 
     reported = [datetime.fromisoformat(at) for at in (first, later)]
     assert all(at.tzinfo is not None for at in reported)
-    assert launched - 1 < reported[0].timestamp() < reported[1].timestamp() <= saved.stat().st_mtime
+    # (A report is the file's mtime to the microsecond: rounding may put it a hair past the float.)
+    assert launched - 1 < reported[0].timestamp() < reported[1].timestamp() <= saved.stat().st_mtime + 1e-6
     record = run.record()
     assert (record["state"], record["lease_id"]) == ("launched", grant["lease_id"])
 

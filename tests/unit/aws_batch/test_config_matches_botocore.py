@@ -54,6 +54,9 @@ COPIES = {
         optional_here={
             "preemptionConfiguration": "absent means DISABLED; validate warns that AWS requires it",
         },
+        ours_only={
+            "extensions": "our opt-in extensions (docs/extensions.md): export leaves them out with a note",
+        },
     ),
     "a capacity limit is QuotaShareCapacityLimit": Copy(
         CapacityLimit, "CreateQuotaShare", ("capacityLimits", "member")
