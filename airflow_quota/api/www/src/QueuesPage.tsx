@@ -407,14 +407,16 @@ export function QueuesPage() {
           empty={filtering ? "No decision matches these filters." : "No events yet."}>
           {shownEvents.map((event) => {
             const parts = event.jobId ? event.jobId.split("/") : [];
+            const jobName = event.jobId ? name(event.jobId) : "";
             return (
               <Table.Row key={event.id} data-kind={event.kind} data-job={event.jobId ?? ""}>
                 <Table.Cell whiteSpace="nowrap">{dateClock(event.at)}</Table.Cell>
                 <Table.Cell><StatusBadge value={event.kind} /></Table.Cell>
                 <Table.Cell>{event.quotaShareName ?? ""}</Table.Cell>
                 <Table.Cell className="job" title={event.jobId ?? ""}>
-                  {event.jobId ? name(event.jobId) : ""}
-                  {parts.length >= 5 ? <Text color="fg.muted" fontSize="xs">{`run ${parts.slice(1, -3).join("/")}`}</Text> : null}
+                  {jobName}
+                  {/* Its run under it, unless its name already says it (jobs of two runs of its DAG shown). */}
+                  {parts.length >= 5 && !jobName.includes(" (run ") ? <Text color="fg.muted" fontSize="xs">{`run ${parts.slice(1, -3).join("/")}`}</Text> : null}
                 </Table.Cell>
                 <Table.Cell>{named(event.message)}</Table.Cell>
               </Table.Row>
