@@ -98,6 +98,11 @@ def allocate_claims(
     reservations awaiting it (jobs promised its spare units); each reservation takes from its own
     share's stops first, then by job id, never more than its count. A reservation that awaits a job no
     longer being stopped (or stopping for another preemptor, with nothing spare) gets nothing from it.
+
+    Worked out afresh each cycle, the split can differ from the one a promise was decided on: when two
+    promised jobs share a stop and one of them claims others too, the earlier-submitted one may now take
+    units the later one counted on. The later one then counts the shortfall as taken from idle capacity
+    (or waits for it): never two jobs on one unit, at worst a wait.
     """
     left = {job_id: job.request.instance_count for job_id, job in stopping.items()}
     ordered = sorted(reservations, key=_SUBMISSION)
