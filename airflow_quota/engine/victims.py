@@ -36,9 +36,8 @@ from airflow_quota.engine.extensions import VictimPolicy
 from airflow_quota.engine.model import Job, PreemptionRule
 from airflow_quota.engine.usage import Claim, Usage
 
-VictimKey = tuple[bool, bool, int, float, int, float, int, str]
-#: The part of the victim order that depends on the candidate alone (``victim_order_key`` without its
-#: first two fields).
+#: The part of the victim order that depends on the candidate alone (the searches put other shares' jobs
+#: before the preemptor's own, and spare units of stops under way before both).
 RankKey = tuple[int, float, int, float, int, str]
 Ranked = tuple[RankKey, Job]
 #: A candidate in its unit's list: its rank, its share's name (read without touching the job), the job.
@@ -59,10 +58,6 @@ def rank_key(candidate: Job) -> RankKey:
         -submitted_seq,
         candidate.job_id,
     )
-
-
-def victim_order_key(candidate: Job, preemptor_share: str, orphan: bool) -> VictimKey:
-    return (not orphan, candidate.share_name == preemptor_share, *rank_key(candidate))
 
 
 class Candidates:
@@ -218,7 +213,7 @@ def _choose(
     if share is None:
         return None
     spare_entries = [_Entry(stop, units, False) for stop, units in spare]
-    spare_claim = _claim_of(spare_entries, share_name)
+    spare_claim = _claim_of(spare_entries, preemptor)
     own_lower: list[Job] = []
     own_lower_units = 0
     if share.in_share_preemption:
@@ -263,7 +258,7 @@ def _choose(
                     return _choice(PreemptionRule.RECLAIM, found)
     if share.in_share_preemption and own_lower:  # else nothing to take
         in_share = [*spare_entries, *(_Entry(job, job.count, True) for job in own_lower)]
-        found = _search(usage, preemptor, in_share, _claim_of(in_share, share_name), within_own_limit=False)
+        found = _search(usage, preemptor, in_share, _claim_of(in_share, preemptor), within_own_limit=False)
         if found and any(entry.victim for entry in found):
             return _choice(PreemptionRule.IN_SHARE_PRIORITY, found)
     return None
@@ -285,8 +280,8 @@ def _choice(rule: PreemptionRule, found: Sequence[_Entry]) -> VictimChoice:
     )
 
 
-def _claim_of(entries: Iterable[_Entry], share_name: str) -> Claim:
-    taken = _Taken(share_name)
+def _claim_of(entries: Iterable[_Entry], preemptor: Job) -> Claim:
+    taken = _Taken(preemptor)
     for entry in entries:
         taken.add(entry)
     return taken.claim()
@@ -311,7 +306,7 @@ def _search(
         return None  # taking every candidate would not do: no subset will (fit only grows with a claim)
     # Until enough is taken to fit physically, the full fit rule need not be asked.
     short = usage.occupancy.get(unit, 0) + preemptor.count - usage.capacity(unit)
-    taken = _Taken(share_name)
+    taken = _Taken(preemptor)
     for entry in ranked:
         if entry.victim and _protected(usage, entry.job, share_name, taken.leaving):
             continue
@@ -324,19 +319,22 @@ def _search(
 class _Taken:
     """The candidates taken so far and what taking them gives, kept up to date as they change."""
 
-    def __init__(self, share_name: str) -> None:
-        self.share_name = share_name
+    def __init__(self, preemptor: Job) -> None:
+        self.share_name = preemptor.request.quota_share_name
+        self.count = preemptor.request.instance_count
         self.entries: list[_Entry] = []
         self.leaving: dict[str, int] = defaultdict(int)
-        self.own = 0
         self.physical = 0
+        self.victim_units = 0
+        self.own_victim_units = 0
+        self.own_spare_units = 0
 
     def add(self, entry: _Entry) -> None:
         self._count(entry, +1)
         self.entries.append(entry)
 
     def claim(self) -> Claim:
-        return Claim(self.own, self.physical, self.leaving)
+        return Claim(self._own_given(), self.physical, self.leaving)
 
     def minimized(self, fits_with: Callable[[Claim], bool]) -> list[_Entry]:
         """Walk from the last candidate to the first, dropping each one the preemptor can do without."""
@@ -348,13 +346,24 @@ class _Taken:
                 self._count(entry, +1)
         return self.entries
 
+    def _own_given(self) -> int:
+        """Of the preemptor's units, those its own share's jobs being stopped will give it, split as
+        ``allocate_claims`` splits them: its victims' units first (its own share's first), then spare
+        units (its own share's first). Its share counts those once."""
+        from_own_victims = min(self.count, self.own_victim_units)
+        after_victims = max(0, self.count - self.victim_units)
+        return from_own_victims + min(after_victims, self.own_spare_units)
+
     def _count(self, entry: _Entry, sign: int) -> None:
         units = sign * entry.units
+        own = entry.job.request.quota_share_name == self.share_name
         self.physical += units
-        if entry.job.request.quota_share_name == self.share_name:
-            self.own += units
         if entry.victim:
+            self.victim_units += units
+            self.own_victim_units += units if own else 0
             self.leaving[entry.job.request.quota_share_name] += units
+        elif own:
+            self.own_spare_units += units
 
 
 def _protected(usage: Usage, candidate: Job, preemptor_share: str, leaving: Mapping[str, int]) -> bool:

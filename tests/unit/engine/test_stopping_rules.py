@@ -10,7 +10,17 @@ from airflow_quota.engine.lifecycle import complete_stop, submit_job
 from airflow_quota.engine.model import JobQueue, JobRequest, JobStatus, QueueState
 from airflow_quota.engine.planner import plan_cycle
 from airflow_quota.engine.usage import Usage
-from tests.unit.engine.builders import BORROW, RESERVE, Summary, running, share, state, summarize, waiting
+from tests.unit.engine.builders import (
+    BORROW,
+    LEND,
+    RESERVE,
+    Summary,
+    running,
+    share,
+    state,
+    summarize,
+    waiting,
+)
 
 
 def _submit(
@@ -124,3 +134,22 @@ def test_a_later_job_of_a_share_starts_first_when_the_earlier_one_cannot_start_n
     plan = plan_cycle(snapshot, now=10)
 
     assert summarize(plan.decisions) == Summary(granted=("small",), preempted=())
+
+
+def test_a_preemptor_counts_only_the_units_its_own_shares_stops_will_really_give_it() -> None:
+    # s1's j6 stops for j9 with 1 spare unit. j8 could take it with s0's j1 as a victim, but j1's 2 units
+    # go to j8 first (a victim's units go to its preemptor), so the spare unit stays unused and s1 would
+    # hold 5 of its 4 counting j6: j8 must wait instead (Hypothesis found it).
+    queue = JobQueue("q", {"gpu": 5}, (share("s0", 1, BORROW), share("s1", 4, LEND, preempt=True)))
+    snapshot = state(
+        queue,
+        running("j6", "s1", 3, prio=0, stopping_for="j9"),
+        running("j1", "s0", 2, started=1),
+        waiting("j9", "s1", 2, prio=1, at=10, awaiting=frozenset({"j6"})),
+        waiting("j8", "s1", 2, prio=0, at=9),
+    )
+
+    plan = plan_cycle(snapshot, now=11)
+
+    assert summarize(plan.decisions) == Summary((), ())
+    assert _holds(plan.state, "s1") == 3, "j6 (stopping) 3 and j9's 2 from it"
