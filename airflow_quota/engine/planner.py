@@ -143,19 +143,16 @@ class _Cycle:
         queue physically has it: its capacity may have been lowered since the preemption. A reservation
         forgets the jobs it awaited that are no longer being stopped (one stopped, requeued and stopped
         again later is not awaited again)."""
+        jobs = self.jobs
         for job in self.queued.reserved:
-            stopping = self.jobs
             awaited = frozenset(
                 job_id
                 for job_id in job.awaiting_victims
-                if (stop := stopping.get(job_id)) is not None
-                and stop.is_stopping
-                and stop.status.holds_capacity
+                if (stop := jobs.get(job_id)) is not None and stop.is_stopping and stop.status.holds_capacity
             )
-            if awaited != job.awaiting_victims:
-                job = job.reserving(awaited) if awaited else job
-                if awaited:
-                    self._set_job(job)
+            if awaited and awaited != job.awaiting_victims:  # (none left: it keeps its list, reserving)
+                job = job.reserving(awaited)
+                self._set_job(job)
             if not self.usage.stops_giving(job.job_id) and not self._overdrawn(job.unit):
                 self._grant(job)
 

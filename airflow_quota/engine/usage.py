@@ -188,11 +188,7 @@ class Usage:
                 else:
                     self.stopping[request.capacity_unit][job.job_id] = job
         for unit in {*self.reservations, *self.stopping}:
-            claims, spare = allocate_claims(self.reservations[unit].values(), self.stopping[unit])
-            self.claims.update(claims)
-            self.spare_units.update(spare)
-            for job in self.reservations[unit].values():
-                self._count_reservation(job, +1)
+            self._count_claims(unit)
 
         units_in_use: dict[str, set[str]] = defaultdict(set)
         for share_name, unit in self.future_usage:
@@ -347,17 +343,23 @@ class Usage:
     # -- internals -----------------------------------------------------------------------------------
 
     def _allocate(self, unit: str, new: Job | None = None) -> None:
-        """Work out again who gets the units of the stops under way on ``unit`` (with ``new``, a reservation
-        not counted yet, if given), and what each reservation counts: in its share, its units less those
-        its own share's stops give it; physically, its units less those any stop gives it."""
-        reservations, stopping = self.reservations[unit], self.stopping[unit]
+        """Work out again who gets the units of the stops under way on ``unit``, with ``new``, a reservation
+        not counted yet, if given: each reservation's old counts are taken back first."""
+        reservations = self.reservations[unit]
         for job in reservations.values():
             self._count_reservation(job, -1)
         if new is not None:
             reservations[new.job_id] = new
-        claims, left = allocate_claims(reservations.values(), stopping)
+        self._count_claims(unit)
+
+    def _count_claims(self, unit: str) -> None:
+        """Who gets the units of the stops under way on ``unit`` (``allocate_claims``), and what each
+        reservation counts: in its share, its units less those its own share's stops give it; physically,
+        its units less those any stop gives it."""
+        reservations = self.reservations[unit]
+        claims, spare = allocate_claims(reservations.values(), self.stopping[unit])
         self.claims.update(claims)
-        self.spare_units.update(left)
+        self.spare_units.update(spare)
         for job in reservations.values():
             self._count_reservation(job, +1)
 
