@@ -67,8 +67,6 @@ class SageMakerBackend:
         checkpoint_per_try: bool = False,
     ) -> None:
         self.aws_conn_id = aws_conn_id
-        self.verify = verify
-        self.botocore_config = botocore_config
         self.input_data_config = input_data_config
         self.poll_interval = poll_interval
         self.stop_poll_interval = stop_poll_interval
@@ -176,8 +174,8 @@ class SageMakerBackend:
             training_job_name=name,
             aws_conn_id=self.aws_conn_id,
             region_name=self.jobs.region,
-            verify=self.verify,
-            botocore_config=self.botocore_config,
+            verify=self.jobs.verify,
+            botocore_config=self.jobs.botocore_config,
             poll_interval=self.poll_interval,
             not_before=(datetime.now(UTC) + settle).isoformat(),
         )
