@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -136,7 +137,13 @@ def update_job_priority(
 ) -> schemas.Job | schemas.ServiceJob:
     aws_queues = aws_scheduled_queues(session)
     if aws_queues and session.get(JobRow, body.jobId) is None:
-        return _update_service_job_priority(session, body, aws_queues)
+        priority, now = body.schedulingPriority, datetime.now(UTC)
+        return _change_service_job(
+            session,
+            body.jobId,
+            aws_queues,
+            lambda client, described: change_priority(session, client, described, priority, now),
+        )
     row = _unfinished_job(session, body.jobId, "change its priority")
     state = load_queue_state(session, row.job_queue_name)
     record_priority_change(session, state, row.job_id, body.schedulingPriority, datetime.now(UTC))
@@ -166,7 +173,13 @@ def terminate_job(session: SessionDep, body: schemas.Termination) -> schemas.Job
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, "reason must say why the job is terminated")
     aws_queues = aws_scheduled_queues(session)
     if aws_queues and session.get(JobRow, body.jobId) is None:
-        return _terminate_service_job(session, body.jobId, reason, aws_queues)
+        now = datetime.now(UTC)
+        return _change_service_job(
+            session,
+            body.jobId,
+            aws_queues,
+            lambda client, described: terminate_service_job(session, client, described, reason, now),
+        )
     row = _unfinished_job(session, body.jobId, "terminate it")
     state = load_queue_state(session, row.job_queue_name)
     record_termination(session, state, row.job_id, datetime.now(UTC), reason)
@@ -174,28 +187,18 @@ def terminate_job(session: SessionDep, body: schemas.Termination) -> schemas.Job
     return job_reports(session, [row])[0]
 
 
-def _update_service_job_priority(
-    session: Session, body: schemas.PriorityUpdate, aws_queues: list[str]
+def _change_service_job(
+    session: Session,
+    reference: str,
+    aws_queues: list[str],
+    change: Callable[[Any, dict[str, Any]], dict[str, Any]],
 ) -> schemas.ServiceJob:
-    """The job is not in the ledger: a service job of a queue AWS Batch schedules, changed there."""
-    client, described = _service_job(body.jobId, aws_queues)
-    try:
-        after = change_priority(session, client, described, body.schedulingPriority, datetime.now(UTC))
-    except ServiceJobError as error:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error
-    except Exception as error:  # AWS Batch refused, or could not be asked: nothing was changed
-        raise HTTPException(status.HTTP_502_BAD_GATEWAY, unreadable(error)) from error
-    session.flush()
-    return described_job(after, client.meta.region_name)
-
-
-def _terminate_service_job(
-    session: Session, reference: str, reason: str, aws_queues: list[str]
-) -> schemas.ServiceJob:
-    """The job is not in the ledger: a service job of a queue AWS Batch schedules, terminated there."""
+    """The job is not in the ledger: a service job of a queue AWS Batch schedules, changed there by
+    ``change`` (given the client and its DescribeServiceJob answer; it answers the job after). A refusal
+    of ours is a 409, AWS Batch's (or no answer) a 502: nothing was changed."""
     client, described = _service_job(reference, aws_queues)
     try:
-        after = terminate_service_job(session, client, described, reason, datetime.now(UTC))
+        after = change(client, described)
     except ServiceJobError as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error
     except Exception as error:  # AWS Batch refused, or could not be asked: nothing was changed
