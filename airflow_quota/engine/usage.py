@@ -29,7 +29,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import NamedTuple
 
 from airflow_quota.engine.model import (
@@ -58,8 +57,12 @@ class Claim(NamedTuple):
 
 
 NO_CLAIM = Claim(0, 0, {})
-#: A job's submission key, then its job id.
-_SUBMISSION = attrgetter("submitted", "job_id")
+
+
+def _turn_order(job: Job) -> tuple[int, tuple[float, int], str]:
+    """The order jobs of a share take their turns in a cycle: priority descending, then submission (the
+    order promises of spare units are made in, so worked out again they split the same way)."""
+    return (-job.request.scheduling_priority, job.submitted, job.job_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,18 +97,19 @@ def allocate_claims(
     them, and the units of each stop nobody takes (its spare units).
 
     A victim's units go first to the preemptor it is being stopped for (which waits for every victim it
-    chose, counted with 0 units where it needs none of theirs), then, in submission order, to the other
-    reservations awaiting it (jobs promised its spare units); each reservation takes from its own
-    share's stops first, then by job id, never more than its count. A reservation that awaits a job no
-    longer being stopped (or stopping for another preemptor, with nothing spare) gets nothing from it.
+    chose, counted with 0 units where it needs none of theirs), then, by priority and submission (the
+    order a cycle makes promises in), to the other reservations awaiting it (jobs promised its spare
+    units); each reservation takes from its own share's stops first, then by job id, never more than its
+    count. A reservation that awaits a job no longer being stopped (or stopping for another preemptor,
+    with nothing spare) gets nothing from it.
 
-    Worked out afresh each cycle, the split can differ from the one a promise was decided on: when two
-    promised jobs share a stop and one of them claims others too, the earlier-submitted one may now take
-    units the later one counted on. The later one then counts the shortfall as taken from idle capacity
-    (or waits for it): never two jobs on one unit, at worst a wait.
+    Worked out afresh each cycle, the split can still differ from the one a promise was decided on where
+    jobs of two shares, promised in the order of a cycle's steps, share a stop and one of them claims
+    others too: one may then take units the other counted on. That one counts the shortfall as taken
+    from idle capacity (or waits for it): never two jobs on one unit, at worst a wait.
     """
     left = {job_id: job.request.instance_count for job_id, job in stopping.items()}
-    ordered = sorted(reservations, key=_SUBMISSION)
+    ordered = sorted(reservations, key=_turn_order)
     claims: Claims = {job.job_id: {} for job in ordered}
 
     def take(reservation: Job, stop_ids: list[str], *, own_victims: bool) -> None:

@@ -269,11 +269,12 @@ def is_stopping(job: Job | None) -> bool:
 def reference_claims(jobs: Mapping[str, Job]) -> dict[str, dict[str, int]]:
     """Per reservation, the units each stop under way gives it: a victim's units go first to the preemptor
     it is stopped for (which awaits each of its victims, with 0 units where it needs none), then,
-    reservations in submission order, to the others awaiting it (their own share's stops first, then by
+    reservations by priority and submission, to the others awaiting it (their own share's stops first, then by
     job id); never more than the reservation's count."""
     left = {job_id: job.count for job_id, job in jobs.items() if is_stopping(job)}
     reservations = sorted(
-        (job for job in jobs.values() if job.holds_reservation), key=lambda job: (job.submitted, job.job_id)
+        (job for job in jobs.values() if job.holds_reservation),
+        key=lambda job: (-job.priority, job.submitted, job.job_id),
     )
     claims: dict[str, dict[str, int]] = {job.job_id: {} for job in reservations}
     for first in (True, False):
