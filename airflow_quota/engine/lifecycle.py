@@ -203,7 +203,7 @@ def without_final_jobs(state: QueueState) -> QueueState:
 
 
 def _cleared(job: Job) -> Job:
-    return replace(job, started=None, stop_cause=None, preempted_by=None, awaiting_victims=frozenset())
+    return replace(job, started=None, stop_cause=None, preempted_by=None, awaiting_victims={})
 
 
 def _job(state: QueueState, job_id: str) -> Job:

@@ -162,7 +162,10 @@ class Job:
     While a job is being stopped it keeps its status (``stop_cause`` is set) and its units; a preempted
     job names its preemptor in ``preempted_by``, which gets its units first once it has stopped. A waiting
     job that will take units of jobs being stopped (its victims, or spare units of stops under way) lists
-    them in ``awaiting_victims``: it holds a reservation (``engine.usage`` says what it counts).
+    them in ``awaiting_victims``, each with the units it gives the job, as the decision split them (a
+    preemptor lists each of its victims, with 0 units where it needs none): it holds a reservation
+    (``engine.usage`` says what it counts). The split is kept, not worked out again: a promise made stays
+    the promise kept.
     ``last_checkpoint``: when its training last reported a checkpoint; what a preemption loses is counted
     from it (``engine.extensions.lost_unit_seconds``).
     """
@@ -175,7 +178,7 @@ class Job:
     started: OrderKey | None = None
     stop_cause: StopCause | None = None
     preempted_by: str | None = None
-    awaiting_victims: frozenset[str] = frozenset()
+    awaiting_victims: Mapping[str, int] = field(default_factory=dict)
     preempted_attempt_count: int = 0
     #: When its training last saved a checkpoint (engine time; None: never, as far as we know).
     last_checkpoint: float | None = None
@@ -192,7 +195,7 @@ class Job:
         _set_status(copy, JobStatus.SCHEDULED)
         _set_status_reason(copy, "")
         _set_started(copy, started)
-        _set_awaiting_victims(copy, frozenset())
+        _set_awaiting_victims(copy, {})
         return copy
 
     def being_stopped(self, cause: StopCause, preempted_by: str, status_reason: str) -> Job:
@@ -203,10 +206,10 @@ class Job:
         _set_status_reason(copy, status_reason)
         return copy
 
-    def reserving(self, victim_ids: frozenset[str]) -> Job:
-        """This job as a preemptor waiting for ``victim_ids`` to stop."""
+    def reserving(self, claims: Mapping[str, int]) -> Job:
+        """This job waiting for the stops ``claims`` names, each giving it that many units."""
         copy = self._copy()
-        _set_awaiting_victims(copy, victim_ids)
+        _set_awaiting_victims(copy, claims)
         return copy
 
     def _copy(self) -> Job:

@@ -67,7 +67,7 @@ from airflow_quota.engine.reasons import (
     starving_reason,
     withheld_reason,
 )
-from airflow_quota.engine.usage import Usage
+from airflow_quota.engine.usage import Usage, split_claim
 from airflow_quota.engine.victims import Candidates, VictimChoice, choose_victims, claim_spare, spare_order
 
 
@@ -142,15 +142,16 @@ class _Cycle:
         """Step 1: a reservation no stop under way gives units any more gets what it reserved, once the
         queue physically has it: its capacity may have been lowered since the preemption. A reservation
         forgets the jobs it awaited that are no longer being stopped (one stopped, requeued and stopped
-        again later is not awaited again)."""
+        again later is not awaited again); when none is left, it keeps them with 0 units each: it still
+        holds its reservation (the units their stops freed), and they give it nothing any more."""
         jobs = self.jobs
         for job in self.queued.reserved:
-            awaited = frozenset(
-                job_id
-                for job_id in job.awaiting_victims
+            awaited = {
+                job_id: units
+                for job_id, units in job.awaiting_victims.items()
                 if (stop := jobs.get(job_id)) is not None and stop.is_stopping and stop.status.holds_capacity
-            )
-            if awaited and awaited != job.awaiting_victims:  # (none left: it keeps its list, reserving)
+            } or dict.fromkeys(job.awaiting_victims, 0)
+            if awaited != job.awaiting_victims:
                 job = job.reserving(awaited)
                 self._set_job(job)
             if not self.usage.stops_giving(job.job_id) and not self._overdrawn(job.unit):
@@ -642,6 +643,8 @@ class _Cycle:
         spare units it takes too). The victims keep their units and keep counting in their shares until
         they have stopped."""
         overdraft_before = self.usage.overdraft(preemptor.unit)
+        spare = [(stop, self.usage.spare_units.get(stop.job_id, 0)) for stop in choice.spare_of]
+        claim = split_claim(preemptor, choice.victims, spare)
         for victim in choice.victims:
             reason = f"Being stopped: preempted by {preemptor.job_id} ({choice.rule})"
             stopping = victim.being_stopped(StopCause.PREEMPTED, preemptor.job_id, reason)
@@ -649,7 +652,7 @@ class _Cycle:
             self.running.remove(victim)
             self.usage.stop(stopping)
         victim_ids = tuple(victim.job_id for victim in choice.victims)
-        reserving = preemptor.reserving(frozenset(victim_ids) | {stop.job_id for stop in choice.spare_of})
+        reserving = preemptor.reserving(claim)
         self._set_job(reserving)
         self.usage.reserve(reserving)
         changed = {preemptor.share_name} | {victim.share_name for victim in choice.victims}
@@ -665,7 +668,8 @@ class _Cycle:
     def _promise(self, job: Job, stops: tuple[Job, ...]) -> None:
         """``job`` gets the spare units of the stops under way ``stops`` and waits for them."""
         stop_ids = tuple(stop.job_id for stop in stops)
-        reserving = job.reserving(frozenset(stop_ids))
+        spare = [(stop, self.usage.spare_units.get(stop.job_id, 0)) for stop in stops]
+        reserving = job.reserving(split_claim(job, (), spare))
         self._set_job(reserving)
         self.usage.reserve(reserving)
         self._decided(Promise(job.job_id, stop_ids, job.unit), {job.share_name}, pool_grew=False)

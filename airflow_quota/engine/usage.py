@@ -2,8 +2,9 @@
 
 Jobs being stopped are physical: a job keeps its units, and keeps counting in its own share, until its
 stop has ended. A waiting job that will take units of jobs being stopped (a preemptor its victims', or a
-job promised the spare units of a stop under way) holds a *reservation*: it awaits those stops, and
-``allocate_claims`` says how many units each one gives it (``Claims``). Three figures are kept per share
+job promised the spare units of a stop under way) holds a *reservation*: it awaits those stops, each giving
+it the units its decision split off (``split_claim``, kept on the job; ``allocate_claims`` reads them back,
+``Claims``). Three figures are kept per share
 and capacity unit:
 
 * *usage* (``usage``): what the share holds now, against its own limit and its ceiling: its jobs holding
@@ -60,8 +61,7 @@ NO_CLAIM = Claim(0, 0, {})
 
 
 def _turn_order(job: Job) -> tuple[int, tuple[float, int], str]:
-    """The order jobs of a share take their turns in a cycle: priority descending, then submission (the
-    order promises of spare units are made in, so worked out again they split the same way)."""
+    """Priority descending, then submission: the order a cycle gives jobs their turns."""
     return (-job.request.scheduling_priority, job.submitted, job.job_id)
 
 
@@ -90,58 +90,61 @@ class UnitTotals:
 Claims = dict[str, dict[str, int]]
 
 
+def split_claim(job: Job, victims: Iterable[Job], spare: Iterable[tuple[Job, int]]) -> dict[str, int]:
+    """How many units each stop gives ``job`` when it is decided: its ``victims``' units first, then the
+    ``spare`` units of stops under way (each with how many are spare), its own share's stops first in each
+    (its share counts those units once), never more than it needs. A preemptor lists every victim it
+    chose, with 0 units where it needs none of theirs: it waits for each. The split is kept on the job
+    (``Job.awaiting_victims``); ``engine.victims`` counts a candidate set the same way."""
+    share_name = job.request.quota_share_name
+    need = job.request.instance_count
+    claim: dict[str, int] = {}
+
+    def take(stops: Iterable[tuple[Job, int]], *, victims: bool) -> None:
+        nonlocal need
+        for stop, units in sorted(stops, key=lambda entry: entry[0].request.quota_share_name != share_name):
+            taken = min(need, units)
+            if taken > 0 or victims:
+                claim[stop.job_id] = taken
+                need -= taken
+
+    take(((victim, victim.request.instance_count) for victim in victims), victims=True)
+    take(spare, victims=False)
+    return claim
+
+
 def allocate_claims(
     reservations: Iterable[Job], stopping: Mapping[str, Job]
 ) -> tuple[Claims, dict[str, int]]:
-    """How the units of the jobs being stopped (``stopping``, by job id) go to the reservations awaiting
-    them, and the units of each stop nobody takes (its spare units).
+    """The units of the jobs being stopped (``stopping``, by job id) that each reservation awaiting them
+    gets, and the units of each stop nobody gets (its spare units).
 
-    A victim's units go first to the preemptor it is being stopped for (which waits for every victim it
-    chose, counted with 0 units where it needs none of theirs), then, by priority and submission (the
-    order a cycle makes promises in), to the other reservations awaiting it (jobs promised its spare
-    units); each reservation takes from its own share's stops first, then by job id, never more than its
-    count. A reservation that awaits a job no longer being stopped (or stopping for another preemptor,
-    with nothing spare) gets nothing from it.
-
-    Worked out afresh each cycle, the split can still differ from the one a promise was decided on where
-    jobs of two shares, promised in the order of a cycle's steps, share a stop and one of them claims
-    others too: one may then take units the other counted on. That one counts the shortfall as taken
-    from idle capacity (or waits for it): never two jobs on one unit, at worst a wait.
+    Each reservation gets what its decision split off for it (``split_claim``, kept in
+    ``Job.awaiting_victims``) from each stop still under way: a victim's, only while it is being stopped
+    for that reservation. Decisions split only units nobody else had, so the claims never overlap; the
+    reading is defensive all the same: a victim's own preemptor first, then the others by priority and
+    submission, never more than the stop has left or the reservation needs. (A ledger written before the
+    split was kept lists each stop with the job's whole count: the same order then splits them.)
     """
     left = {job_id: job.request.instance_count for job_id, job in stopping.items()}
     ordered = sorted(reservations, key=_turn_order)
     claims: Claims = {job.job_id: {} for job in ordered}
-
-    def take(reservation: Job, stop_ids: list[str], *, own_victims: bool) -> None:
-        taken = claims[reservation.job_id]
-        need = reservation.request.instance_count - sum(taken.values())
-        share_name = reservation.request.quota_share_name
-        for stop_id in sorted(stop_ids, key=lambda each: (stopping[each].share_name != share_name, each)):
-            units = min(need, left[stop_id])
-            # A preemptor waits for every victim it chose, even one it needs no unit of (the queue
-            # may have shrunk since): it is listed with 0 units.
-            if units > 0 or own_victims:
-                taken[stop_id] = taken.get(stop_id, 0) + units
-                left[stop_id] -= units
-                need -= units
-
-    for reservation in ordered:  # each victim's own preemptor first
-        victims = [
-            stop_id
-            for stop_id in reservation.awaiting_victims
-            if stop_id in stopping and stopping[stop_id].preempted_by == reservation.job_id
-        ]
-        take(reservation, victims, own_victims=True)
-    for reservation in ordered:  # then spare units, in submission order
-        others = [
-            stop_id
-            for stop_id in reservation.awaiting_victims
-            if stop_id in stopping
-            and stopping[stop_id].preempted_by != reservation.job_id
-            and stopping[stop_id].request.capacity_unit == reservation.request.capacity_unit
-        ]
-        if others:
-            take(reservation, others, own_victims=False)
+    for own_victims in (True, False):  # each victim's own preemptor first
+        for reservation in ordered:
+            taken = claims[reservation.job_id]
+            need = reservation.request.instance_count - sum(taken.values())
+            unit = reservation.request.capacity_unit
+            for stop_id, promised in reservation.awaiting_victims.items():
+                stop = stopping.get(stop_id)
+                if stop is None or (stop.preempted_by == reservation.job_id) is not own_victims:
+                    continue
+                if stop.request.capacity_unit != unit:
+                    continue
+                units = min(promised, need, left[stop_id])
+                if units > 0 or own_victims:
+                    taken[stop_id] = units
+                    left[stop_id] -= units
+                    need -= units
     return claims, left
 
 

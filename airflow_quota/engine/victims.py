@@ -348,7 +348,7 @@ class _Taken:
 
     def _own_given(self) -> int:
         """Of the preemptor's units, those its own share's jobs being stopped will give it, split as
-        ``allocate_claims`` splits them: its victims' units first (its own share's first), then spare
+        ``usage.split_claim`` splits them: its victims' units first (its own share's first), then spare
         units (its own share's first). Its share counts those once."""
         from_own_victims = min(self.count, self.own_victim_units)
         after_victims = max(0, self.count - self.victim_units)

@@ -62,10 +62,21 @@ def job_from_row(row: JobRow) -> Job:
         started=started,
         stop_cause=None if row.stop_cause is None else StopCause(row.stop_cause),
         preempted_by=row.preempted_by,
-        awaiting_victims=frozenset(row.awaiting_victims),
+        awaiting_victims=awaited_stops(row.awaiting_victims, row.instance_count),
         preempted_attempt_count=row.preempted_attempt_count,
         last_checkpoint=None if row.last_checkpoint_at is None else to_engine_time(row.last_checkpoint_at),
     )
+
+
+def awaited_stops(stored: dict[str, int] | list[str], instance_count: int) -> dict[str, int]:
+    """A reservation's stops and the units each gives it, as its row keeps them (``Job.awaiting_victims``).
+
+    A ledger written before the units were kept lists the stops alone: each is read as giving up to the
+    job's whole count, and the engine splits them again in its turn order (``engine.usage.allocate_claims``).
+    """
+    if isinstance(stored, list):
+        return dict.fromkeys(stored, instance_count)
+    return dict(stored)
 
 
 def write_job(row: JobRow, job: Job, now: datetime) -> None:
@@ -91,7 +102,7 @@ def job_values(job: Job, now: datetime) -> dict[str, object]:
         "start_seq": None if started is None else started[1],
         "stop_cause": None if stop_cause is None else stop_cause.value,
         "preempted_by": job.preempted_by,
-        "awaiting_victims": sorted(job.awaiting_victims),
+        "awaiting_victims": dict(sorted(job.awaiting_victims.items())),
         "preempted_attempt_count": job.preempted_attempt_count,
         "last_checkpoint_at": None if job.last_checkpoint is None else from_engine_time(job.last_checkpoint),
     }

@@ -292,7 +292,7 @@ def record_capacity_requeue(
         started=None,
         stop_cause=None,
         preempted_by=None,
-        awaiting_victims=frozenset(),
+        awaiting_victims={},
     )
     after = QueueState(state.queue, {**state.jobs, job_id: requeued})
     changed = _write(session, state, after, now)

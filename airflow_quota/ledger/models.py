@@ -158,8 +158,9 @@ class JobRow(LedgerBase):
     preempted_by: Mapped[str | None] = mapped_column(String(JOB_ID_LENGTH))
     #: While it is being stopped: the rule of the latest preemption decision that named it as a victim.
     preemption_rule: Mapped[str | None] = mapped_column(String(30))
-    #: A waiting preemptor's victims (job ids).
-    awaiting_victims: Mapped[list[str]] = mapped_column(JSON)
+    #: A reservation's stops (a preemptor's victims, stops whose spare units it was promised): stop's job id
+    #: -> units it gives the job (``job_rows.awaited_stops`` also reads the older list of job ids).
+    awaiting_victims: Mapped[dict[str, int] | list[str]] = mapped_column(JSON)
     # AWS's preemptionSummary.
     preempted_attempt_count: Mapped[int] = mapped_column(Integer)
     #: When its training last reported a checkpoint (what a preemption loses is counted from it).

@@ -598,7 +598,7 @@ class ServiceJobs:
                     started=None,
                     stop_cause=None,
                     preempted_by=None,
-                    awaiting_victims=frozenset(),
+                    awaiting_victims={},
                 )
                 state = QueueState(state.queue, {**state.jobs, job_id: requeued})
                 job.reason_since = now

@@ -355,7 +355,7 @@ def test_a_grant_and_a_reclaim_round_trip_and_are_audited(ledger: Ledger) -> Non
         "RECLAIM",
         4,
     )
-    assert ledger.job("l1").awaiting_victims == ["b1"]
+    assert ledger.job("l1").awaiting_victims == {"b1": 2}, "l1 takes 2 of b1's 4 units"
 
     ledger.event(lambda session, state, now: record_stop_completed(session, state, "b1", now))
 

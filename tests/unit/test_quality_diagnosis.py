@@ -6,6 +6,7 @@ with borrowLimit 100 (ceiling 8), vision LEND_AND_BORROW 4 without a limit.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pytest
@@ -26,7 +27,7 @@ def job(
     *,
     stop_cause: StopCause | None = None,
     preempted_by: str | None = None,
-    awaiting: frozenset[str] = frozenset(),
+    awaiting: Mapping[str, int] | None = None,
 ) -> Job:
     return Job(
         name,
@@ -35,7 +36,7 @@ def job(
         status,
         stop_cause=stop_cause,
         preempted_by=preempted_by,
-        awaiting_victims=awaiting,
+        awaiting_victims=dict(awaiting or {}),
     )
 
 
@@ -118,7 +119,7 @@ CASES = [
             job("vision-2", "vision", 4),
             job("vision-3", "vision", 4),
             job("vision-4", "vision", 1, stop_cause=StopCause.PREEMPTED, preempted_by="eval-5"),
-            job("eval-5", "eval", 4, JobStatus.RUNNABLE, awaiting=frozenset({"vision-4"})),
+            job("eval-5", "eval", 4, JobStatus.RUNNABLE, awaiting={"vision-4": 1}),
         ],
         {bench.HELD_RUNNING: 12, bench.HELD_STOPPING: 1, bench.PROMISED: 3},
     ),
@@ -132,7 +133,7 @@ CASES = [
                 JobRequest("research-3", "research", UNIT, 1, scheduling_priority=50),
                 (0.0, 3),
                 JobStatus.RUNNABLE,
-                awaiting_victims=frozenset({"research-2"}),
+                awaiting_victims={"research-2": 1},
             ),
         ],
         {bench.HELD_RUNNING: 4, bench.HELD_STOPPING: 2, bench.NO_WORK: 10},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from airflow_quota.engine.model import (
@@ -61,13 +62,13 @@ def waiting(
     unit: str = "gpu",
     seq: int = 0,
     retries: int | None = None,
-    awaiting: frozenset[str] = frozenset(),
+    awaiting: Mapping[str, int] | None = None,
 ) -> Job:
     return Job(
         job_id=job_id,
         request=JobRequest(job_id, share_name, unit, count, prio, retries),
         submitted=(at, seq),
-        awaiting_victims=awaiting,
+        awaiting_victims=dict(awaiting or {}),
     )
 
 

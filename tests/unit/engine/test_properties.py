@@ -8,8 +8,8 @@ single decision inside a cycle (decisions are replayed one by one on a copy of t
 below must hold. Each check is computed here from the jobs alone, independently of the engine's
 ``Usage`` counters. A job holding capacity counts in its share until it has stopped (being stopped
 included); a reservation (a waiting job awaiting stops: a preemptor, or a job promised spare units)
-counts its units less those its own share's stops give it (``reference_claims``: a victim's units go to
-its preemptor first, then to the other jobs awaiting it in submission order). Lending is judged on the
+counts its units less those its own share's stops give it (``reference_claims``: what its decision split
+off for it, kept on the job). Lending is judged on the
 *future* usage: jobs not being stopped, and reservations whole.
 
 (a) physical: per unit, jobs holding capacity (stopping ones included) plus the part of each reservation
@@ -47,6 +47,9 @@ its preemptor first, then to the other jobs awaiting it in submission order). Le
     later job of the cycle that needed its units (its statusReason names that job, which decides after
     it): the replays then hold its units from its turn until that job's decision.
 (i) a cycle never preempts a job it granted: no victim of a decision was granted earlier in the cycle.
+(k) promises are kept: each decision keeps on the job how many units each stop gives it, as the split rule
+    says (its victims' units first, then spare units, its own share's stops first in each); nothing
+    recomputes them, and no unit of a stop under way is given to two reservations.
 
 Failures print, as Hypothesis notes, a script of engine calls that reproduces the failing run.
 Set ``QUOTA_PROPERTIES_PROFILE=engine-properties-long`` to explore many more examples.
@@ -267,34 +270,41 @@ def is_stopping(job: Job | None) -> bool:
 
 
 def reference_claims(jobs: Mapping[str, Job]) -> dict[str, dict[str, int]]:
-    """Per reservation, the units each stop under way gives it: a victim's units go first to the preemptor
-    it is stopped for (which awaits each of its victims, with 0 units where it needs none), then,
-    reservations by priority and submission, to the others awaiting it (their own share's stops first, then by
-    job id); never more than the reservation's count."""
-    left = {job_id: job.count for job_id, job in jobs.items() if is_stopping(job)}
-    reservations = sorted(
-        (job for job in jobs.values() if job.holds_reservation),
-        key=lambda job: (-job.priority, job.submitted, job.job_id),
-    )
-    claims: dict[str, dict[str, int]] = {job.job_id: {} for job in reservations}
-    for first in (True, False):
-        for job in reservations:
-            stops = [
-                jobs[stop_id]
-                for stop_id in job.awaiting_victims
-                if stop_id in left
-                and (jobs[stop_id].preempted_by == job.job_id) is first
-                and jobs[stop_id].unit == job.unit
-            ]
-            stops.sort(key=lambda stop: (stop.share_name != job.share_name, stop.job_id))
-            need = job.count - sum(claims[job.job_id].values())
-            for stop in stops:
-                units = min(need, left[stop.job_id])
-                if units > 0 or first:  # a preemptor waits for each of its victims
-                    claims[job.job_id][stop.job_id] = claims[job.job_id].get(stop.job_id, 0) + units
-                    left[stop.job_id] -= units
-                    need -= units
+    """Per reservation, the units each stop under way gives it: what its decision split off for it
+    (``reference_split``, kept on the job), from each stop still being stopped: a preemptor lists each of
+    its victims, with 0 units where it needs none. Nothing is capped here: (k) checks that no stop's
+    units are given twice."""
+    claims: dict[str, dict[str, int]] = {}
+    for job in jobs.values():
+        if not job.holds_reservation:
+            continue
+        claims[job.job_id] = {
+            stop_id: units
+            for stop_id, units in job.awaiting_victims.items()
+            if is_stopping(stop := jobs.get(stop_id))
+            and stop is not None
+            and stop.unit == job.unit
+            and (units > 0 or stop.preempted_by == job.job_id)
+        }
     return claims
+
+
+def reference_split(
+    jobs: Mapping[str, Job], job: Job, victim_ids: Sequence[str], spare_ids: Iterable[str]
+) -> dict[str, int]:
+    """What a decision gives ``job`` of each stop: its victims' units first, then the spare units of the
+    stops under way it was given, its own share's stops first in each, never more than it needs; each
+    victim listed, with 0 units where it needs none of theirs."""
+    spare_now = spare_units(jobs)
+    need = job.count
+    split: dict[str, int] = {}
+    for stop_ids, victims in ((victim_ids, True), (list(spare_ids), False)):
+        for stop_id in sorted(stop_ids, key=lambda i: jobs[i].share_name != job.share_name):
+            units = min(need, jobs[stop_id].count if victims else spare_now.get(stop_id, 0))
+            if units or victims:
+                split[stop_id] = units
+                need -= units
+    return split
 
 
 def spare_units(jobs: Mapping[str, Job]) -> dict[str, int]:
@@ -536,6 +546,14 @@ def check_bookkeeping(jobs: Mapping[str, Job], where: str) -> None:
         # being stopped for another preemptor: the victim is that one's alone (checked above: it awaits
         # it), and this one waits only for the victims stopping for it (test_rules:
         # a_victim_that_stopped_and_is_stopping_again_for_another_preemptor_is_that_ones_alone).
+    # (k) no unit of a stop under way is given twice.
+    given: Counter[str] = Counter()
+    for units_by_stop in reference_claims(jobs).values():
+        given.update(units_by_stop)
+    for stop_id, units in given.items():
+        assert units <= jobs[stop_id].count, (
+            f"(k) {where}: {units} units of {stop_id} are given to reservations; it has {jobs[stop_id].count}"
+        )
 
 
 def ready_reservations(queue: JobQueue, jobs: Mapping[str, Job]) -> list[str]:
@@ -554,12 +572,13 @@ def ready_reservations(queue: JobQueue, jobs: Mapping[str, Job]) -> list[str]:
 
 def pruned(jobs: Mapping[str, Job]) -> dict[str, Job]:
     """The jobs as a cycle starts from them: a reservation forgets the jobs it awaited that are no longer
-    being stopped (unless it would forget them all)."""
+    being stopped (when it would forget them all, it keeps them with 0 units each)."""
     result = dict(jobs)
     for job in jobs.values():
         if job.holds_reservation:
-            awaited = frozenset(i for i in job.awaiting_victims if is_stopping(jobs.get(i)))
-            if awaited and awaited != job.awaiting_victims:
+            awaited = {i: n for i, n in job.awaiting_victims.items() if is_stopping(jobs.get(i))}
+            awaited = awaited or dict.fromkeys(job.awaiting_victims, 0)
+            if awaited != job.awaiting_victims:
                 result[job.job_id] = replace(job, awaiting_victims=awaited)
     return result
 
@@ -569,24 +588,28 @@ def apply_decision(jobs: dict[str, Job], decision: Decision, plan: CyclePlan) ->
     are read from the plan's state)."""
     if isinstance(decision, Promise):
         job = jobs[decision.job_id]
-        jobs[job.job_id] = replace(job, awaiting_victims=frozenset(decision.stop_ids))
+        split = reference_split(jobs, job, (), decision.stop_ids)
+        kept = plan.decided.jobs[job.job_id].awaiting_victims
+        assert kept == split, f"{decision}: the promise keeps {dict(kept)}, the split rule gives {split}"
+        jobs[job.job_id] = replace(job, awaiting_victims=split)
         return
     if isinstance(decision, Grant):
         job = jobs[decision.job_id]
         started = plan.state.jobs[job.job_id].started
-        jobs[job.job_id] = replace(
-            job, status=JobStatus.SCHEDULED, awaiting_victims=frozenset(), started=started
-        )
+        jobs[job.job_id] = replace(job, status=JobStatus.SCHEDULED, awaiting_victims={}, started=started)
         return
+    preemptor = jobs[decision.preemptor_id]
+    kept = plan.decided.jobs[preemptor.job_id].awaiting_victims
+    assert kept.keys() >= set(decision.victim_ids), f"{decision}: the preemptor does not await its victims"
+    spare_of = [stop_id for stop_id in kept if stop_id not in decision.victim_ids]
+    split = reference_split(jobs, preemptor, decision.victim_ids, spare_of)
+    assert kept == split, f"{decision}: the preemptor keeps {dict(kept)}, the split rule gives {split}"
     for victim_id in decision.victim_ids:
         victim = jobs[victim_id]
         jobs[victim_id] = replace(
             victim, stop_cause=victim.stop_cause or StopCause.PREEMPTED, preempted_by=decision.preemptor_id
         )
-    preemptor = jobs[decision.preemptor_id]
-    awaiting = plan.decided.jobs[preemptor.job_id].awaiting_victims
-    assert awaiting >= set(decision.victim_ids), f"{decision}: the preemptor does not await its victims"
-    jobs[preemptor.job_id] = replace(preemptor, awaiting_victims=awaiting)
+    jobs[preemptor.job_id] = replace(preemptor, awaiting_victims=split)
 
 
 #: Jobs whose grant a cycle took back, by the index of the decision before which their turn came, each
@@ -820,7 +843,7 @@ def check_preemption(
     share = queue.share(preemptor.share_name)
     usage = future_usage(jobs)
     spare_now = spare_units(jobs)
-    spare = {i: spare_now[i] for i in reserving.awaiting_victims - set(decision.victim_ids)}
+    spare = {i: spare_now[i] for i in reserving.awaiting_victims.keys() - set(decision.victim_ids)}
     victims: list[Job] = []
     taken: Counter[str] = Counter()
     for victim_id in decision.victim_ids:

@@ -384,7 +384,7 @@ CASES = [
         (
             running("x", "b", 2, stopping_for="mine"),
             running("b1", "b", 2),
-            waiting("mine", "lender", 2, at=1, awaiting=frozenset({"x"})),
+            waiting("mine", "lender", 2, at=1, awaiting={"x": 2}),
             waiting("b2", "b", 2, at=0),
         ),
         granted=(),
@@ -395,7 +395,7 @@ CASES = [
         (
             running("x", "a", 2, prio=0, stopping_for="p1"),
             running("y", "a", 2, prio=8),
-            waiting("p1", "a", 2, prio=5, at=1, awaiting=frozenset({"x"})),
+            waiting("p1", "a", 2, prio=5, at=1, awaiting={"x": 2}),
             waiting("p2", "a", 2, prio=9, at=2),
         ),
         preempted=(("p2", ("y",), "IN_SHARE_PRIORITY"),),
@@ -424,7 +424,7 @@ CASES = [
     Case(
         "preemptor_is_granted_once_its_victims_have_stopped",
         queue(2, share("a", 2, RESERVE, preempt=True)),
-        (waiting("p", "a", 2, prio=5, at=1, awaiting=frozenset({"gone"})), waiting("older", "a", 2, at=0)),
+        (waiting("p", "a", 2, prio=5, at=1, awaiting={"gone": 2}), waiting("older", "a", 2, at=0)),
         granted=("p",),
     ),
     Case(
@@ -433,7 +433,7 @@ CASES = [
         (
             running("r1", "a", 1),
             running("r2", "a", 1),
-            waiting("p", "a", 2, prio=5, at=1, awaiting=frozenset({"gone"})),
+            waiting("p", "a", 2, prio=5, at=1, awaiting={"gone": 2}),
         ),
         granted=(),
         reasons={
@@ -444,7 +444,7 @@ CASES = [
     Case(
         "a_reservation_made_before_the_capacity_was_lowered_is_granted_once_enough_is_released",
         queue(3, share("a", 3, RESERVE, preempt=True)),
-        (running("r1", "a", 1), waiting("p", "a", 2, prio=5, at=1, awaiting=frozenset({"gone"}))),
+        (running("r1", "a", 1), waiting("p", "a", 2, prio=5, at=1, awaiting={"gone": 2})),
         granted=("p",),
     ),
     Case(
@@ -454,8 +454,8 @@ CASES = [
         (
             running("again", "a", 1, prio=0, stopping_for="q"),
             running("low", "a", 1, prio=0, stopping_for="p"),
-            waiting("p", "a", 2, prio=5, at=1, awaiting=frozenset({"again", "low"})),
-            waiting("q", "a", 1, prio=6, at=2, awaiting=frozenset({"again"})),
+            waiting("p", "a", 2, prio=5, at=1, awaiting={"again": 1, "low": 1}),
+            waiting("q", "a", 1, prio=6, at=2, awaiting={"again": 1}),
         ),
         granted=(),
         reasons={
@@ -469,8 +469,8 @@ CASES = [
         (
             running("again", "a", 1, prio=0, stopping_for="q"),
             running("r", "a", 1, prio=0),
-            waiting("p", "a", 2, prio=5, at=1, awaiting=frozenset({"again", "gone"})),
-            waiting("q", "a", 1, prio=6, at=2, awaiting=frozenset({"again"})),
+            waiting("p", "a", 2, prio=5, at=1, awaiting={"again": 1, "gone": 1}),
+            waiting("q", "a", 1, prio=6, at=2, awaiting={"again": 1}),
         ),
         granted=("p",),
     ),
@@ -479,7 +479,7 @@ CASES = [
         queue(4, share("a", 2, RESERVE, preempt=True), share("l", 2, LEND)),
         (
             running("low", "a", 2, prio=0, stopping_for="p"),
-            waiting("p", "a", 2, prio=5, at=1, awaiting=frozenset({"low"})),
+            waiting("p", "a", 2, prio=5, at=1, awaiting={"low": 2}),
             waiting("other", "a", 1, prio=1, at=2),
         ),
         granted=(),
@@ -517,7 +517,7 @@ CASES = [
     Case(
         "a_reservation_granted_in_a_cycle_is_not_reclaimed_in_it",
         queue(4, share("a", 2, BORROW, preempt=True), share("l", 2, LEND)),
-        (waiting("p", "a", 3, prio=9, at=0, awaiting=frozenset({"gone"})), waiting("l1", "l", 2, at=1)),
+        (waiting("p", "a", 3, prio=9, at=0, awaiting={"gone": 3}), waiting("l1", "l", 2, at=1)),
         granted=("p",),
         reasons={"l1": "Waiting for capacity: this job needs 2 gpu, within what quota share l has free"},
     ),
@@ -609,7 +609,7 @@ CASES = [
         (
             running("b1", "b", 1),
             running("b2", "b", 2, stopping_for="l1"),
-            waiting("l1", "l", 1, at=1, awaiting=frozenset({"b2"})),
+            waiting("l1", "l", 1, at=1, awaiting={"b2": 1}),
             waiting("l2", "l", 1, at=2),
         ),
         promised=(("l2", ("b2",)),),
@@ -623,7 +623,7 @@ CASES = [
         queue(2, share("a", 2, RESERVE, preempt=True)),
         (
             running("low", "a", 2, stopping_for="p"),
-            waiting("p", "a", 2, prio=5, at=1, awaiting=frozenset({"low"})),
+            waiting("p", "a", 2, prio=5, at=1, awaiting={"low": 2}),
         ),
         reasons={"p": "Waiting for 1 preempted job(s) to stop: low"},
     ),

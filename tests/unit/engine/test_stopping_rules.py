@@ -7,9 +7,10 @@ and its name states the rule it checks.
 from __future__ import annotations
 
 from airflow_quota.engine.lifecycle import complete_stop, submit_job
-from airflow_quota.engine.model import JobQueue, JobRequest, JobStatus, QueueState
+from airflow_quota.engine.model import JobQueue, JobRequest, JobStatus, QueueState, StopCause
 from airflow_quota.engine.planner import plan_cycle
 from airflow_quota.engine.usage import Usage
+from airflow_quota.ledger.job_rows import awaited_stops
 from tests.unit.engine.builders import (
     BORROW,
     LEND,
@@ -145,7 +146,7 @@ def test_a_preemptor_counts_only_the_units_its_own_shares_stops_will_really_give
         queue,
         running("j6", "s1", 3, prio=0, stopping_for="j9"),
         running("j1", "s0", 2, started=1),
-        waiting("j9", "s1", 2, prio=1, at=10, awaiting=frozenset({"j6"})),
+        waiting("j9", "s1", 2, prio=1, at=10, awaiting={"j6": 2}),
         waiting("j8", "s1", 2, prio=0, at=9),
     )
 
@@ -153,3 +154,52 @@ def test_a_preemptor_counts_only_the_units_its_own_shares_stops_will_really_give
 
     assert summarize(plan.decisions) == Summary((), ())
     assert _holds(plan.state, "s1") == 3, "j6 (stopping) 3 and j9's 2 from it"
+
+
+def test_a_promise_is_kept_as_made_when_a_later_promise_could_take_its_units_in_turn_order() -> None:
+    # a's terminated job "s" has 3 spare units, b's "t" 1, and 1 unit is idle. Step 2 promises a's "ra"
+    # 2 of s's units (its own share's: a counts them once, 5 of its ceiling 5); step 3 then promises b's
+    # higher-priority "rb" t's unit, s's last one and the idle one. Worked out again in priority order,
+    # rb would take 2 of s's units and leave ra 1: a would hold 6 of its 5 (Hypothesis found the kind).
+    queue = JobQueue("q", {"gpu": 9}, (share("a", 4, BORROW, borrow=25), share("b", 4, BORROW, borrow=50)))
+    snapshot = state(
+        queue,
+        running("s", "a", 3, stop_cause=StopCause.TERMINATED),
+        running("a1", "a", 2),
+        running("t", "b", 1, stop_cause=StopCause.TERMINATED),
+        running("b1", "b", 2),
+        waiting("ra", "a", 2, prio=0, at=1),
+        waiting("rb", "b", 3, prio=9, at=2),
+    )
+
+    plan = plan_cycle(snapshot, now=3)
+
+    assert summarize(plan.decisions) == Summary((), (), promised=(("ra", ("s",)), ("rb", ("s", "t"))))
+    assert plan.state.jobs["ra"].awaiting_victims == {"s": 2}
+    assert plan.state.jobs["rb"].awaiting_victims == {"t": 1, "s": 1}
+    assert _holds(plan.state, "a") == 5, "s 3 and a1 2 (ra's 2 come from s): a at its ceiling"
+    following = plan_cycle(plan.state, now=4)
+    assert following.decisions == ()
+    assert _holds(following.state, "a") == 5, "the split kept: rb does not take ra's units of s"
+    # When s has stopped, ra and rb are granted what they were promised; nothing is counted twice.
+    stopped = complete_stop(complete_stop(following.state, "s"), "t")
+    assert summarize(plan_cycle(stopped, now=5).decisions).granted == ("ra", "rb")
+
+
+def test_a_ledger_written_before_splits_were_kept_is_split_again_in_turn_order() -> None:
+    # A reservation read from such a ledger lists each stop with its whole count (job_rows.awaited_stops).
+    assert awaited_stops(["x", "y"], 2) == {"x": 2, "y": 2}
+    queue = JobQueue("q", {"gpu": 4}, (share("a", 4, RESERVE, preempt=True),))
+    snapshot = state(
+        queue,
+        running("x", "a", 3, prio=0, stopping_for="p"),
+        running("r", "a", 1, prio=9),
+        waiting("p", "a", 2, prio=5, at=1, awaiting=awaited_stops(["x"], 2)),
+        waiting("q", "a", 1, prio=1, at=2, awaiting=awaited_stops(["x"], 1)),
+    )
+
+    plan = plan_cycle(snapshot, now=3)
+
+    assert plan.decisions == ()
+    assert _holds(plan.state, "a") == 4, "x 3 and r 1; p takes 2 of x's units, q the last one"
+    assert plan.state.jobs["q"].status_reason.endswith("x (being stopped for p)")
