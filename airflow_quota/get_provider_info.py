@@ -62,6 +62,17 @@ QUOTA_CONFIG: dict[str, Any] = {
             "example": "5000",
             "default": "1000",
         },
+        "checkpoint_listing_interval": {
+            "description": (
+                "Seconds between two listings, by the allocator's host, of a running SageMaker training "
+                "job's checkpoint prefix (CheckpointConfig.S3Uri): its newest object is the job's last "
+                "checkpoint, what a preemption's lost work counts from. 0: never listed.\n"
+            ),
+            "version_added": "0.3.0",
+            "type": "float",
+            "example": "300",
+            "default": "60",
+        },
     },
 }
 

@@ -36,8 +36,13 @@ own channels, and this module names every message:
   orphan), which is stopped before the capacity is released, unless the task instance is up for
   retry: then the capacity is kept, and the retry's admission request takes it over (its grant says
   ``reattach``) so the retry re-attaches to the running training job instead of launching a second.
-  While the job holds capacity, the allocator also copies the record's ``last_checkpoint`` (the training's
-  newest checkpoint) to the ledger each cycle: what a preemption's lost work counts from.
+  While the job holds capacity, the allocator also copies the training's newest checkpoint to the ledger
+  each cycle (``quota_job.last_checkpoint_at``): what a preemption's lost work counts from. A local task
+  reports it in the record (``last_checkpoint``); a SageMaker task cannot while it waits deferred on its
+  monitoring trigger (no task code runs, and a trigger cannot write ``task_state_store``), so it records
+  its training job's checkpoint prefix (``checkpoint_uri``) and the allocator's host lists that prefix
+  itself after a cycle commits, at most once per ``[quota] checkpoint_listing_interval``
+  (``allocator/checkpoints.py``).
 """
 
 from __future__ import annotations
@@ -123,12 +128,17 @@ class TrainingJobRecord(TypedDict):
     #: (``backends.local_evidence.launch_evidence``), by which an allocator on the same host can tell that
     #: the training and its task are gone before Airflow notices the dead task.
     process: NotRequired[dict[str, Any]]
-    #: When the attempt's training last saved a checkpoint (ISO 8601, UTC), as the task last saw it: local,
-    #: the newest file's mtime under its checkpoint directory (``backends.local.newest_checkpoint``);
-    #: SageMaker, the newest object's LastModified under its checkpoint prefix.
-    #: The allocator copies it to the ledger (``quota_job.last_checkpoint_at``): a preemption's lost work
-    #: counts from it.
+    #: Local: when the attempt's training last saved a checkpoint (ISO 8601, UTC), as the task last saw it:
+    #: the newest file's mtime under its checkpoint directory (``backends.local.newest_checkpoint``). The
+    #: allocator copies it to the ledger (``quota_job.last_checkpoint_at``): a preemption's lost work counts
+    #: from it. A SageMaker task leaves it out (it trains deferred): see ``checkpoint_uri``.
     last_checkpoint: NotRequired[str]
+    #: SageMaker, once its training job was created or re-attached to: the job's ``CheckpointConfig.S3Uri``
+    #: (as DescribeTrainingJob says). While the job holds capacity, the allocator's host lists it through
+    #: the record's connection (``aws_conn_id``, ``region_name``) every ``[quota]
+    #: checkpoint_listing_interval``; the newest object's LastModified (a name starting with a dot or ending
+    #: in ``.tmp`` does not count) is the training's last checkpoint, copied to the ledger as above.
+    checkpoint_uri: NotRequired[str]
     #: SageMaker: the training job's ARN, once its CreateTrainingJob answered (the API's serviceResourceId).
     arn: NotRequired[str]
     #: SageMaker: the connection to stop an orphaned training job with.

@@ -13,8 +13,10 @@ as a warning only when the lock persists.
 Only once the cycle has committed does the host call out of the process: it asks SageMaker to stop the
 training jobs the cycle listed (``request_stops``: victims' and orphans' still running), and keeps the
 answers in ``STOPPED_TRAINING_JOBS`` for the next cycle, which releases their capacity; when a victim's
-job was found stopped the host runs that next cycle at once (``run_cycles``). A cycle that
-rolled back asks nothing.
+job was found stopped the host runs that next cycle at once (``run_cycles``). Then it lists the checkpoint
+prefixes of the running SageMaker training jobs the cycle listed, each at most once per
+``checkpoint_listing_interval`` (``checkpoints.list_checkpoints``), and keeps the newest checkpoint found in
+``SAGEMAKER_CHECKPOINTS``, which the next cycles copy to the ledger. A cycle that rolled back asks nothing.
 
 A host keeps the job queues' state between its cycles (``KEPT_QUEUES``, ``kept_state``): a cycle that
 committed leaves it what it kept, one that failed makes the next read every queue whole; a kept state found
@@ -27,7 +29,7 @@ measures the effect).
 
 Settings (``[quota]`` in airflow.cfg or ``AIRFLOW__QUOTA__*``): ``allocation_interval`` (seconds
 between cycle starts; ``next_cycle_start``), ``settle_time``, ``stop_deadline``, ``orphan_timeout``,
-``max_new_requests``.
+``max_new_requests``, ``checkpoint_listing_interval``.
 Their defaults and meanings are declared once, in the provider info (``get_provider_info.QUOTA_CONFIG``),
 where Airflow's configuration takes them from.
 """
@@ -46,6 +48,7 @@ from airflow.models.taskinstancekey import TaskInstanceKey
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from airflow_quota.allocator.checkpoints import SageMakerCheckpoints, list_checkpoints
 from airflow_quota.allocator.cycle import (
     SQLITE_BUSY_PAUSES,
     CycleReport,
@@ -70,6 +73,11 @@ SECTION = "quota"
 #: cycle it runs reads it (``cycle_settings``). Lost on a restart: the orphans' jobs are then asked again.
 STOPPED_TRAINING_JOBS = StoppedTrainingJobs()
 
+#: The newest checkpoint this process found under each running SageMaker training job's prefix, and when
+#: it last listed it (``checkpoints``); every cycle it runs copies it to the ledger. Lost on a restart: the
+#: prefixes are listed again (the ledger keeps what was copied).
+SAGEMAKER_CHECKPOINTS = SageMakerCheckpoints()
+
 #: The job queues as this process's last committed cycle left them (``kept_state``): the next cycle reads
 #: only what changed since. Lost on a restart: the first cycle then reads every queue whole.
 KEPT_QUEUES = KeptQueues()
@@ -87,7 +95,8 @@ def next_cycle_start(started: float, ended: float, interval: float) -> float:
 
 
 def cycle_settings() -> CycleSettings:
-    """The cycle's tunables from Airflow's configuration, with this process's ``STOPPED_TRAINING_JOBS``."""
+    """The cycle's tunables from Airflow's configuration, with this process's ``STOPPED_TRAINING_JOBS``,
+    ``KEPT_QUEUES`` and ``SAGEMAKER_CHECKPOINTS``."""
     return CycleSettings(
         settle_time=timedelta(seconds=conf.getfloat(SECTION, "settle_time")),
         stop_deadline=timedelta(seconds=conf.getfloat(SECTION, "stop_deadline")),
@@ -95,6 +104,8 @@ def cycle_settings() -> CycleSettings:
         max_new_requests=conf.getint(SECTION, "max_new_requests"),
         stopped_training_jobs=STOPPED_TRAINING_JOBS,
         kept_queues=KEPT_QUEUES,
+        checkpoint_listing_interval=timedelta(seconds=conf.getfloat(SECTION, "checkpoint_listing_interval")),
+        sagemaker_checkpoints=SAGEMAKER_CHECKPOINTS,
     )
 
 
@@ -192,6 +203,7 @@ def run_cycle(settings: CycleSettings | None = None) -> CycleReport | None:
         kept.committed()
     emit_metrics(report, time.monotonic() - started)
     request_stops(report, settings)  # committed: victims' and orphans' training jobs are asked to stop now
+    list_checkpoints(report, settings)  # and running SageMaker jobs' checkpoint prefixes listed, when due
     return report
 
 

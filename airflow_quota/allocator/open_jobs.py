@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
+from airflow_quota.allocator.checkpoints import CheckpointListing
 from airflow_quota.allocator.decisions import signal_stop
 from airflow_quota.allocator.orphans import held_for_retry, local_training_gone, orphan_stopped
 from airflow_quota.allocator.queue_part import QueuePart
@@ -157,19 +158,34 @@ def _follow_progress(
 def _note_checkpoint(
     part: QueuePart, state: QueueState, job: Job, record: TrainingJobRecord | None
 ) -> QueueState:
-    """Copy the training's newest checkpoint, as the task recorded it for the current lease, to the ledger
-    (``last_checkpoint_at``): what a preemption of the job loses counts from it."""
+    """Copy the training's newest checkpoint to the ledger (``last_checkpoint_at``): what a preemption of
+    the job loses counts from it. A local task records it in its record for the current lease; a running
+    SageMaker job's is what the host last found under its checkpoint prefix (``checkpoints``), and the job
+    is listed for the host to look again after the commit (not while it is being stopped: its preemption's
+    loss is counted already)."""
+    times = [_reported_checkpoint(job, record)]
+    listing = None if job.is_stopping else CheckpointListing.of(job.job_id, record)
+    kept = part.settings.sagemaker_checkpoints
+    if listing is not None and kept is not None:
+        part.report.checkpoint_listings.append(listing)
+        times.append(kept.newest(listing.name))
+    newest = max((at for at in times if at is not None), default=None)
+    if newest is None:
+        return state
+    return record_checkpoint_report(part.session, state, job.job_id, newest, part.now)
+
+
+def _reported_checkpoint(job: Job, record: TrainingJobRecord | None) -> datetime | None:
+    """The ``last_checkpoint`` the task recorded for the current lease (a local task's report), if any."""
     reported = None if record is None else record.get("last_checkpoint")
     if not reported:
-        return state
+        return None
     try:
         at = datetime.fromisoformat(reported)
     except (TypeError, ValueError):
         log.warning("Job %s: its training job record has a bad last_checkpoint %r", job.job_id, reported)
-        return state
-    if at.tzinfo is None:
-        at = at.replace(tzinfo=UTC)
-    return record_checkpoint_report(part.session, state, job.job_id, at, part.now)
+        return None
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
 
 
 def _signal_if_due(part: QueuePart, job: Job, row: JobRow, view: TaskView | None) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
+from airflow_quota.allocator.checkpoints import CheckpointListing
 from airflow_quota.allocator.stops import StopRequest
 from airflow_quota.engine.model import QueueState
 
@@ -45,6 +46,9 @@ class CycleReport:
     #: Filled by ``request_stops`` after the commit: the victims (job ids) whose training job it found
     #: stopped. The next cycle releases their capacity; a host runs it at once when this is not empty.
     victims_found_stopped: list[str] = field(default_factory=list)
+    #: Running SageMaker training jobs whose checkpoint prefix the host lists once the cycle has
+    #: committed, when due (``checkpoints.list_checkpoints``): what the next cycles copy to the ledger.
+    checkpoint_listings: list[CheckpointListing] = field(default_factory=list)
     #: Jobs whose stop completed this cycle (requeued, or failed when out of retries or terminated):
     #: reported by their task, or their training job found stopped by the allocator.
     stopped: list[str] = field(default_factory=list)

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from airflow_quota.allocator import default_setting
+from airflow_quota.allocator.checkpoints import CheckpointLister, SageMakerCheckpoints
 from airflow_quota.allocator.stops import JobStopper, StoppedTrainingJobs
 
 if TYPE_CHECKING:
@@ -39,3 +40,13 @@ class CycleSettings:
     #: The host's queues kept between cycles (``kept_state``; a mutable object like the one above: the
     #: cycle fills it, the host says when the cycle committed). None: every cycle reads every queue whole.
     kept_queues: KeptQueues | None = None
+    #: How long the host waits before it lists a running SageMaker training job's checkpoint prefix again
+    #: (``checkpoints.list_checkpoints``); 0: never listed (SageMaker jobs' lost work counts from their
+    #: start).
+    checkpoint_listing_interval: timedelta = timedelta(seconds=default_setting("checkpoint_listing_interval"))
+    #: The host's memory of the newest checkpoint under each SageMaker job's prefix (a mutable object like
+    #: the ones above: ``list_checkpoints`` fills it, the cycle copies it to the ledger). None: SageMaker
+    #: jobs' checkpoints are not listed.
+    sagemaker_checkpoints: SageMakerCheckpoints | None = None
+    #: How ``list_checkpoints`` reads a prefix; by default S3 (``checkpoints.newest_through_s3``).
+    checkpoint_lister: CheckpointLister | None = None

@@ -493,7 +493,7 @@ ALLOCATOR_BOTOCORE_CONFIG: dict[str, Any] = {
 #: after this (a client is also rebuilt at once after an error that says its credentials expired).
 ALLOCATOR_CLIENT_MAX_AGE_SECONDS: Final = 600.0
 #: Error codes after which the allocator rebuilds its client (credentials expired or no longer valid).
-_CREDENTIAL_ERROR_CODES: Final = frozenset(
+CREDENTIAL_ERROR_CODES: Final = frozenset(
     {
         "ExpiredToken",
         "ExpiredTokenException",
@@ -543,7 +543,7 @@ def request_training_job_stop(aws_conn_id: str | None, region_name: str | None, 
     try:
         return _status_after_stop(jobs, name)
     except ClientError as error:
-        if _code(error) not in _CREDENTIAL_ERROR_CODES:
+        if _code(error) not in CREDENTIAL_ERROR_CODES:
             raise
         log.info("SageMaker refused the allocator's credentials (%s): reading them again", _code(error))
         with _allocator_clients_lock:

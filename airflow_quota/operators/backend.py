@@ -54,6 +54,8 @@ class JobState:
     failure_reason: str | None = None
     arn: str | None = None
     model_artifacts: str | None = None
+    #: SageMaker: the training job's ``CheckpointConfig.S3Uri`` (for the allocator's checkpoint reports).
+    checkpoint_uri: str | None = None
 
     @property
     def running(self) -> bool:

@@ -136,10 +136,20 @@ class LeaseSteps(AdmissionSteps):
                     insufficient=refusal.code == "InsufficientCapacityError",
                     **monitor_kwargs,
                 )
-            # The record names its ARN too (the API's serviceResourceId of the attempt), or the local
-            # training's process group and this task process (``backends.local_evidence``).
+            # The record names its ARN too (the API's serviceResourceId of the attempt) and its checkpoint
+            # prefix (listed by the allocator), or the local training's process group and this task
+            # process (``backends.local_evidence``).
             if job.arn or isinstance(backend, LocalBackend):
-                self._write_record(context, backend, name, attempt, lease_id, "launched", arn=job.arn)
+                self._write_record(
+                    context,
+                    backend,
+                    name,
+                    attempt,
+                    lease_id,
+                    "launched",
+                    arn=job.arn,
+                    checkpoint_uri=job.checkpoint_uri,
+                )
         link = SageMakerTrainingJobLink.xcom_value(backend.console_link(job.name))
         context["ti"].xcom_push(key=TRAINING_JOB_XCOM_KEY, value=link)
 
@@ -287,7 +297,16 @@ class LeaseSteps(AdmissionSteps):
                 record.get("lease_id"),
             )
             attempt = int(record.get("attempt", 0))
-            self._write_record(context, backend, name, attempt, lease_id, "launched", arn=job.arn)
+            self._write_record(
+                context,
+                backend,
+                name,
+                attempt,
+                lease_id,
+                "launched",
+                arn=job.arn,
+                checkpoint_uri=job.checkpoint_uri,
+            )
             self._current_job = name
             return job
         self.log.info("Training job %s of an earlier run is %s: launching a new one", name, job.status)
@@ -306,12 +325,15 @@ class LeaseSteps(AdmissionSteps):
         state: RecordState,
         ended_as: str | None = None,
         arn: str | None = None,
+        checkpoint_uri: str | None = None,
     ) -> None:
         record = backend.record(name, attempt, lease_id, state)
         if ended_as is not None:
             record["ended_as"] = ended_as
         if arn:
             record["arn"] = arn
+        if checkpoint_uri:
+            record["checkpoint_uri"] = checkpoint_uri
         keep_training_job_record(context["task_state_store"], record)
 
     def _stop_and_requeue(

@@ -200,4 +200,5 @@ def job_state(name: str, description: Mapping[str, Any] | None) -> JobState:
         failure_reason=description.get("FailureReason"),
         arn=description.get("TrainingJobArn"),
         model_artifacts=(description.get("ModelArtifacts") or {}).get("S3ModelArtifacts"),
+        checkpoint_uri=(description.get("CheckpointConfig") or {}).get("S3Uri"),
     )

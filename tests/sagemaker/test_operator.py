@@ -289,6 +289,10 @@ def test_a_granted_job_trains_and_returns_its_result(moto_server: MotoServer, un
     assert run.record()["aws_conn_id"] == "aws_default"
     arn = run.record()["arn"]  # once CreateTrainingJob answered: the API's serviceResourceId
     assert arn.endswith(f":training-job/{name}")
+    # Its checkpoint prefix, as SageMaker describes the job: the allocator lists it (issue 37).
+    described = moto_server.client().describe_training_job(TrainingJobName=name)["CheckpointConfig"]["S3Uri"]
+    assert run.record()["checkpoint_uri"] == described
+    assert described.startswith("s3://team-a-models/llm/checkpoints/")
     assert run.ti.xcom["quota_training_job"]["training_job_name"] == name
     assert SageMakerTrainingJobLink().format_link(**run.ti.xcom["quota_training_job"]) == (
         f"https://console.aws.amazon.com/sagemaker/home?region={REGION}#/jobs/{name}"
@@ -500,6 +504,8 @@ def test_a_retry_reattaches_to_the_training_job_still_running(moto_server: MotoS
     assert monitoring.trigger.training_job_name == launched  # type: ignore[attr-defined]
     assert job_names(moto_server, _identity(run)) == [launched]
     assert retry.record()["lease_id"] == retry.grant(attempt=1)["lease_id"]
+    described = moto_server.client().describe_training_job(TrainingJobName=launched)["CheckpointConfig"]
+    assert retry.record()["checkpoint_uri"] == described["S3Uri"]  # recorded again: the allocator lists it
     assert status_of(moto_server, launched) == "InProgress"  # reattached while it still trained
     finish_training(moto_server.client(), launched)
     result = retry.resume(monitoring, monitor_event(monitoring))
