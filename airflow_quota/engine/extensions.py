@@ -43,7 +43,12 @@ def lost_unit_seconds(job: Job, at: float) -> float:
 
 def least_lost_first(candidates: Iterable[Job], now: float) -> Iterator[Job]:
     """``candidates`` (in victim order: lowest priority first) with each priority's jobs reordered by the
-    work a preemption now would lose, least first; jobs that would lose the same keep their order."""
+    work a preemption now would lose, least first; jobs that would lose the same keep their order.
+
+    The whole job's loss, not its loss per unit it frees: per unit takes a large job whose few seconds a
+    unit add up to more than a small job's whole loss, and lost more on every trace of
+    ``benchmarks/checkpoint_victims.py``, whose per-decision best within the rules this order nearly
+    reaches (docs/extensions.md)."""
     for _, same_priority in groupby(candidates, key=_PRIORITY):
         yield from sorted(same_priority, key=lambda job: lost_unit_seconds(job, now))
 

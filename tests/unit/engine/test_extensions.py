@@ -115,6 +115,70 @@ CASES = [
         ),
         preempted=(("w", ("small",), "RECLAIM"),),
     ),
+    Case(
+        "checkpoint_aware_orders_in_share_priority_victims_by_lost_work",
+        queue(4, aware(share("a", 4, RESERVE, preempt=True))),
+        (
+            checkpointed(running("old", "a", 2, started=0, start_seq=1), 95),  # loses 2 x 5
+            running("recent", "a", 2, started=50, start_seq=2),  # loses 2 x 50
+            waiting("w", "a", 2, prio=5, at=60),
+        ),
+        preempted=(("w", ("old",), "IN_SHARE_PRIORITY"),),
+    ),
+    Case(
+        "checkpoint_aware_in_share_keeps_lowest_priority_first",
+        queue(4, aware(share("a", 4, RESERVE, preempt=True))),
+        (
+            checkpointed(running("mid", "a", 2, prio=2, started=0, start_seq=1), 99),  # loses 2 x 1
+            running("low", "a", 2, prio=1, started=10, start_seq=2),  # loses 2 x 90
+            waiting("w", "a", 2, prio=5, at=60),
+        ),
+        preempted=(("w", ("low",), "IN_SHARE_PRIORITY"),),
+    ),
+    Case(
+        "checkpoint_aware_chooses_across_borrowing_shares_of_one_priority",
+        queue(6, aware(share("a", 2, LEND)), share("b", 2, BORROW), share("c", 2, BORROW)),
+        (
+            running("b-base", "b", 2, started=0, start_seq=1),  # loses 2 x 100
+            checkpointed(running("b-one", "b", 1, started=10, start_seq=2), 98),  # loses 1 x 2
+            checkpointed(running("c-base", "c", 2, started=0, start_seq=3), 50),  # loses 2 x 50
+            running("c-one", "c", 1, started=70, start_seq=4),  # loses 1 x 30
+            waiting("w", "a", 1, at=80),
+        ),
+        # The default order takes c-one (the most recently started of both borrowers); b-one loses least.
+        preempted=(("w", ("b-one",), "RECLAIM"),),
+    ),
+    Case(
+        "checkpoint_aware_keeps_the_default_order_between_equal_losses",
+        queue(4, aware(share("a", 2, LEND)), share("b", 2, BORROW)),
+        (
+            checkpointed(running("earlier", "b", 2, started=0, start_seq=1), 90),
+            checkpointed(running("later", "b", 2, started=20, start_seq=2), 90),
+            waiting("w", "a", 2, at=60),
+        ),
+        preempted=(("w", ("later",), "RECLAIM"),),
+    ),
+    Case(
+        "checkpoint_aware_drops_a_victim_the_preemptor_can_do_without",
+        queue(4, aware(share("a", 2, LEND)), share("b", 2, BORROW)),
+        (
+            # Taken by least lost: small (1 x 5), then big (2 x 5): a fits; big alone does, small goes.
+            checkpointed(running("small", "b", 1, started=0, start_seq=1), 95),
+            checkpointed(running("big", "b", 2, started=0, start_seq=2), 95),
+            running("rest", "b", 1, started=0, start_seq=3),  # loses 1 x 100
+            waiting("w", "a", 2, at=60),
+        ),
+        preempted=(("w", ("big",), "RECLAIM"),),
+    ),
+    Case(
+        "checkpoint_aware_preempts_now_whatever_the_victims_lose",
+        queue(4, aware(share("a", 2, LEND)), share("b", 2, BORROW)),
+        (
+            running("never", "b", 4, started=0, start_seq=1),  # loses 4 x 100: no checkpoint is awaited
+            waiting("w", "a", 2, at=60),
+        ),
+        preempted=(("w", ("never",), "RECLAIM"),),
+    ),
     # -- minimum run time before preemption -------------------------------------------------------------
     Case(
         "a_job_younger_than_its_shares_minimum_run_is_not_a_victim",
