@@ -42,6 +42,7 @@ from airflow_quota.engine.model import (
     UNLIMITED_BORROW,
     JobQueue,
     JobRequest,
+    PreemptAtCheckpoint,
     QuotaShare,
     ShareState,
     SharingStrategy,
@@ -78,6 +79,8 @@ MAX_INTEGER = 2**31 - 1
 MAX_NAME_LENGTH = 128
 #: The longest minimumRunSeconds or starvationLimitSeconds: 30 days.
 MAX_EXTENSION_SECONDS = 30 * 24 * 3600
+#: The longest preemptAtCheckpoint marginSeconds: an hour.
+MAX_MARGIN_SECONDS = 3600
 MAX_UNIT_LENGTH = 256
 
 _NAME_PATTERN = rf"^[A-Za-z0-9_-]{{1,{MAX_NAME_LENGTH}}}$"
@@ -151,7 +154,23 @@ _EXPECTED: dict[str, str] = {
     "order": f"a whole number from 0 to {MAX_INTEGER}",
     "extensions": (
         "a mapping of our extensions to AWS Batch's rules (docs/extensions.md): checkpointAwareVictims, "
-        "minimumRunSeconds, starvationLimitSeconds"
+        "minimumRunSeconds, starvationLimitSeconds, preemptAtCheckpoint"
+    ),
+    "preemptAtCheckpoint": (
+        "a mapping with the keys checkpointIntervalSeconds, maximumWaitSeconds, marginSeconds (a "
+        "preemption of this share's jobs waits for their next checkpoint), or left out for off"
+    ),
+    "checkpointIntervalSeconds": (
+        f"a whole number of seconds from 1 to {MAX_EXTENSION_SECONDS} (how often this share's trainings "
+        "checkpoint)"
+    ),
+    "maximumWaitSeconds": (
+        f"a whole number of seconds from 0 to {MAX_EXTENSION_SECONDS} (the longest a preemption of this "
+        "share's jobs waits for their next checkpoint)"
+    ),
+    "marginSeconds": (
+        f"a whole number of seconds from 0 to {MAX_MARGIN_SECONDS} (how long after a checkpoint the "
+        "preemption is made), less than checkpointIntervalSeconds; or left out for 30"
     ),
     "checkpointAwareVictims": (
         "ENABLED or DISABLED (when this share's jobs preempt, victims of one rank that lose the least work "
@@ -251,6 +270,39 @@ _NO_IN_SHARE_PREEMPTION = PreemptionConfiguration.model_validate({})
 ExtensionSeconds = Annotated[StrictInt, Field(ge=0, le=MAX_EXTENSION_SECONDS)]
 
 
+class PreemptAtCheckpointConfig(_AwsModel):
+    """``preemptAtCheckpoint``: a preemption of the share's jobs waits for their next checkpoint, at most
+    ``maximumWaitSeconds`` (``engine.extensions.checkpoint_wait_until``)."""
+
+    checkpoint_interval_seconds: Annotated[StrictInt, Field(ge=1, le=MAX_EXTENSION_SECONDS)] = Field(
+        alias="checkpointIntervalSeconds"
+    )
+    maximum_wait_seconds: ExtensionSeconds = Field(alias="maximumWaitSeconds")
+    margin_seconds: Annotated[StrictInt, Field(ge=0, le=MAX_MARGIN_SECONDS)] = Field(
+        30, alias="marginSeconds"
+    )
+
+    @field_validator("margin_seconds")
+    @classmethod
+    def _margin_within_interval(cls, margin: int, info: ValidationInfo) -> int:
+        interval = info.data.get("checkpoint_interval_seconds")
+        if interval is not None and margin >= interval:
+            raise PydanticCustomError(
+                "quota_margin_not_below_interval",
+                "marginSeconds ({margin}) must be less than checkpointIntervalSeconds ({interval}): a job "
+                "counts as at a checkpoint for marginSeconds after each one, so it would never be waited for",
+                {"margin": margin, "interval": interval},
+            )
+        return margin
+
+    def to_engine(self) -> PreemptAtCheckpoint:
+        return PreemptAtCheckpoint(
+            float(self.checkpoint_interval_seconds),
+            float(self.maximum_wait_seconds),
+            float(self.margin_seconds),
+        )
+
+
 class ShareExtensions(_AwsModel):
     """A share's ``extensions:`` block: our additions to AWS Batch's quota rules, each off when left out
     (engine/extensions.py has the rules, docs/extensions.md what each one is for). AWS Batch has none of
@@ -262,6 +314,7 @@ class ShareExtensions(_AwsModel):
     )
     minimum_run_seconds: ExtensionSeconds = Field(0, alias="minimumRunSeconds")
     starvation_limit_seconds: ExtensionSeconds | None = Field(None, alias="starvationLimitSeconds")
+    preempt_at_checkpoint: PreemptAtCheckpointConfig | None = Field(None, alias="preemptAtCheckpoint")
 
     @property
     def in_use(self) -> bool:
@@ -269,6 +322,7 @@ class ShareExtensions(_AwsModel):
             self.checkpoint_aware_victims == "ENABLED"
             or self.minimum_run_seconds > 0
             or self.starvation_limit_seconds is not None
+            or self.preempt_at_checkpoint is not None
         )
 
 
@@ -305,6 +359,11 @@ class QuotaShareConfig(_AwsModel):
                 None
                 if extensions.starvation_limit_seconds is None
                 else float(extensions.starvation_limit_seconds)
+            ),
+            preempt_at_checkpoint=(
+                None
+                if extensions.preempt_at_checkpoint is None
+                else extensions.preempt_at_checkpoint.to_engine()
             ),
         )
 

@@ -77,6 +77,20 @@ QUOTA_MANAGEMENT_LIMIT_EXCEEDED = "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEE
 
 
 @dataclass(frozen=True, slots=True)
+class PreemptAtCheckpoint:
+    """Our ``preemptAtCheckpoint`` extension of a share (engine/extensions.py): a preemption of its jobs
+    waits, at most ``maximum_wait_seconds``, for their next checkpoint (+ ``margin_seconds``)."""
+
+    #: How often the share's trainings checkpoint (the admin declares it): seconds.
+    checkpoint_interval_seconds: float
+    #: The longest a preemptor waits for a victim's next checkpoint (+ the margin).
+    maximum_wait_seconds: float
+    #: How long after a predicted checkpoint the preemption is made (the write, and the allocator hearing
+    #: of it); a victim whose last checkpoint, reported or predicted, is no older counts as at one.
+    margin_seconds: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
 class QuotaShare:
     """One team's slice of a job queue: own limits per capacity unit and how it shares them."""
 
@@ -95,6 +109,8 @@ class QuotaShare:
     #: Once this share's front job on a unit has waited this many seconds, capacity its share frees there
     #: is held for it (None: off).
     starvation_limit_seconds: float | None = None
+    #: A preemption of this share's jobs waits for their next checkpoint, within a bound (None: off).
+    preempt_at_checkpoint: PreemptAtCheckpoint | None = None
 
     def own_limit(self, unit: str) -> int:
         return self.capacity_limits.get(unit, 0)
@@ -350,6 +366,9 @@ class CyclePlan:
     decisions: tuple[Decision, ...]
     decided: QueueState
     status_reasons: Mapping[str, str] = field(default_factory=dict)
+    #: Waiting jobs whose preemption our extensions put off (minimumRunSeconds, preemptAtCheckpoint): job
+    #: id -> from when it may be made (a cycle should run then; the statusReason says so too).
+    deferred: Mapping[str, float] = field(default_factory=dict)
     _state: list[QueueState] = field(default_factory=list, init=False, repr=False, compare=False)
 
     @property

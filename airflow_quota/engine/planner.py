@@ -62,6 +62,7 @@ from airflow_quota.engine.reasons import (
     awaiting_victims_reason,
     behind_text,
     capacity_lowered_reason,
+    checkpoint_wait_reason,
     held_for_starving_reason,
     minimum_run_reason,
     starving_reason,
@@ -130,8 +131,9 @@ class _Cycle:
         # Our extensions (engine/extensions.py); with none in use, a cycle runs as without them.
         #: The victim rules of the shares that use them (None: no share does).
         self.victim_policy = VictimPolicy.of(self.queue, now)
-        #: Jobs that could preempt only once their victims have run their minimum run time: from when.
-        self.not_before: dict[str, float] = {}
+        #: Jobs that could preempt only once their victims have run their minimum run time, or have
+        #: reached their next checkpoint: from when, and whether it is the checkpoint.
+        self.not_before: dict[str, tuple[float, bool]] = {}
         #: Per share and unit, its starving front job, for which capacity is held while it waits.
         self.held_for = self._starving_fronts()
         self.held_shares = {share_name for share_name, _ in self.held_for}
@@ -447,32 +449,40 @@ class _Cycle:
                     reasons[job_id] = reason
                 else:
                     reasons.pop(job_id, None)
+        deferred: dict[str, float] = {}
         if self.not_before or held_for:
-            self._explain_extensions(group_reasons, reasons)
+            deferred = self._explain_extensions(group_reasons, reasons)
         decided = QueueState(self.queue, jobs) if self._copied else queued.state
-        return CyclePlan(tuple(self.decisions), decided, reasons)
+        return CyclePlan(tuple(self.decisions), decided, reasons, deferred)
 
-    def _explain_extensions(self, group_reasons: dict[GroupKey, str], reasons: dict[str, str]) -> None:
+    def _explain_extensions(
+        self, group_reasons: dict[GroupKey, str], reasons: dict[str, str]
+    ) -> dict[str, float]:
         """The reasons our extensions add: a starving job's, and a would-be preemptor's whose victims have
-        not run their minimum run time yet (its own reason, not its group's)."""
+        not run their minimum run time yet or are to reach their next checkpoint first (its own reason,
+        not its group's). Returns those would-be preemptors, with from when they may preempt."""
         jobs = self.jobs
         added: dict[str, str] = {}
+        deferred: dict[str, float] = {}
         for (share_name, unit), front in self.held_for.items():
             if jobs[front.job_id] is front and front.job_id not in self.withheld:
                 waiting = group_reasons[(share_name, unit, front.request.instance_count)]
                 limit = self.usage.shares[share_name].starvation_limit_seconds or 0.0
                 added[front.job_id] = starving_reason(waiting, limit)
-        for job_id, not_before in self.not_before.items():
+        for job_id, (not_before, at_checkpoint) in self.not_before.items():
             job = jobs[job_id]
             if job.status is JobStatus.RUNNABLE and not job.awaiting_victims and job_id not in self.withheld:
                 request = job.request
                 key = (request.quota_share_name, request.capacity_unit, request.instance_count)
-                added[job_id] = minimum_run_reason(added.get(job_id, group_reasons[key]), not_before)
+                explain = checkpoint_wait_reason if at_checkpoint else minimum_run_reason
+                added[job_id] = explain(added.get(job_id, group_reasons[key]), not_before)
+                deferred[job_id] = not_before
         for job_id, reason in added.items():
             if reason != jobs[job_id].status_reason:
                 reasons[job_id] = reason
             else:
                 reasons.pop(job_id, None)
+        return deferred
 
     def _fronts(self) -> dict[tuple[str, str], list[Job]]:
         """Per share and unit, its first ``EXACT_PLACES`` jobs still waiting, in share order.
@@ -556,7 +566,7 @@ class _Cycle:
                 return
         choice = choose_victims(self.usage, job, self.running, spare, self.victim_policy)
         if choice is not None and choice.not_before is not None:
-            self.not_before[job.job_id] = choice.not_before
+            self.not_before[job.job_id] = (choice.not_before, choice.at_checkpoint)
             choice = None
         if choice is None:
             self.failures.setdefault(unit, {}).setdefault(share_name, []).append((count, priority))

@@ -320,6 +320,14 @@ def minimum_run_reason(waiting: str, not_before: float) -> str:
     )
 
 
+def checkpoint_wait_reason(waiting: str, not_before: float) -> str:
+    """A waiting job's reason when the jobs it would preempt are to reach their next checkpoint first."""
+    return (
+        f"{waiting}; the jobs it would preempt reach their next checkpoint soon (their quota share's "
+        f"preemptAtCheckpoint): it preempts them from {clock_text(not_before)}"
+    )
+
+
 def starving_reason(waiting: str, limit_seconds: float) -> str:
     """The reason of a share's front job that has waited past its share's starvationLimitSeconds."""
     return (

@@ -133,13 +133,16 @@ class VictimChoice:
     """Jobs to stop for a preemptor (``victims``), and the stops under way whose spare units it takes too.
 
     ``not_before``: set when only victims still within their share's minimum run time would let the
-    preemptor fit (``extensions``): the choice may not be made before then, and nothing is preempted now.
+    preemptor fit, or when the victims' shares wait for their next checkpoint (``extensions``): the
+    choice may not be made before then, and nothing is preempted now. ``at_checkpoint``: ``not_before``
+    is the victims' next checkpoint (+ the margin), the later of the two when both apply.
     """
 
     rule: PreemptionRule
     victims: tuple[Job, ...]
     spare_of: tuple[Job, ...] = ()
     not_before: float | None = None
+    at_checkpoint: bool = False
 
 
 #: A stop under way with spare units, and how many.
@@ -177,6 +180,9 @@ def choose_victims(
     extensions' victim rules (``engine.extensions``), None when no share uses them. When jobs within
     their minimum run time were passed over and no set without them does, the choice the rules would
     make without that protection comes back with ``not_before`` set: when its victims may be taken.
+    A choice whose victims' shares wait for their next checkpoint (``preempt_at_checkpoint``) comes back
+    with ``not_before`` the latest of those (+ the margin), looked at from when the choice may be made
+    (now, or the end of the minimum run time: the later of the two counts); its victims stay the same.
     """
     if policy is None:
         return _choose(usage, preemptor, candidates, spare, None)
@@ -190,12 +196,23 @@ def choose_victims(
 
     choice = _choose(usage, preemptor, candidates, spare, policy, allowed)
     if choice is not None or not passed_over:
-        return choice
+        return None if choice is None else _at_checkpoint(choice, policy, policy.now)
     later = _choose(usage, preemptor, candidates, spare, policy)
     if later is None:
         return None
     not_before = max(policy.protected_until(victim) or policy.now for victim in later.victims)
-    return VictimChoice(later.rule, later.victims, later.spare_of, not_before=not_before)
+    return _at_checkpoint(
+        VictimChoice(later.rule, later.victims, later.spare_of, not_before=not_before), policy, not_before
+    )
+
+
+def _at_checkpoint(choice: VictimChoice, policy: VictimPolicy, at: float) -> VictimChoice:
+    """``choice``, to be made at ``at``, put off to its victims' next checkpoints when their shares wait
+    for them (``VictimPolicy.checkpoint_wait``)."""
+    until = policy.checkpoint_wait(choice.victims, at)
+    if until is None:
+        return choice
+    return VictimChoice(choice.rule, choice.victims, choice.spare_of, not_before=until, at_checkpoint=True)
 
 
 def _choose(

@@ -18,7 +18,8 @@ class Timer(IntEnum):
     WORK_DONE = 0
     STARTED = 1
     STOPPED = 2
-    #: Nothing ends: the job's minimum run time before preemption has passed, and a cycle must run then.
+    #: Nothing ends: the job's minimum run time before preemption has passed, or a preemption put off may
+    #: be made (``CyclePlan.deferred``), and a cycle must run then.
     WAKE = 3
 
 

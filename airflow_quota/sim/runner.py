@@ -169,6 +169,11 @@ class Simulation:
         for _ in range(self._max_cycles):
             plan = plan_cycle(self.state, self._now)
             self.state = plan.state
+            for job_id, at in plan.deferred.items():
+                if at > self._now and (job_id, at) not in self._wakes:
+                    # A preemption put off (minimumRunSeconds, preemptAtCheckpoint): a cycle then.
+                    self._wakes.add((job_id, at))
+                    self._timers.push(at, Timer.WAKE, self.records[job_id])
             for decision in plan.decisions:
                 if isinstance(decision, Grant):
                     self._granted(decision)
@@ -262,8 +267,8 @@ class Simulation:
         return record.running_since + max(0.0, checkpoint - record.progress)
 
     def _report_checkpoints(self) -> None:
-        """The running jobs' latest checkpoints, as trainings report them, for the shares whose victim
-        order reads them (``checkpointAwareVictims``)."""
+        """The running jobs' latest checkpoints, as trainings report them, for the shares whose rules read
+        them (``checkpointAwareVictims``, ``preemptAtCheckpoint``)."""
         jobs = self.state.jobs
         changed = {}
         for name, job in jobs.items():
@@ -277,11 +282,14 @@ class Simulation:
 
     def _configured(self) -> None:
         """What the shares' extensions ask of the simulation: checkpoints reported to the engine, and a
-        cycle when a job's minimum run time before preemption ends."""
+        cycle when a job's minimum run time before preemption ends (and when a preemption put off may be
+        made: ``_allocate``)."""
         shares = self.state.queue.shares
         self._checkpoints_seen = self.checkpoint_interval > 0 and any(
-            share.checkpoint_aware_victims for share in shares
+            share.checkpoint_aware_victims or share.preempt_at_checkpoint is not None for share in shares
         )
+        #: The cycles set for preemptions put off, by job and moment (each set once).
+        self._wakes: set[tuple[str, float]] = set()
         self._minimum_run = {
             share.name: share.minimum_run_seconds for share in shares if share.minimum_run_seconds > 0
         }

@@ -1,5 +1,6 @@
 """Our extensions to AWS Batch's rules (issue 37, engine/extensions.py), one table row per rule: lost
-work, checkpoint-aware victims, minimum run time before preemption, no starved job."""
+work, checkpoint-aware victims, minimum run time before preemption, preemption at the victims' next
+checkpoint, no starved job."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from airflow_quota.engine.extensions import lost_unit_seconds
-from airflow_quota.engine.model import Job, JobQueue, QuotaShare
+from airflow_quota.engine.model import Job, JobQueue, PreemptAtCheckpoint, QuotaShare
 from airflow_quota.engine.planner import plan_cycle
 from tests.unit.engine.builders import (
     BORROW,
@@ -36,6 +37,12 @@ def minimum_run(base: QuotaShare, seconds: float) -> QuotaShare:
 
 def starvation(base: QuotaShare, seconds: float) -> QuotaShare:
     return replace(base, starvation_limit_seconds=seconds)
+
+
+def at_checkpoint(
+    base: QuotaShare, wait: float = 900, interval: float = 900, margin: float = 30
+) -> QuotaShare:
+    return replace(base, preempt_at_checkpoint=PreemptAtCheckpoint(interval, wait, margin))
 
 
 def checkpointed(job: Job, at: float) -> Job:
@@ -231,6 +238,102 @@ CASES = [
         now=1000.0,
         reasons={"high": "it may preempt them from t=1500 s"},
     ),
+    # -- preemption at the victims' next checkpoint (interval 900 s, margin 30 s) -----------------------
+    Case(
+        "reclaim_waits_for_the_victims_next_checkpoint_plus_the_margin",
+        queue(4, share("a", 2, LEND), at_checkpoint(share("b", 2, BORROW))),
+        (checkpointed(running("v", "b", 4, started=0, start_seq=1), 900), waiting("w", "a", 2, at=950)),
+        now=1000.0,
+        reasons={"w": "preemptAtCheckpoint): it preempts them from t=1830 s"},
+    ),
+    Case(
+        "the_preemption_is_made_when_the_victim_has_reached_that_checkpoint",
+        queue(4, share("a", 2, LEND), at_checkpoint(share("b", 2, BORROW))),
+        (checkpointed(running("v", "b", 4, started=0, start_seq=1), 1800), waiting("w", "a", 2, at=950)),
+        now=1830.0,
+        preempted=(("w", ("v",), "RECLAIM"),),
+    ),
+    Case(
+        "a_victim_at_a_predicted_checkpoint_it_has_not_reported_is_preempted_then",
+        queue(4, share("a", 2, LEND), at_checkpoint(share("b", 2, BORROW))),
+        (running("v", "b", 4, started=0, start_seq=1), waiting("w", "a", 2, at=950)),
+        now=1830.0,
+        preempted=(("w", ("v",), "RECLAIM"),),
+    ),
+    Case(
+        "a_victim_that_never_checkpointed_is_waited_for_from_its_start",
+        queue(4, share("a", 2, LEND), at_checkpoint(share("b", 2, BORROW))),
+        (running("v", "b", 4, started=100, start_seq=1), waiting("w", "a", 2, at=150)),
+        now=200.0,
+        reasons={"w": "it preempts them from t=1030 s"},
+    ),
+    Case(
+        "a_victim_whose_next_checkpoint_is_beyond_the_wait_is_preempted_now",
+        queue(4, share("a", 2, LEND), at_checkpoint(share("b", 2, BORROW), wait=300)),
+        (checkpointed(running("v", "b", 4, started=0, start_seq=1), 900), waiting("w", "a", 2, at=950)),
+        now=1000.0,
+        preempted=(("w", ("v",), "RECLAIM"),),
+    ),
+    Case(
+        "a_shorter_wait_still_waits_for_a_checkpoint_within_it",
+        queue(4, share("a", 2, LEND), at_checkpoint(share("b", 2, BORROW), wait=300)),
+        (checkpointed(running("v", "b", 4, started=0, start_seq=1), 900), waiting("w", "a", 2, at=950)),
+        now=1600.0,
+        reasons={"w": "it preempts them from t=1830 s"},
+    ),
+    Case(
+        "a_victim_just_past_its_checkpoint_is_preempted_now",
+        queue(4, share("a", 2, LEND), at_checkpoint(share("b", 2, BORROW))),
+        (checkpointed(running("v", "b", 4, started=0, start_seq=1), 990), waiting("w", "a", 2, at=950)),
+        now=1000.0,
+        preempted=(("w", ("v",), "RECLAIM"),),
+    ),
+    Case(
+        "waiting_for_checkpoints_is_the_victims_shares_setting",
+        queue(4, at_checkpoint(share("a", 2, LEND)), share("b", 2, BORROW)),
+        (checkpointed(running("v", "b", 4, started=0, start_seq=1), 900), waiting("w", "a", 2, at=950)),
+        now=1000.0,
+        preempted=(("w", ("v",), "RECLAIM"),),
+    ),
+    Case(
+        "the_victims_stay_those_the_rules_choose_only_the_moment_moves",
+        queue(4, share("a", 2, LEND), at_checkpoint(share("b", 2, BORROW))),
+        (
+            # The default order takes recent (started last), though old is at a checkpoint: it waits.
+            checkpointed(running("old", "b", 2, started=0, start_seq=1), 995),
+            running("recent", "b", 2, started=50, start_seq=2),
+            waiting("w", "a", 2, at=950),
+        ),
+        now=1000.0,
+        # recent's checkpoints are predicted at 950, 1850, ...: 950 + 30 has passed, so 1850 + 30.
+        reasons={"w": "it preempts them from t=1880 s"},
+    ),
+    Case(
+        "in_share_preemption_waits_for_the_latest_of_its_victims_checkpoints",
+        queue(4, at_checkpoint(share("a", 4, RESERVE, preempt=True))),
+        (
+            checkpointed(running("low1", "a", 2, started=0, start_seq=1), 900),  # next: 1800 + 30
+            running("low2", "a", 2, started=300, start_seq=2),  # next: 1200 + 30
+            waiting("high", "a", 4, prio=5, at=950),
+        ),
+        now=1000.0,
+        reasons={"high": "it preempts them from t=1830 s"},
+    ),
+    Case(
+        "with_minimum_run_the_checkpoint_after_it_counts_when_later",
+        queue(4, share("a", 2, LEND), at_checkpoint(minimum_run(share("b", 2, BORROW), 600))),
+        (running("v", "b", 4, started=900, start_seq=1), waiting("w", "a", 2, at=950)),
+        now=1000.0,
+        reasons={"w": "preemptAtCheckpoint): it preempts them from t=1830 s"},
+    ),
+    Case(
+        "with_minimum_run_its_end_counts_when_later",
+        queue(4, share("a", 2, LEND), at_checkpoint(minimum_run(share("b", 2, BORROW), 1800))),
+        (running("v", "b", 4, started=900, start_seq=1), waiting("w", "a", 2, at=950)),
+        now=1000.0,
+        # At 2700 the victim is at its second predicted checkpoint: nothing more to wait for.
+        reasons={"w": "minimumRunSeconds yet: it may preempt them from t=2700 s"},
+    ),
     # -- no starved job ----------------------------------------------------------------------------------
     Case(
         "before_the_starvation_limit_later_jobs_start_past_the_front",
@@ -335,3 +438,4 @@ def test_the_options_are_off_by_default() -> None:
     assert not plain.checkpoint_aware_victims
     assert plain.minimum_run_seconds == 0
     assert plain.starvation_limit_seconds is None
+    assert plain.preempt_at_checkpoint is None

@@ -93,6 +93,7 @@ from airflow_quota.engine import (
     update_queue,
 )
 from airflow_quota.engine.lifecycle import record_checkpoint
+from airflow_quota.engine.model import PreemptAtCheckpoint
 from airflow_quota.engine.reasons import WITHHELD
 
 settings.register_profile(
@@ -1108,6 +1109,11 @@ def test_engine_invariants_hold_in_contended_queues(
     run_events(queue, events, shuffler)
 
 
+#: preemptAtCheckpoint settings drawn (interval, maximum wait, margin; a clock step is 1 s): off, waits
+#: within an interval, a wait shorter than the interval.
+AT_CHECKPOINT_DRAWS = (None, None, PreemptAtCheckpoint(3.0, 3.0, 1.0), PreemptAtCheckpoint(5.0, 2.0, 0.0))
+
+
 @st.composite
 def with_extensions(draw: st.DrawFn, base: st.SearchStrategy[JobQueue]) -> JobQueue:
     """A queue of ``base`` whose shares use our extensions at random."""
@@ -1118,6 +1124,7 @@ def with_extensions(draw: st.DrawFn, base: st.SearchStrategy[JobQueue]) -> JobQu
             checkpoint_aware_victims=draw(st.booleans()),
             minimum_run_seconds=draw(st.sampled_from((0.0, 0.0, 1.0, 3.0, 10.0))),
             starvation_limit_seconds=draw(st.sampled_from((None, None, 0.0, 2.0, 5.0))),
+            preempt_at_checkpoint=draw(st.sampled_from(AT_CHECKPOINT_DRAWS)),
         )
         for share in queue.shares
     )
