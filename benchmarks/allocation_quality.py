@@ -10,6 +10,11 @@ LEND_AND_BORROW 100 with in-share preemption, vision LEND_AND_BORROW unlimited) 
   (docs/extensions.md): among victims of one rank, those that lose the least work since their last
   checkpoint go first; the summary compares its GPU time lost and makespan with ``quota``'s (goal: at
   most half the loss, makespan no more than 2% longer);
+* ``quota, at ckpt, wait 900`` and ``quota, at ckpt, wait 300``: the same with every share's
+  ``preemptAtCheckpoint`` extension on (docs/extensions.md; ``checkpointIntervalSeconds`` the trace's
+  ``--checkpoint-interval``, ``maximumWaitSeconds`` 900 or 300, margin 30 s): a preemption whose victims
+  reach their next checkpoint within the wait is made then instead of now, same victims; the summary
+  compares each with ``quota`` against the same goal;
 * ``quota, free stops``: the same with 0-second stops and exact resumption: no preemption loss at all,
   which separates the loss from the sharing policy;
 * ``quota, all borrow``: every share LEND_AND_BORROW without a borrow limit (priorities, in-share
@@ -83,6 +88,9 @@ POOL_SHARE = "pool"
 #: Goal: makespan within 5% of the work-conserving bound.
 GOAL_RATIO = 1.05
 CHECKPOINT_AWARE = "quota, ckpt-aware"
+#: ``preemptAtCheckpoint`` runs: their label prefix, and the maximumWaitSeconds of each.
+AT_CHECKPOINT = "quota, at ckpt, wait"
+AT_CHECKPOINT_WAITS = (900, 300)
 #: Goals of checkpoint-aware victims against the default victim order (issue 37).
 LOST_GOAL = 0.5
 MAKESPAN_GOAL = 1.02
@@ -696,6 +704,10 @@ def render(
     console: Console,
     args: argparse.Namespace,
 ) -> None:
+    every_run = results
+    # The preemptAtCheckpoint runs get a table of their own (below): the main one would not fit.
+    kept = [(r, c) for r, c in zip(results, capped, strict=True) if not r.label.startswith(AT_CHECKPOINT)]
+    results, capped = [r for r, _ in kept], [c for _, c in kept]
     table = Table(title=f"{TITLE}: {job_count:,} jobs, 4 teams, {bound.capacity} GPUs (instances)")
     table.add_column("metric")
     for result in results:
@@ -763,17 +775,16 @@ def render(
         f"the same goal for the sharing mechanism without the file's RESERVE, LEND and borrowLimit caps "
         f"(quota, all borrow): x{sharing_ratio:.3f}: {'met' if sharing_ratio <= GOAL_RATIO else 'missed'}"
     )
-    aware = next(result for result in results if result.label == CHECKPOINT_AWARE)
-    lost_ratio = aware.gpu_seconds_lost / quota.gpu_seconds_lost if quota.gpu_seconds_lost else None
-    aware_ratio = (aware.span_end - aware.span_start) / quota_span
-    met = lost_ratio is not None and lost_ratio <= LOST_GOAL and aware_ratio <= MAKESPAN_GOAL
-    lost_text = "-" if lost_ratio is None else f"x{lost_ratio:.3f}"
-    console.print(
-        f"checkpoint-aware victims (extension) against the default victim order: GPU-seconds lost "
-        f"{aware.gpu_seconds_lost:,.0f} vs {quota.gpu_seconds_lost:,.0f} ({lost_text}), preemptions "
-        f"{aware.preemptions} vs {quota.preemptions}, makespan x{aware_ratio:.4f}; goal (lost at most "
-        f"x{LOST_GOAL}, makespan at most x{MAKESPAN_GOAL}): {'met' if met else 'missed'}"
-    )
+    render_lost_work(every_run, console)
+    for result in every_run:
+        if result.label == CHECKPOINT_AWARE:
+            what = "checkpoint-aware victims (extension) against the default victim order"
+        elif result.label.startswith(AT_CHECKPOINT):
+            wait = result.label.removeprefix(AT_CHECKPOINT).strip()
+            what = f"preemptAtCheckpoint, maximumWaitSeconds {wait} (extension) against preempting at once"
+        else:
+            continue
+        console.print(f"{what}: {_against_default(result, quota)}")
     file_bound = capped[0]
     file_span = file_bound.span_end - file_bound.span_start
     file_ratio = quota_span / file_span
@@ -792,6 +803,64 @@ def render(
         "progress "
         f"(quota and fixed partition); load x{args.load:g}, seed {args.seed}; "
         f"work {bound.work_unit_seconds / 3600:,.0f} GPU-hours"
+    )
+
+
+def render_lost_work(results: Sequence[RunResult], console: Console) -> None:
+    """The extensions' runs beside ``quota`` (the first): GPU time lost to preemption and makespan, each
+    as a ratio to ``quota``'s, against issue 37's goal."""
+    quota = results[0]
+    table = Table(
+        title=f"Lost work: our extensions against quota (goal: lost at most x{LOST_GOAL}, "
+        f"makespan at most x{MAKESPAN_GOAL})"
+    )
+    for column in (
+        "run",
+        "GPU-seconds lost",
+        "lost / quota",
+        "preemptions",
+        "makespan (h)",
+        "makespan / quota",
+    ):
+        table.add_column(column, justify="left" if column == "run" else "right")
+    table.add_column("goal")
+    quota_span = quota.span_end - quota.span_start
+    for result in results:
+        if (
+            result is not quota
+            and result.label != CHECKPOINT_AWARE
+            and not result.label.startswith(AT_CHECKPOINT)
+        ):
+            continue
+        span = result.span_end - result.span_start
+        lost = result.gpu_seconds_lost / quota.gpu_seconds_lost if quota.gpu_seconds_lost else None
+        met = lost is not None and lost <= LOST_GOAL and span / quota_span <= MAKESPAN_GOAL
+        table.add_row(
+            result.label,
+            f"{result.gpu_seconds_lost:,.0f}",
+            "-" if lost is None else f"x{lost:.3f}",
+            str(result.preemptions),
+            f"{span / 3600:,.1f}",
+            f"x{span / quota_span:.4f}",
+            "-" if result is quota else "met" if met else "missed",
+        )
+    console.print(table)
+
+
+def _against_default(result: RunResult, quota: RunResult) -> str:
+    """``result``'s GPU time lost and makespan beside ``quota``'s, and the goal of issue 37 (at most half
+    the loss, makespan at most 2% longer)."""
+    lost_ratio = result.gpu_seconds_lost / quota.gpu_seconds_lost if quota.gpu_seconds_lost else None
+    span, quota_span = result.span_end - result.span_start, quota.span_end - quota.span_start
+    span_ratio = span / quota_span
+    met = lost_ratio is not None and lost_ratio <= LOST_GOAL and span_ratio <= MAKESPAN_GOAL
+    lost_text = "-" if lost_ratio is None else f"x{lost_ratio:.3f}"
+    return (
+        f"GPU-seconds lost {result.gpu_seconds_lost:,.0f} vs {quota.gpu_seconds_lost:,.0f} ({lost_text}), "
+        f"preemptions {result.preemptions} vs {quota.preemptions}, makespan "
+        f"{span / 3600:,.1f} h vs {quota_span / 3600:,.1f} h "
+        f"(x{span_ratio:.4f}); goal (lost at most x{LOST_GOAL}, makespan at most x{MAKESPAN_GOAL}): "
+        f"{'met' if met else 'missed'}"
     )
 
 
@@ -838,6 +907,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             events,
             lossy,
             args.checkpoint_interval,
+        ),
+        *(
+            RunSpec(
+                f"{AT_CHECKPOINT} {wait}",
+                with_extensions(
+                    configuration,
+                    {
+                        "preemptAtCheckpoint": {
+                            "checkpointIntervalSeconds": round(args.checkpoint_interval),
+                            "maximumWaitSeconds": wait,
+                        }
+                    },
+                ),
+                events,
+                lossy,
+                args.checkpoint_interval,
+            )
+            for wait in AT_CHECKPOINT_WAITS
         ),
         RunSpec("quota, free stops", configuration, events, Settings(), 0.0),
         RunSpec(
