@@ -142,22 +142,43 @@ class _Cycle:
 
     def grant_ready_reservations(self) -> None:
         """Step 1: a reservation no stop under way gives units any more gets what it reserved, once the
-        queue physically has it: its capacity may have been lowered since the preemption. A reservation
-        forgets the jobs it awaited that are no longer being stopped (one stopped, requeued and stopped
-        again later is not awaited again); when none is left, it keeps them with 0 units each: it still
-        holds its reservation (the units their stops freed), and they give it nothing any more."""
-        jobs = self.jobs
+        queue physically has it: its capacity may have been lowered since the preemption.
+
+        First, in submission order, each reservation forgets the stops it awaited that have ended (one
+        stopped, requeued and stopped again later is not awaited again). The units an ended stop gave it
+        are taken again from the spare units of the stops it still awaits, where they have any (its own
+        share's first): it waits for those anyway, and the units the ended stop freed go to others now
+        (in a shrunk queue, a stop may free room without giving units). When no stop is left, it keeps
+        them with 0 units each: it still holds its reservation, and they give it nothing any more."""
+        reserved: list[Job] = []
         for job in self.queued.reserved:
-            awaited = {
-                job_id: units
-                for job_id, units in job.awaiting_victims.items()
-                if (stop := jobs.get(job_id)) is not None and stop.is_stopping and stop.status.holds_capacity
-            } or dict.fromkeys(job.awaiting_victims, 0)
-            if awaited != job.awaiting_victims:
-                job = job.reserving(awaited)
+            kept = self._still_awaited(job)
+            if kept != job.awaiting_victims:
+                job = job.reserving(kept)
                 self._set_job(job)
+                self.usage.rekeep(job)
+            reserved.append(job)
+        for job in reserved:
             if not self.usage.stops_giving(job.job_id) and not self._overdrawn(job.unit):
                 self._grant(job)
+
+    def _still_awaited(self, reservation: Job) -> dict[str, int]:
+        """The stops ``reservation`` still awaits, and the units each gives it (step 1's docstring)."""
+        jobs, awaited = self.jobs, reservation.awaiting_victims
+        kept = {
+            stop_id: units
+            for stop_id, units in awaited.items()
+            if (stop := jobs.get(stop_id)) is not None and stop.is_stopping and stop.status.holds_capacity
+        }
+        if not kept:
+            return dict.fromkeys(awaited, 0)
+        freed = sum(units for stop_id, units in awaited.items() if stop_id not in kept)
+        share_name = reservation.request.quota_share_name
+        for stop_id in sorted(kept, key=lambda each: jobs[each].request.quota_share_name != share_name):
+            moved = min(freed, self.usage.spare_units.get(stop_id, 0))
+            kept[stop_id] += moved
+            freed -= moved
+        return kept
 
     def admit_within_own_limits(self) -> dict[str, list[Job]]:
         """Step 2; returns, per share and in share order, the jobs left for step 3.

@@ -93,23 +93,22 @@ Claims = dict[str, dict[str, int]]
 def split_claim(job: Job, victims: Iterable[Job], spare: Iterable[tuple[Job, int]]) -> dict[str, int]:
     """How many units each stop gives ``job`` when it is decided: its ``victims``' units first, then the
     ``spare`` units of stops under way (each with how many are spare), its own share's stops first in each
-    (its share counts those units once), never more than it needs. A preemptor lists every victim it
-    chose, with 0 units where it needs none of theirs: it waits for each. The split is kept on the job
+    (its share counts those units once), never more than it needs. Every stop chosen is listed, with 0
+    units where the job needs none of its units (a victim, or a stop that frees room in a queue whose
+    capacity was lowered): the job waits for each. The split is kept on the job
     (``Job.awaiting_victims``); ``engine.victims`` counts a candidate set the same way."""
     share_name = job.request.quota_share_name
     need = job.request.instance_count
     claim: dict[str, int] = {}
 
-    def take(stops: Iterable[tuple[Job, int]], *, victims: bool) -> None:
+    def take(stops: Iterable[tuple[Job, int]]) -> None:
         nonlocal need
         for stop, units in sorted(stops, key=lambda entry: entry[0].request.quota_share_name != share_name):
-            taken = min(need, units)
-            if taken > 0 or victims:
-                claim[stop.job_id] = taken
-                need -= taken
+            claim[stop.job_id] = taken = min(need, units)
+            need -= taken
 
-    take(((victim, victim.request.instance_count) for victim in victims), victims=True)
-    take(spare, victims=False)
+    take((victim, victim.request.instance_count) for victim in victims)
+    take(spare)
     return claim
 
 
@@ -120,11 +119,12 @@ def allocate_claims(
     gets, and the units of each stop nobody gets (its spare units).
 
     Each reservation gets what its decision split off for it (``split_claim``, kept in
-    ``Job.awaiting_victims``) from each stop still under way: a victim's, only while it is being stopped
-    for that reservation. Decisions split only units nobody else had, so the claims never overlap; the
-    reading is defensive all the same: a victim's own preemptor first, then the others by priority and
-    submission, never more than the stop has left or the reservation needs. (A ledger written before the
-    split was kept lists each stop with the job's whole count: the same order then splits them.)
+    ``Job.awaiting_victims``; a cycle's step 1 moves what an ended stop gave it) from each stop still
+    under way that it lists, 0 units included (it waits for each). Decisions split only units nobody else
+    had, so the claims never overlap; the reading is defensive all the same: a victim's own preemptor
+    first, then the others by priority and submission, never more than the stop has left or the
+    reservation needs. (A ledger written before the split was kept lists each stop with the job's whole
+    count: the same order then splits them.)
     """
     left = {job_id: job.request.instance_count for job_id, job in stopping.items()}
     ordered = sorted(reservations, key=_turn_order)
@@ -141,7 +141,7 @@ def allocate_claims(
                 if stop.request.capacity_unit != unit:
                     continue
                 units = min(promised, need, left[stop_id])
-                if units > 0 or own_victims:
+                if units > 0 or own_victims or promised == 0:  # (awaited, giving nothing)
                     taken[stop_id] = units
                     left[stop_id] -= units
                     need -= units
@@ -334,6 +334,15 @@ class Usage:
         unit = job.request.capacity_unit
         self.reservations[unit].pop(job.job_id, None)
         self.claims.pop(job.job_id, None)
+
+    def rekeep(self, reservation: Job) -> None:
+        """``reservation``, counted already, now keeps another split of the stops it awaits."""
+        unit = reservation.request.capacity_unit
+        reservations = self.reservations[unit]
+        for job in reservations.values():
+            self._count_reservation(job, -1)
+        reservations[reservation.job_id] = reservation
+        self._count_claims(unit)
 
     def stop(self, victim: Job) -> None:
         """``victim`` is being stopped (as it now is): it leaves its share's future usage."""

@@ -272,9 +272,9 @@ def is_stopping(job: Job | None) -> bool:
 
 def reference_claims(jobs: Mapping[str, Job]) -> dict[str, dict[str, int]]:
     """Per reservation, the units each stop under way gives it: what its decision split off for it
-    (``reference_split``, kept on the job), from each stop still being stopped: a preemptor lists each of
-    its victims, with 0 units where it needs none. Nothing is capped here: (k) checks that no stop's
-    units are given twice."""
+    (``reference_split``, kept on the job, moved by ``pruned``), from each stop still being stopped that it
+    lists (0 units included: it waits for each). Nothing is capped here: (k) checks that no stop's units
+    are given twice."""
     claims: dict[str, dict[str, int]] = {}
     for job in jobs.values():
         if not job.holds_reservation:
@@ -282,10 +282,7 @@ def reference_claims(jobs: Mapping[str, Job]) -> dict[str, dict[str, int]]:
         claims[job.job_id] = {
             stop_id: units
             for stop_id, units in job.awaiting_victims.items()
-            if is_stopping(stop := jobs.get(stop_id))
-            and stop is not None
-            and stop.unit == job.unit
-            and (units > 0 or stop.preempted_by == job.job_id)
+            if is_stopping(stop := jobs.get(stop_id)) and stop is not None and stop.unit == job.unit
         }
     return claims
 
@@ -295,16 +292,15 @@ def reference_split(
 ) -> dict[str, int]:
     """What a decision gives ``job`` of each stop: its victims' units first, then the spare units of the
     stops under way it was given, its own share's stops first in each, never more than it needs; each
-    victim listed, with 0 units where it needs none of theirs."""
+    stop listed, with 0 units where it needs none of its units."""
     spare_now = spare_units(jobs)
     need = job.count
     split: dict[str, int] = {}
     for stop_ids, victims in ((victim_ids, True), (list(spare_ids), False)):
         for stop_id in sorted(stop_ids, key=lambda i: jobs[i].share_name != job.share_name):
             units = min(need, jobs[stop_id].count if victims else spare_now.get(stop_id, 0))
-            if units or victims:
-                split[stop_id] = units
-                need -= units
+            split[stop_id] = units
+            need -= units
     return split
 
 
@@ -572,15 +568,24 @@ def ready_reservations(queue: JobQueue, jobs: Mapping[str, Job]) -> list[str]:
 
 
 def pruned(jobs: Mapping[str, Job]) -> dict[str, Job]:
-    """The jobs as a cycle starts from them: a reservation forgets the jobs it awaited that are no longer
-    being stopped (when it would forget them all, it keeps them with 0 units each)."""
+    """The jobs as a cycle starts from them: each reservation, in submission order, forgets the stops it
+    awaited that have ended, and takes the units they gave it from the spare units of the stops it still
+    awaits (its own share's first), as far as they go; when none is left, it keeps them with 0 units."""
     result = dict(jobs)
-    for job in jobs.values():
-        if job.holds_reservation:
-            awaited = {i: n for i, n in job.awaiting_victims.items() if is_stopping(jobs.get(i))}
-            awaited = awaited or dict.fromkeys(job.awaiting_victims, 0)
-            if awaited != job.awaiting_victims:
-                result[job.job_id] = replace(job, awaiting_victims=awaited)
+    reservations = sorted((job for job in jobs.values() if job.holds_reservation), key=lambda j: j.submitted)
+    for job in reservations:
+        kept = {i: n for i, n in job.awaiting_victims.items() if is_stopping(jobs.get(i))}
+        if not kept:
+            kept = dict.fromkeys(job.awaiting_victims, 0)
+        else:
+            freed = sum(n for i, n in job.awaiting_victims.items() if i not in kept)
+            spare = spare_units(result)
+            for stop_id in sorted(kept, key=lambda i: jobs[i].share_name != job.share_name):
+                moved = min(freed, spare.get(stop_id, 0))
+                kept[stop_id] += moved
+                freed -= moved
+        if kept != job.awaiting_victims:
+            result[job.job_id] = replace(job, awaiting_victims=kept)
     return result
 
 
@@ -1051,7 +1056,7 @@ class Run:
         assert self.snapshot is not None
         check_amounts(state.queue, self.snapshot, Snapshot.of(state.queue, state.jobs), where)
         following = plan_cycle(state, self.now + 0.5)
-        ready = ready_reservations(state.queue, state.jobs)
+        ready = ready_reservations(state.queue, pruned(state.jobs))  # (as the cycle starts from them)
         assert decision.preemptor_id in ready, f"(g) {where}: the preemptor is not ready"
         if self.extensions:
             assert (

@@ -203,3 +203,39 @@ def test_a_ledger_written_before_splits_were_kept_is_split_again_in_turn_order()
     assert plan.decisions == ()
     assert _holds(plan.state, "a") == 4, "x 3 and r 1; p takes 2 of x's units, q the last one"
     assert plan.state.jobs["q"].status_reason.endswith("x (being stopped for p)")
+
+
+def test_a_preemptor_gets_its_units_when_its_victim_stops_though_a_promise_shared_that_stop() -> None:
+    # The queue was lowered from 8 to 6 gpu while 8 are held. s1's j21 reclaims j16 (3 units, 1 of them
+    # for j21: the queue lost the other 2); s2's j17 is promised j16's spare unit, waiting for the
+    # terminated j5 too (their stops free the room it needs). Once j16 has stopped, j17's unit comes from
+    # j5, which it still awaits, and j21 is granted: its preemption pays off (Hypothesis found it).
+    queue = JobQueue(
+        "q",
+        {"gpu": 6},
+        (
+            share("s0", 0, BORROW, borrow=100),
+            share("s1", 1, LEND),
+            share("s2", 2, BORROW, preempt=True),
+            share("s3", 3, BORROW),
+        ),
+    )
+    snapshot = state(
+        queue,
+        running("j4", "s0", 1, at=8),
+        running("j15", "s3", 3, at=29),
+        running("j16", "s2", 3, at=31),
+        running("j5", "s2", 1, at=13, stop_cause=StopCause.TERMINATED),
+        waiting("j17", "s2", 1, prio=2, at=33),
+        waiting("j21", "s1", 1, prio=2, at=38),
+    )
+
+    plan = plan_cycle(snapshot, now=41)
+
+    assert summarize(plan.decisions) == Summary(
+        (), (("j21", ("j16",), "RECLAIM"),), promised=(("j17", ("j16", "j5")),)
+    )
+    assert plan.state.jobs["j17"].awaiting_victims == {"j16": 1, "j5": 0}, "j5 frees room, gives nothing"
+    following = plan_cycle(complete_stop(plan.state, "j16"), now=42)
+    assert summarize(following.decisions).granted == ("j21",)
+    assert following.state.jobs["j17"].awaiting_victims == {"j5": 1}, "its unit now comes from j5"
