@@ -522,8 +522,8 @@ def idle_partition(
                 counts[HELD_RUNNING] += job.count if job.share_name in inside else 0
             elif preemptor is not None and job.job_id in preemptor.awaiting_victims:
                 victims_held[preemptor.job_id] += job.count
-            else:  # being terminated, or its preemptor is gone
-                usage[job.share_name] += job.count if job.counts_in_share else 0
+            else:  # being terminated, or its preemptor is gone: it counts in its share until it stops
+                usage[job.share_name] += job.count
                 counts[HELD_STOPPING] += job.count if job.share_name in inside else 0
         elif job.status is JobStatus.RUNNABLE and not job.awaiting_victims and job.share_name in inside:
             waiting[job.share_name][job.count] += 1

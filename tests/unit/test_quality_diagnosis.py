@@ -76,6 +76,15 @@ CASES = [
         {bench.HELD_RUNNING: 8, bench.BLOCKED_CEILING: 1, bench.NO_WORK: 7},
     ),
     Case(
+        "a job being terminated counts in its share until it stops: research at its ceiling of 8",
+        [
+            job("research-1", "research", 4),
+            job("research-2", "research", 4, stop_cause=StopCause.TERMINATED),
+            waiting("research-3", "research", 1),
+        ],
+        {bench.HELD_RUNNING: 4, bench.HELD_STOPPING: 4, bench.BLOCKED_CEILING: 1, bench.NO_WORK: 7},
+    ),
+    Case(
         "eval (LEND) never borrows: its 5th GPU is a ceiling",
         [job("eval-1", "eval", 4), waiting("eval-2", "eval", 2)],
         {bench.HELD_RUNNING: 4, bench.BLOCKED_CEILING: 2, bench.NO_WORK: 10},
