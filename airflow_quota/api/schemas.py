@@ -272,7 +272,10 @@ class Job(_Body):
 
 
 class JobList(_Body):
-    jobs: list[Job] = Field(description="In submission order: the newest `limit` after the `offset` newest")
+    jobs: list[Job] = Field(
+        description="In submission order: the newest `limit` after the `offset` newest; with "
+        "`orderBy=stoppedAt`, the finished jobs that finished latest, latest first"
+    )
     total: int | None = Field(
         description="Jobs that match the filters, in all pages; null when more than 10,000 match"
     )
@@ -337,8 +340,43 @@ class QueueUtilization(_Body):
     lastUpdatedAt: datetime
 
 
+class ShareLostWork(_Body):
+    """What the preemptions of one share's jobs lost on one capacity unit over the window."""
+
+    quotaShareName: str
+    lostUnitSeconds: float = Field(
+        description="GPU-seconds (unit-seconds) lost: the sum of the PREEMPTED audit rows' lostUnitSeconds"
+    )
+    preemptions: int = Field(description="Preemptions of the share's jobs decided in the window")
+    unmeasured: int = Field(
+        description="Of those, preemptions recorded before lost work was measured (not in the sum)"
+    )
+
+
+class UnitLostWork(_Body):
+    """The queue's total on one capacity unit, and each share's (the preempted jobs' shares)."""
+
+    capacityUnit: str
+    lostUnitSeconds: float = Field(description="GPU-seconds (unit-seconds) the queue's preemptions lost")
+    preemptions: int
+    unmeasured: int
+    quotaShares: list[ShareLostWork] = Field(
+        description="Each share owning or using the unit (quota-file order), then any other share preempted "
+        "on it in the window"
+    )
+
+
+class LostWork(_Body):
+    """Work lost to the queue's preemptions decided in the window ``since``..``until``."""
+
+    since: datetime | None = Field(description="The window's start; null: since the queue's first job")
+    until: datetime = Field(description="The window's end")
+    units: list[UnitLostWork]
+
+
 class JobQueueSnapshot(_Body):
-    """Like AWS Batch's GetJobQueueSnapshot, plus each unit laid out by owner (AIRFLOW only)."""
+    """Like AWS Batch's GetJobQueueSnapshot, plus each unit laid out by owner and the work its preemptions
+    lost (AIRFLOW only)."""
 
     jobQueueName: str
     scheduler: Scheduler
@@ -347,6 +385,11 @@ class JobQueueSnapshot(_Body):
     frontOfQuotaShares: FrontOfQuotaShares
     queueUtilization: QueueUtilization
     capacity: list[UnitUsage] = Field(description="Each unit laid out by owner; empty for AWS_BATCH")
+    lostWork: LostWork | None = Field(
+        default=None,
+        description="Work lost to preemptions decided in the window (`window`, `since`, `until`: as the "
+        "timeline's, default the last hour), per unit and share; null for AWS_BATCH",
+    )
 
 
 class ServiceJob(_Body):
@@ -416,6 +459,14 @@ class TimelineBar(_Body):
     preemptedBy: str | None = Field(description="A STOPPING phase's preemptor (its job id)")
     rule: str | None = Field(description="The preemption's rule (RECLAIM, IN_SHARE_PRIORITY, ...)")
     reason: str = Field(description="Why the phase began, in the audit log's words")
+    lostUnitSeconds: float | None = Field(
+        default=None,
+        description="A STOPPING phase after a preemption: the GPU-seconds it lost (its PREEMPTED audit row's "
+        "lostUnitSeconds, for all of the job's units); null otherwise, or when not measured",
+    )
+    lostSince: str | None = Field(
+        default=None, description="What the loss counts from: checkpoint (its last) or start (its grant)"
+    )
 
 
 class TimelineWait(_Body):

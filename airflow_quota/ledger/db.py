@@ -21,7 +21,7 @@ LEDGER_DIR = Path(__file__).parent
 REVISION_HEADS_MAP: dict[str, str] = {
     "0.1.0": "07ac53478b6a",
     "0.2.0": "5b1e0c2f9a7d",
-    "0.3.0": "2b6f0d4c8e17",
+    "0.3.0": "eb6845648415",
 }
 
 

@@ -130,6 +130,8 @@ class JobRow(LedgerBase):
         Index("quota_job_status_submitted_idx", "status", "submitted_at", "submit_seq"),
         # The GPU timeline's jobs of a window: unfinished, or changed since the window's start.
         Index("quota_job_queue_updated_idx", "job_queue_name", "updated_at"),
+        # Pages of finished jobs by when they finished, latest first: one status at a time (migration 0012).
+        Index("quota_job_status_updated_idx", "status", "updated_at"),
         # The next submission sequence number of a queue: its highest so far (migration 0009).
         Index("quota_job_queue_submit_seq_idx", "job_queue_name", "submit_seq"),
         # Room in each page for a waiting job's new statusReason, written in place (migration 0007).
@@ -198,6 +200,8 @@ class JobRow(LedgerBase):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     #: The job's last change, but for a waiting job's statusReason alone (``job_rows.write_reasons``):
     #: which finished jobs changed since a time (the GPU timeline's window; an open job is always shown).
+    #: Nothing changes a finished job: its ``updated_at`` is when it finished (the moment of its SUCCEEDED
+    #: or FAILED audit row), what pages of finished jobs by finish time are ordered by.
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
 
@@ -213,6 +217,8 @@ class AuditRow(LedgerBase):
         # Pages of events since a time, and of one share's events.
         Index("quota_audit_log_at_idx", "at"),
         Index("quota_audit_log_share_idx", "job_queue_name", "quota_share_name", "id"),
+        # A queue's decisions of one kind over a window: the work its preemptions lost (migration 0012).
+        Index("quota_audit_log_queue_kind_idx", "job_queue_name", "kind", "at"),
     )
 
     id: Mapped[int] = mapped_column(

@@ -73,6 +73,10 @@ class Bar:
     reason: str = ""
     #: The GPU's device index, when the grant named it (a local unit); the bar is then on its row.
     device: int | None = None
+    #: A STOPPING phase after a preemption: the GPU-seconds the preemption lost (its PREEMPTED row's
+    #: ``lostUnitSeconds``, for all of the job's units) and what it counts from (``checkpoint``, ``start``).
+    lost_unit_seconds: float | None = None
+    lost_since: str | None = None
 
 
 @dataclass(slots=True)
@@ -367,6 +371,9 @@ class _Replay:
         return bars
 
     def _next_phase(self, event: AuditRow, job_id: str, kind: str, preemptor: str | None) -> None:
+        details = event.details or {}
+        lost = details.get("lostUnitSeconds") if kind == AuditKind.PREEMPTED.value else None
+        since = details.get("lostSince") if lost is not None else None
         for old in self._close(job_id, event.at, kind):
             stopping = self._bar(
                 event,
@@ -379,6 +386,9 @@ class _Replay:
                 preemptor,
                 old.device,
             )
+            if isinstance(lost, int | float) and not isinstance(lost, bool):
+                stopping.lost_unit_seconds = float(lost)
+                stopping.lost_since = str(since) if since else None
             self.open.setdefault(job_id, []).append(stopping)
 
     def _hand_over(self, event: AuditRow, old_job: str | None, new_job: str) -> None:
@@ -416,6 +426,7 @@ class _Replay:
                 old.preempted_by,
                 old.device,
             )
+            bar.lost_unit_seconds, bar.lost_since = old.lost_unit_seconds, old.lost_since
             self.open.setdefault(new_job, []).append(bar)
 
     def _release(self, job_id: str, at: datetime, ended_by: str) -> None:

@@ -16,14 +16,15 @@ from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import ColumnElement, Select, func, or_, select, union_all
 from sqlalchemy.orm import Session
 
 from airflow_quota.engine.model import JobStatus, QueueState
 from airflow_quota.engine.planner import share_order_key
 from airflow_quota.engine.usage import usage_of
-from airflow_quota.ledger.job_rows import job_from_row
+from airflow_quota.ledger.job_rows import FINAL_STATUSES, job_from_row
 from airflow_quota.ledger.models import AuditKind, AuditRow, JobRow
 
 #: Pages of jobs and events (REST API and CLI alike): how many by default, and at most.
@@ -213,6 +214,53 @@ def latest_preemptions(session: Session, job_ids: Iterable[str]) -> dict[str, Pr
     return notes
 
 
+@dataclass(slots=True)
+class LostWork:
+    """What the preemptions of one share's jobs on one capacity unit lost over a window."""
+
+    #: GPU-seconds (unit-seconds): the sum of the PREEMPTED audit rows' ``lostUnitSeconds``.
+    lost_unit_seconds: float = 0.0
+    preemptions: int = 0
+    #: Of ``preemptions``, those recorded before lost work was measured (no figure: not in the sum).
+    unmeasured: int = 0
+
+
+def lost_work(
+    session: Session, job_queue_name: str, since: datetime | None, until: datetime
+) -> dict[tuple[str, str], LostWork]:
+    """The work the queue's preemptions decided in ``[since, until]`` (``since`` None: since its first)
+    lost, per (capacity unit, quota share of the preempted job): ``lost_work_query``."""
+    found: dict[tuple[str, str], LostWork] = {}
+    for unit, share, preemptions, measured, total in session.execute(
+        lost_work_query(job_queue_name, since, until)
+    ):
+        found[(str(unit or ""), str(share or ""))] = LostWork(
+            round(float(total), 1), int(preemptions), int(preemptions) - int(measured)
+        )
+    return found
+
+
+def lost_work_query(job_queue_name: str, since: datetime | None, until: datetime) -> Select[Any]:
+    """Per (capacity unit, share of the preempted job): how many preemptions the queue decided in the
+    window, how many of them measured their lost work, and the GPU-seconds they lost, summed by the
+    database from the PREEMPTED audit rows' details (``lostUnitSeconds``: the victim's units x the seconds
+    since its last checkpoint, or its start). It reads the queue's PREEMPTED rows of the window alone (the
+    ``quota_audit_log_queue_kind_idx`` index), however long the audit log."""
+    details = AuditRow.details
+    unit = details["capacityUnit"].as_string()
+    lost = details["lostUnitSeconds"].as_float()
+    query = select(
+        unit, AuditRow.quota_share_name, func.count(), func.count(lost), func.coalesce(func.sum(lost), 0.0)
+    ).where(
+        AuditRow.job_queue_name == job_queue_name,
+        AuditRow.kind == AuditKind.PREEMPTED.value,
+        AuditRow.at <= until,
+    )
+    if since is not None:
+        query = query.where(AuditRow.at >= since)
+    return query.group_by(unit, AuditRow.quota_share_name)
+
+
 @dataclass(frozen=True, slots=True)
 class AttemptTimes:
     """When a job's current (or, once it has finished, its last) attempt was granted, and when it ended."""
@@ -224,9 +272,11 @@ class AttemptTimes:
 def attempt_times(session: Session, rows: Iterable[JobRow]) -> dict[str, AttemptTimes]:
     """Each job's attempt times. A job row forgets its start when the job ends (the engine's order key is
     cleared), so a finished job's come from the audit log: its last GRANTED row and its SUCCEEDED or FAILED
-    row."""
+    row; a finished job without one (a try that handed its capacity over to its retry) stopped at its last
+    change, which is when it finished (``JobRow.updated_at``)."""
     jobs = {row.job_id: row for row in rows}
     finished = [job_id for job_id, row in jobs.items() if JobStatus(row.status).is_final]
+    finished_ids = set(finished)
     granted: dict[str, datetime] = {}
     ended: dict[str, datetime] = {}
     if finished:
@@ -240,7 +290,10 @@ def attempt_times(session: Session, rows: Iterable[JobRow]) -> dict[str, Attempt
             if job_id is not None:
                 (ended if kind in final_kinds else granted)[job_id] = at
     return {
-        job_id: AttemptTimes(row.started_at or granted.get(job_id), ended.get(job_id))
+        job_id: AttemptTimes(
+            row.started_at or granted.get(job_id),
+            ended.get(job_id) or (row.updated_at if job_id in finished_ids else None),
+        )
         for job_id, row in jobs.items()
     }
 
@@ -250,7 +303,8 @@ def attempt_times(session: Session, rows: Iterable[JobRow]) -> dict[str, Attempt
 
 @dataclass(frozen=True, slots=True)
 class JobPage:
-    """One page of jobs, oldest first, and how many jobs match the filters in all (None: over MAX_TOTAL)."""
+    """One page of jobs (by submission: oldest first; by finish: latest first), and how many jobs match the
+    filters in all (None: over MAX_TOTAL)."""
 
     rows: list[JobRow]
     total: int | None
@@ -289,6 +343,81 @@ def job_page(
     matches = select(JobRow.job_id).where(*conditions).limit(MAX_TOTAL + 1).subquery()
     counted = session.scalar(select(func.count()).select_from(matches)) or 0
     return JobPage(rows[::-1], counted if counted <= MAX_TOTAL else None)
+
+
+def finished_job_page(
+    session: Session,
+    *,
+    job_queue_name: str | None = None,
+    quota_share_name: str | None = None,
+    statuses: Collection[str] = FINAL_STATUSES,
+    limit: int = DEFAULT_JOBS,
+    offset: int = 0,
+) -> JobPage:
+    """The ``limit`` jobs that finished latest, after the ``offset`` latest, latest first (``statuses``:
+    final ones, SUCCEEDED and FAILED), and how many match (``finished_jobs_query``). A job submitted long
+    ago that finished last comes first, where a page by submission could leave it out."""
+    wanted = sorted(set(statuses))
+    if not wanted:
+        return JobPage([], 0)
+    conditions = _job_filters(job_queue_name, quota_share_name)
+    page_ids = list(
+        session.scalars(finished_jobs_query(job_queue_name, quota_share_name, wanted, limit, offset))
+    )
+    rows = {row.job_id: row for row in session.scalars(select(JobRow).where(JobRow.job_id.in_(page_ids)))}
+    matches = (
+        select(JobRow.job_id).where(*conditions, JobRow.status.in_(wanted)).limit(MAX_TOTAL + 1).subquery()
+    )
+    counted = session.scalar(select(func.count()).select_from(matches)) or 0
+    return JobPage(
+        [rows[job_id] for job_id in page_ids if job_id in rows], counted if counted <= MAX_TOTAL else None
+    )
+
+
+def finished_jobs_query(
+    job_queue_name: str | None,
+    quota_share_name: str | None,
+    statuses: Sequence[str],
+    limit: int,
+    offset: int,
+) -> Select[str]:
+    """The ids of the ``limit`` jobs of ``statuses`` (final ones) that finished latest, after the ``offset``
+    latest, latest first: by when each finished (its last change, ``updated_at``: nothing changes a
+    finished job), then by job id.
+
+    Each status is read on its own, latest first, on the ``quota_job_status_updated_idx`` index (one index
+    scan cannot merge two statuses by time), and the database merges them and cuts the page: a page reads
+    about ``offset + limit`` entries of each status however long the history.
+    """
+    unknown = [status for status in statuses if status not in FINAL_STATUSES]
+    if unknown or not statuses:
+        raise ValueError(f"only finished jobs have a finish time, not {', '.join(unknown) or 'none'}")
+    conditions = _job_filters(job_queue_name, quota_share_name)
+    per_status = [
+        select(JobRow.job_id, JobRow.updated_at)
+        .where(*conditions, JobRow.status == status)
+        .order_by(JobRow.updated_at.desc(), JobRow.job_id.desc())
+        .limit(offset + limit)
+        .subquery()
+        for status in statuses
+    ]
+    branches = [select(branch.c.job_id, branch.c.updated_at) for branch in per_status]
+    merged = branches[0].subquery() if len(branches) == 1 else union_all(*branches).subquery()
+    return (
+        select(merged.c.job_id)
+        .order_by(merged.c.updated_at.desc(), merged.c.job_id.desc())
+        .limit(limit)
+        .offset(offset)
+    )
+
+
+def _job_filters(job_queue_name: str | None, quota_share_name: str | None) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    if job_queue_name is not None:
+        conditions.append(JobRow.job_queue_name == job_queue_name)
+    if quota_share_name is not None:
+        conditions.append(JobRow.quota_share_name == quota_share_name)
+    return conditions
 
 
 def runnable_positions(session: Session, job_queue_names: Collection[str] | None = None) -> dict[str, int]:

@@ -326,6 +326,20 @@ INDEX_MIGRATIONS = {
         "quota_job_queue_submit_seq_idx",
         ["job_queue_name", "submit_seq"],
     ),
+    # Pages of finished jobs by when they finished (the page's Recently finished), one status at a time.
+    "0012 jobs by status and last change": (
+        "2b6f0d4c8e17",
+        "quota_job",
+        "quota_job_status_updated_idx",
+        ["status", "updated_at"],
+    ),
+    # The work a queue's preemptions lost over a window: its PREEMPTED rows alone.
+    "0012 audit rows by queue, kind and time": (
+        "2b6f0d4c8e17",
+        "quota_audit_log",
+        "quota_audit_log_queue_kind_idx",
+        ["job_queue_name", "kind", "at"],
+    ),
 }
 
 

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from airflow_quota.ledger.lifecycle import TERMINATION_REASON_LENGTH, record_termination
+from airflow_quota.ledger.lifecycle import TERMINATION_REASON_LENGTH, record_finish, record_termination
 from airflow_quota.ledger.models import AuditRow, JobRow
 from tests.ui.conftest import QUEUE, START, UNIT, ApiServer, Ledger
 from tests.ui.test_api import API, Seeded
@@ -296,6 +296,68 @@ def test_a_long_reason_recorded_another_way_is_cut_when_stored(server: ApiServer
     assert len(terminated["message"]) == TERMINATION_REASON_LENGTH
 
 
+# --- recently finished: by finish time ------------------------------------------------------------------
+
+
+def long_training_finishing_last(ledger: Ledger, batches: int = 13) -> tuple[str, list[str]]:
+    """A fresh ledger: a long training submitted first, then ``batches`` x 4 short jobs (each batch's
+    second one FAILED) that all finish before it does. Its id, and the short ones' in the order they
+    finished."""
+    ledger.empty()
+    ledger.apply()
+    long = ledger.submit("long-training", "research", 1)
+    ledger.cycle()
+    ledger.running(long)
+    short = []
+    for batch in range(batches):
+        names = [ledger.submit(f"short-{batch:02}-{index}", "vision", 1) for index in range(4)]
+        ledger.cycle()  # vision's 2 GPUs and 2 of research's idle ones
+        for index, job_id in enumerate(names):
+            finish(ledger, job_id, succeeded=index != 1)
+        short += names
+    ledger.succeeded(long)
+    return long, short
+
+
+def finish(ledger: Ledger, job_id: str, *, succeeded: bool) -> None:
+    state, now = ledger.load(), ledger.tick()
+    ledger.step(lambda session: record_finish(session, state, job_id, now, succeeded=succeeded))
+
+
+def job_ids(server: ApiServer, **params: Any) -> list[str]:
+    response = server.get(f"{API}/jobs", **params)
+    assert response.status_code == 200, response.text
+    return [job["jobId"] for job in response.json()["jobs"]]
+
+
+def test_finished_jobs_by_finish_time_list_a_long_training_that_finished_last_first(
+    server: ApiServer,
+) -> None:
+    """53 finished jobs, the earliest submitted finished last: orderBy=stoppedAt lists it first, then the
+    others by when they finished, where the newest 50 by submission (what the page read before) leave it
+    out."""
+    long, short = long_training_finishing_last(Ledger(server.engine))
+    latest = server.get(f"{API}/jobs", orderBy="stoppedAt", limit=10).json()
+    assert [job["jobId"] for job in latest["jobs"]] == [long, *short[::-1][:9]]
+    assert (latest["total"], latest["limit"], latest["offset"]) == (53, 10, 0)
+    stopped = [job["stoppedAt"] for job in latest["jobs"]]
+    assert None not in stopped and stopped == sorted(stopped, reverse=True)
+    assert long not in job_ids(server, finished="true", limit=50)
+    # The next page, a status, a share.
+    assert job_ids(server, orderBy="stoppedAt", limit=3, offset=10) == short[::-1][9:12]
+    assert job_ids(server, orderBy="stoppedAt", status="FAILED", limit=2) == [short[-3], short[-7]]
+    assert job_ids(
+        server, orderBy="stoppedAt", finished="true", jobQueueName=QUEUE, quotaShareName="research"
+    ) == [long]
+    for params, says in (
+        ({"orderBy": "stoppedAt", "finished": "false"}, "orderBy=stoppedAt lists finished jobs"),
+        ({"orderBy": "stoppedAt", "status": "RUNNABLE"}, "orderBy=stoppedAt lists finished jobs"),
+        ({"orderBy": "finishedAt"}, "submittedAt"),
+    ):
+        response = server.get(f"{API}/jobs", **params)
+        assert response.status_code == 422 and says in response.text, (params, response.text)
+
+
 # --- a long history -------------------------------------------------------------------------------------
 
 HISTORY = 50_000
@@ -376,6 +438,11 @@ def test_the_pages_calls_stay_small_with_50000_finished_jobs(server: ApiServer, 
         finished = page(server, "/jobs", finished="true", limit=10, **share_filter)
         assert len(finished["jobs"]) == 10 and finished["total"] is None  # over 10,000: not counted
         assert {job["status"] for job in finished["jobs"]} <= {"SUCCEEDED", "FAILED"}
+        latest = page(server, "/jobs", orderBy="stoppedAt", limit=10, **share_filter)["jobs"]
+        stopped = [job["stoppedAt"] for job in latest]
+        assert len(latest) == 10 and stopped == sorted(stopped, reverse=True)
+        snapshot = page(server, f"/jobQueues/{QUEUE}/snapshot", window="all")
+        assert snapshot["lostWork"]["units"][0]["preemptions"] == 1  # the seed's one
         assert len(page(server, "/events", limit=200, **share_filter)["events"]) == 200
     # And the GPU timeline: the newest 500 jobs at most, saying so; the seeded story still in it.
     timeline = page(server, f"/jobQueues/{QUEUE}/timeline", window="all")
@@ -417,7 +484,7 @@ def test_pages_walk_the_whole_history_newest_first(server: ApiServer, history: S
 def test_a_page_reads_only_its_own_rows_from_the_database(server: ApiServer, history: Seeded) -> None:
     """The routes themselves, in this process on the server's database: the job rows each call loads."""
     from airflow_quota.api.routes.events import list_events
-    from airflow_quota.api.routes.jobs import list_jobs
+    from airflow_quota.api.routes.jobs import JobOrder, list_jobs
     from airflow_quota.api.routes.timeline import Window, job_queue_timeline
 
     loaded: list[str] = []
@@ -436,6 +503,10 @@ def test_a_page_reads_only_its_own_rows_from_the_database(server: ApiServer, his
             finished = list_jobs(session, finished=True, limit=10)
             assert len(finished.jobs) == 10 and len(loaded) == 10
             assert len(list_events(session, limit=30).events) == 30
+        loaded.clear()
+        with Session(server.engine) as session:  # the latest finished: the page's Recently finished
+            latest = list_jobs(session, orderBy=JobOrder.STOPPED_AT, limit=10)
+            assert len(latest.jobs) == 10 and len(loaded) == 10
         loaded.clear()
         with Session(server.engine) as session:  # the last day's timeline: the jobs that did not finish
             job_queue_timeline(session, QUEUE, window=Window.DAY)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Annotated, Any
 
 from airflow.api_fastapi.common.db.common import SessionDep
@@ -39,22 +40,33 @@ from airflow_quota.ledger.job_rows import FINAL_STATUSES
 from airflow_quota.ledger.lifecycle import record_priority_change, record_termination
 from airflow_quota.ledger.models import JobRow
 from airflow_quota.ledger.queue_state import load_queue_state
-from airflow_quota.ledger.views import DEFAULT_JOBS, MAX_PAGE, job_page
+from airflow_quota.ledger.views import DEFAULT_JOBS, MAX_PAGE, finished_job_page, job_page
 
 STATUSES = [status.value for status in JobStatus]
 
 router = APIRouter(route_class=StrictJsonRoute)
 
 
+class JobOrder(StrEnum):
+    """How a page of jobs is chosen and ordered."""
+
+    #: The newest by submission, shown in submission order (oldest first).
+    SUBMITTED_AT = "submittedAt"
+    #: Finished jobs alone, by when they finished, latest first.
+    STOPPED_AT = "stoppedAt"
+
+
 @router.get(
     "/jobs",
     tags=["read"],
-    summary="Jobs, a page at a time, in submission order",
+    summary="Jobs, a page at a time, in submission order (or finished jobs by finish time)",
     description=(
         f"The newest `limit` jobs that match (default {DEFAULT_JOBS}, at most {MAX_PAGE}) after skipping the "
         "`offset` newest, in submission order; `total` counts every match (null when over 10,000). "
-        "Filtered, ordered and cut by the database, on indexes."
+        "`orderBy=stoppedAt`: finished jobs alone (SUCCEEDED, FAILED), the `limit` that finished latest "
+        "after the `offset` latest, latest first. Filtered, ordered and cut by the database, on indexes."
     ),
+    responses={422: {"model": schemas.ErrorDetail}},
     dependencies=[MAY_READ],
 )
 def list_jobs(
@@ -69,9 +81,16 @@ def list_jobs(
         bool | None, Query(description="true: only SUCCEEDED and FAILED jobs; false: only the others")
     ] = None,
     limit: Annotated[
-        int, Query(ge=1, le=MAX_PAGE, description="The newest N (by submission)")
+        int, Query(ge=1, le=MAX_PAGE, description="The newest N (by submission, or by finish with orderBy)")
     ] = DEFAULT_JOBS,
     offset: Offset = 0,
+    orderBy: Annotated[
+        JobOrder,
+        Query(
+            description="submittedAt (default): the newest by submission, oldest first; stoppedAt: finished "
+            "jobs alone, by when they finished, latest first"
+        ),
+    ] = JobOrder.SUBMITTED_AT,
 ) -> schemas.JobList:
     statuses = set(STATUSES)
     if status_ is not None:
@@ -83,6 +102,27 @@ def list_jobs(
         statuses = {status_.upper()}
     if finished is not None:
         statuses = {wanted for wanted in statuses if (wanted in FINAL_STATUSES) == finished}
+    if orderBy is JobOrder.STOPPED_AT:
+        if finished is False or (status_ is not None and status_.upper() not in FINAL_STATUSES):
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_ENTITY,
+                "orderBy=stoppedAt lists finished jobs (SUCCEEDED, FAILED), by when they finished: leave out "
+                "finished=false and any other status",
+            )
+        finished_page = finished_job_page(
+            session,
+            job_queue_name=jobQueueName,
+            quota_share_name=quotaShareName,
+            statuses=statuses & set(FINAL_STATUSES),
+            limit=limit,
+            offset=offset,
+        )
+        return schemas.JobList(
+            jobs=job_reports(session, finished_page.rows),
+            total=finished_page.total,
+            limit=limit,
+            offset=offset,
+        )
     page = job_page(
         session,
         job_queue_name=jobQueueName,

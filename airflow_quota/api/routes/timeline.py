@@ -198,6 +198,8 @@ def _report(session: Session, timeline: QueueTimeline) -> schemas.JobQueueTimeli
                         rule=bar.rule,
                         reason=bar.reason,
                         device=bar.device,
+                        lostUnitSeconds=bar.lost_unit_seconds,
+                        lostSince=bar.lost_since,
                     )
                     for bar in unit.bars
                 ],
