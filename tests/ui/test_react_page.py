@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 from urllib.parse import urlencode
 
@@ -32,7 +33,7 @@ from tests.ui.browser import (
     wait_for,
 )
 from tests.ui.conftest import PASSWORDS, QUEUE, UNIT, ApiServer, Ledger
-from tests.ui.test_api_limits import finished_jobs
+from tests.ui.test_api_limits import finished_jobs, long_training_finishing_last
 
 pytestmark = [pytest.mark.airflow, NEEDS_CHROMIUM]
 PAGE = "/plugin/gpu-quotas"
@@ -67,7 +68,12 @@ return {
   jobs,
   finished: rows("table.jobs.finished tr[data-job]").map((row) => row.dataset.job),
   finishedAt: rows("table.jobs.finished td.finished-at").map(text),
+  // Work lost to preemptions: the queue's heading, per share its Preemptions and Lost GPU-h cells.
+  queueLost: rows(".queue .queue-lost").map(text),
+  sharesLost: Object.fromEntries(rows("table.shares tr[data-share]").map((row) => [row.dataset.share,
+    [text(row.querySelector("td.preemptions")), text(row.querySelector("td.lost-work"))]])),
   events: rows("table.events tr[data-kind]").map(cells),
+  eventsLost: rows("table.events tr[data-kind]").map((row) => text(row.querySelector(".lost-work"))),
   eventIds: rows("table.events tr[data-kind]").map((row) => row.dataset.job),
   // Each table, and whether the note under it says "Times in UTC".
   notes: rows("table").map((table) => {
@@ -106,6 +112,38 @@ def api(server: ApiServer, path: str, **params: Any) -> Any:
 
 def clock(iso: str) -> str:
     return datetime.fromisoformat(iso).strftime("%H:%M:%S")
+
+
+def gpu_hours(unit_seconds: float) -> str:
+    """How the page writes lost work: GPU-hours to two decimals, as JavaScript's toFixed rounds (the
+    exact double, a tie up)."""
+    return str(Decimal(unit_seconds / 3600).quantize(Decimal("0.01"), ROUND_HALF_UP))
+
+
+def lost_text(unit_seconds: float, since: str | None) -> str:
+    """How the page writes one preemption's lost work (format.ts lostText; Math.round rounds half up)."""
+    words = {"checkpoint": " since its last checkpoint", "start": " since its start"}.get(since or "", "")
+    return f"lost {gpu_hours(unit_seconds)} GPU-h ({int(unit_seconds + 0.5):,} GPU-seconds){words}"
+
+
+def lost_work_shown(server: ApiServer, window: str) -> tuple[list[str], dict[str, list[str]]]:
+    """What the queue's heading and its shares' Preemptions and Lost GPU-h cells should say: the REST
+    snapshot's lostWork over the timeline's window."""
+    (unit,) = api(server, f"/jobQueues/{QUEUE}/snapshot", window=window)["lostWork"]["units"]
+    words = {
+        "15m": "in the last 15 min",
+        "1h": "in the last hour",
+        "1d": "in the last day",
+        "all": "since the first job",
+    }
+    preemptions = f"{unit['preemptions']} preemption{'' if unit['preemptions'] == 1 else 's'}"
+    total = gpu_hours(unit["lostUnitSeconds"])
+    heading = f"· work lost to preemptions {words[window]}: {total} GPU-h in {preemptions}"
+    shares = {
+        share["quotaShareName"]: [str(share["preemptions"]), gpu_hours(share["lostUnitSeconds"])]
+        for share in unit["quotaShares"]
+    }
+    return [heading], shares
 
 
 def test_the_plugin_registers_react_apps_and_serves_a_current_bundle(api_server: ApiServer) -> None:
@@ -209,16 +247,36 @@ def test_the_page_tells_the_story_as_the_rest_api_does_in_both_themes(
     ledger.cycle()
     ledger.stopped(vision_a)
     ledger.cycle()
-    page = showing(browser, "vision-a requeued", lambda page: "Preempted" in page["jobs"][vision_a]["text"])
+    page = showing(
+        browser,
+        "vision-a requeued, its lost work in the shares table",
+        lambda page: "Preempted" in page["jobs"][vision_a]["text"] and page["sharesLost"]["vision"][0] == "1",
+    )
     cells = page["jobs"][vision_a]["cells"]
     assert cells[4] == "RUNNABLE"
-    # The preemptor is named the way the page names jobs, not by its id.
+    # The preemptor is named the way the page names jobs, not by its id; and what its preemptions lost.
+    (attempt,) = api(api_server, f"/jobs/{vision_a}")["preemptionSummary"]["recentPreemptedAttempts"]
+    lost = attempt["lostUnitSeconds"]
+    assert lost > 0
     assert "Preempted 1 time, last by train / research-b at " in cells[6]
+    assert f"; {gpu_hours(lost)} GPU-h of work lost" in cells[6]
     assert research_b not in cells[6]
     events = api(api_server, "/events", limit=50)["events"][::-1]
     assert [row[1] for row in page["events"]] == [event["kind"] for event in events][: len(page["events"])]
     assert page["eventIds"] == [event["jobId"] or "" for event in events][: len(page["events"])]
     assert page["events"][0][0].endswith(clock(events[0]["at"]))
+    # Lost work: each preemption in the decisions, the queue's heading and the shares' cells, as the REST
+    # API's snapshot says over the timeline's window (fitted: the last hour).
+    assert page["eventsLost"] == [
+        f"Work {lost_text(event['details']['lostUnitSeconds'], event['details']['lostSince'])}"
+        if event["kind"] == "PREEMPTED"
+        else None
+        for event in events[: len(page["events"])]
+    ]
+    assert "PREEMPTED" in [row[1] for row in page["events"]]
+    heading, shares_lost = lost_work_shown(api_server, "1h")
+    assert (page["queueLost"], page["sharesLost"]) == (heading, shares_lost)
+    assert shares_lost["vision"] == ["1", gpu_hours(lost)] and shares_lost["research"] == ["0", "0.00"]
 
     # A click on the running part of vision-a's preempted bar names its preemptor and the preemption's reason.
     pick = [
@@ -233,9 +291,14 @@ def test_the_page_tells_the_story_as_the_rest_api_does_in_both_themes(
         browser, lambda d: d.find_element(By.CSS_SELECTOR, ".timeline-details[data-job]"), "pinned"
     )
     assert details.get_attribute("data-phase") == "RUNNING"
-    # Its reason in the page's names of jobs, not their ids.
+    # Its reason in the page's names of jobs, not their ids, and the work the preemption lost.
     reason = stop["reason"].replace(research_b, "train / research-b").replace(vision_a, "train / vision-a")
-    assert f"Preempted by train / research-b (RECLAIM): {reason}" in details.text
+    assert stop["lostUnitSeconds"] == lost
+    assert (
+        f"Preempted by train / research-b (RECLAIM), {lost_text(lost, stop['lostSince'])}: {reason}"
+        in details.text
+    )
+    assert f"Work lost\n{lost_text(lost, stop['lostSince'])}" in details.text
     assert "ended by its preemption for train / research-b" in details.text
     click(browser, ".timeline-details a.preemptor", "the preemptor's link")
     wait_for(
@@ -263,9 +326,9 @@ def test_the_page_tells_the_story_as_the_rest_api_does_in_both_themes(
         browser.refresh()
         dark = showing(browser, "the page in dark mode", lambda page: len(page["finished"]) == 2)
         assert browser.execute_script("return document.documentElement.classList.contains('dark')")
-        assert {k: dark[k] for k in ("segments", "legends", "finished", "totals")} == {
-            k: page[k] for k in ("segments", "legends", "finished", "totals")
-        }
+        same = ("segments", "legends", "finished", "totals", "queueLost", "sharesLost", "eventsLost")
+        assert {k: dark[k] for k in same} == {k: page[k] for k in same}
+        assert dark["sharesLost"]["vision"] == ["1", gpu_hours(lost)]
         colors = browser.execute_script(
             "const t = document.querySelector('table.jobs');"
             "return [getComputedStyle(t).color, getComputedStyle(document.body).backgroundColor]"
@@ -279,6 +342,34 @@ def test_the_page_tells_the_story_as_the_rest_api_does_in_both_themes(
     showing(browser, "the page in light mode", lambda page: len(page["finished"]) == 2)
     light = browser.execute_script("return getComputedStyle(document.querySelector('table.jobs')).color")
     assert luminance(light) < 0.4
+    assert console_errors(browser) == []
+
+
+def test_recently_finished_lists_a_long_training_that_finished_last_first(
+    api_server: ApiServer, browser: WebDriver
+) -> None:
+    """53 finished jobs, the earliest submitted (a long training) finished last: Recently finished lists it
+    first, then the others by when they finished: the 10 the REST API lists by finish time, in both themes
+    (the page once read the newest 50 by submission, which left the long training out)."""
+    ledger = Ledger(api_server.engine)
+    ledger.now = datetime.now(UTC) - timedelta(minutes=20)
+    long, short = long_training_finishing_last(ledger)
+    log_in(browser, api_server.url, "/", "viewer", PASSWORDS["viewer"])
+    console_errors(browser)
+    browser.get(api_server.url + PAGE)
+    page = showing(browser, "the latest finished", lambda page: len(page["finished"]) == 10)
+    latest = api(api_server, "/jobs", orderBy="stoppedAt", limit=10)["jobs"]
+    assert page["finished"] == [job["jobId"] for job in latest] == [long, *short[::-1][:9]]
+    assert [shown[-8:] for shown in page["finishedAt"]] == [clock(job["stoppedAt"]) for job in latest]
+    assert long not in [job["jobId"] for job in api(api_server, "/jobs", finished="true", limit=50)["jobs"]]
+    browser.execute_script("localStorage.setItem('theme', 'dark')")
+    try:
+        browser.refresh()
+        dark = showing(browser, "the latest finished in dark mode", lambda page: len(page["finished"]) == 10)
+        assert browser.execute_script("return document.documentElement.classList.contains('dark')")
+        assert (dark["finished"], dark["finishedAt"]) == (page["finished"], page["finishedAt"])
+    finally:
+        browser.execute_script("localStorage.removeItem('theme')")
     assert console_errors(browser) == []
 
 
@@ -331,6 +422,14 @@ def test_the_task_instance_quota_tab_is_the_react_view(api_server: ApiServer, br
     rows = [row.text for row in browser.find_elements(By.CSS_SELECTOR, "table.story tr[data-kind]")]
     assert "Granted 3 ml.p4d.24xlarge (1 borrowed)" in rows[1]
     assert "Preempted by train / research-b (RECLAIM)" in rows[2] and research_b not in rows[2]
+    # The work its preemption lost, as its task instance's timeline (the REST API) has it.
+    (own,) = api(api_server, "/taskInstances/timeline", dagId="train", runId="run-1", taskId="vision-a")[
+        "timelines"
+    ]
+    stop = next(bar for bar in own["units"][0]["bars"] if bar["phase"] == "STOPPING")
+    assert rows[2].endswith(f"; it {lost_text(stop['lostUnitSeconds'], stop['lostSince'])}")
+    summary = browser.find_element(By.CSS_SELECTOR, "[data-quota-page=task] .task-lost").text
+    assert summary == f"Preempted 1 time: {gpu_hours(stop['lostUnitSeconds'])} GPU-h of work lost"
     items = wait_for(browser, lambda d: drawn_timeline(d, QUEUE) or None, "its timeline")
     assert {item["jobId"] for item in items} == {vision_a}
     assert browser.find_element(By.CSS_SELECTOR, "[data-quota-page=task] #title").text == "Quota: vision-a"

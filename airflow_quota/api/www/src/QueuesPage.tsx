@@ -6,11 +6,12 @@ import { useState } from "react";
 import { useLocation, useNavigate } from "react-router-dom";
 
 import { airflowBase, apiBase, must, query } from "./api";
-import { clock, dateClock, namer, palette, plural, withNames } from "./format";
+import { clock, dateClock, gpuHours, lostText, namer, palette, plural, withNames } from "./format";
 import { usePoll } from "./hooks";
 import { GpuTimeline } from "./Timeline";
 import type {
-  AuditEvent, Job, JobList, JobQueue, Lending, QuotaShare, ServiceJob, ServiceJobList, Snapshot, SnapshotUnit, Timeline,
+  AuditEvent, Job, JobList, JobQueue, Lending, LostWork, QuotaShare, ServiceJob, ServiceJobList, ShareLostWork, Snapshot, SnapshotUnit,
+  Timeline,
 } from "./types";
 import { DataTable, ErrorBox, PageHeader, SectionHeading, StatusBadge, Swatch, UtcNote } from "./ui";
 
@@ -18,12 +19,15 @@ import { DataTable, ErrorBox, PageHeader, SectionHeading, StatusBadge, Swatch, U
 export const DECISION_KINDS = ["SUBMITTED", "GRANTED", "PREEMPTED", "PROMISED", "REQUEUED", "SUCCEEDED", "FAILED",
   "TERMINATED", "CONFIG_CHANGED", "PRIORITY_CHANGED", "HANDED_OVER"];
 const OPEN_JOBS = 1000;
-const FINISHED_READ = 50;
 const FINISHED_SHOWN = 10;
 const DECISIONS_READ = 200;
 const DECISIONS_SHOWN = 50;
 const WINDOWS: [string, string][] = [["fit", "Fit to its jobs"], ["15m", "15 min"], ["1h", "1 hour"], ["1d", "1 day"],
   ["all", "Since the first job"]];
+/** The window the REST API is asked for ("fit" draws at most the last hour), and how the page says it. */
+const apiWindow = (picked: string) => (picked === "fit" ? "1h" : picked);
+const WINDOW_WORDS: Record<string, string> = { "15m": "in the last 15 min", "1h": "in the last hour", "1d": "in the last day",
+  all: "since the first job" };
 const NEVER: Record<string, string> = {
   "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE": "Can never start: it needs more of its capacity unit than the job queue has",
   "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED": "Can never start: it needs more than its quota share can ever hold",
@@ -169,9 +173,9 @@ export function QueuesPage() {
         const q = encodeURIComponent(queue.jobQueueName);
         const aws = queue.scheduler === "AWS_BATCH";
         const [snapshot, shares, timeline, serviceJobs] = await Promise.all([
-          must<Snapshot>(`/jobQueues/${q}/snapshot`),
+          must<Snapshot>(`/jobQueues/${q}/snapshot${query({ window: apiWindow(timelineWindow) })}`),
           must<{ quotaShares: QuotaShare[] }>(`/quotaShares${query({ jobQueueName: queue.jobQueueName })}`),
-          aws ? null : must<Timeline>(`/jobQueues/${q}/timeline${query({ window: timelineWindow === "fit" ? "1h" : timelineWindow })}`),
+          aws ? null : must<Timeline>(`/jobQueues/${q}/timeline${query({ window: apiWindow(timelineWindow) })}`),
           aws ? Promise.all([
             must<ServiceJobList>(`/jobQueues/${q}/serviceJobs${query({ quotaShareName: focusShare, limit: OPEN_JOBS })}`),
             must<ServiceJobList>(`/jobQueues/${q}/serviceJobs${query({ quotaShareName: focusShare, finished: true, limit: 10 })}`),
@@ -181,7 +185,8 @@ export function QueuesPage() {
           serviceJobs: serviceJobs ? { open: serviceJobs[0], finished: serviceJobs[1] } : null };
       })),
       must<JobList>(`/jobs${query({ ...shareFilter, finished: false, limit: OPEN_JOBS })}`),
-      must<JobList>(`/jobs${query({ ...shareFilter, finished: true, limit: FINISHED_READ })}`),
+      // Recently finished: by finish time, the latest first (a job submitted long ago that finished last too).
+      must<JobList>(`/jobs${query({ ...shareFilter, orderBy: "stoppedAt", limit: FINISHED_SHOWN })}`),
       must<{ events: AuditEvent[] }>(`/events${query({ ...shareFilter, limit: DECISIONS_READ })}`),
       filtering
         ? must<{ events: AuditEvent[] }>(`/events${query({
@@ -190,10 +195,8 @@ export function QueuesPage() {
             kind: filters.kind || null, limit: DECISIONS_READ })}`)
         : null,
     ]);
-    // Recently finished: by finish time, the latest first.
-    const byFinish = [...finished.jobs].sort((a, b) => Date.parse(b.stoppedAt ?? b.submittedAt) - Date.parse(a.stoppedAt ?? a.submittedAt));
     return {
-      queues: queueData, unfinished, finished: byFinish.slice(0, FINISHED_SHOWN), events: events.events,
+      queues: queueData, unfinished, finished: finished.jobs, events: events.events,
       matching: (matching ?? events).events.slice().reverse(),
     };
   }, JSON.stringify([focusQueue, focusShare, timelineWindow, filters]));
@@ -239,8 +242,11 @@ export function QueuesPage() {
       if (summary.preemptedAttemptCount) {
         const last = summary.recentPreemptedAttempts[summary.recentPreemptedAttempts.length - 1];
         if (last) times = true;
+        const lost = summary.recentPreemptedAttempts.reduce((sum, attempt) => sum + (attempt.lostUnitSeconds ?? 0), 0);
+        const measured = summary.recentPreemptedAttempts.some((attempt) => typeof attempt.lostUnitSeconds === "number");
         why.push(<Text key="preempted" className="preempted" color="fg.error">{`Preempted ${plural(summary.preemptedAttemptCount, "time")}` +
-          (last ? `, last by ${last.preemptedBy ? name(last.preemptedBy) : "?"} at ${clock(last.stoppedAt)}` : "")}</Text>);
+          (last ? `, last by ${last.preemptedBy ? name(last.preemptedBy) : "?"} at ${clock(last.stoppedAt)}` : "") +
+          (measured ? `; ${gpuHours(lost)} of work lost` : "")}</Text>);
       }
       const lease = job.lease;
       const leaseText = lease.instanceCount ? `holds ${lease.instanceCount}` + (lease.borrowed ? ` (${lease.borrowed} borrowed)` : "") +
@@ -322,6 +328,11 @@ export function QueuesPage() {
             <SectionHeading>
               {`Job queue ${queue.jobQueueName}`}
               <Text as="span" fontWeight="normal" fontSize="sm" color="fg.muted">{`  revision ${queue.revision}`}</Text>
+              {snapshot.lostWork ? (
+                <Text as="span" className="queue-lost" fontWeight="normal" fontSize="sm" color="fg.muted">
+                  {` · ${queueLostText(snapshot.lostWork, timelineWindow)}`}
+                </Text>
+              ) : null}
             </SectionHeading>
             {(snapshot.capacity ?? []).map((unit) => <UnitBar key={unit.capacityUnit} unit={unit} colorOf={colorOf} focus={focusShare} />)}
             <SectionHeading level={3}>GPU timeline</SectionHeading>
@@ -349,7 +360,8 @@ export function QueuesPage() {
               focusShare={focusShare} openTask={openTask} /> : null}
             <SectionHeading level={3}>Quota shares</SectionHeading>
             <DataTable className="shares" columns={["Quota share", "Strategy", "Borrow limit", "In-share preemption", "State", "Capacity unit",
-              "Limit", "Ceiling", "Own", "Borrowed", "Lent", "Idle", "RUNNING", "RUNNABLE"].map((header, i) => ({ header, numeric: i > 5 || i === 2 }))}>
+              "Limit", "Ceiling", "Own", "Borrowed", "Lent", "Idle", "RUNNING", "RUNNABLE", "Preemptions", "Lost GPU-h"]
+              .map((header, i) => ({ header, numeric: i > 5 || i === 2 }))}>
               {shares.flatMap((share) => (share.usage.length ? share.usage : [null]).map((usage, index, all) => (
                 <Table.Row key={`${share.quotaShareName}-${index}`} data-share={share.quotaShareName}
                   className={share.quotaShareName === focusShare ? "focus" : undefined}>
@@ -366,6 +378,18 @@ export function QueuesPage() {
                     : ["-", "", "", "", "", "", "", "", ""]).map((value, i) => (
                     <Table.Cell key={i} textAlign={i ? "end" : "start"}>{value}</Table.Cell>
                   ))}
+                  {(() => {
+                    // What preemptions of this share's jobs on the unit lost in the timeline's window.
+                    const lost = usage ? shareLost(snapshot.lostWork, usage.capacityUnit, share.quotaShareName) : undefined;
+                    const title = lost ? `${Math.round(lost.lostUnitSeconds).toLocaleString("en-US")} GPU-seconds lost ${WINDOW_WORDS[apiWindow(timelineWindow)]}` +
+                      (lost.unmeasured ? ` (${lost.unmeasured} preemption(s) recorded before lost work was measured: not counted)` : "") : undefined;
+                    return (
+                      <>
+                        <Table.Cell className="preemptions" textAlign="end">{lost ? lost.preemptions : ""}</Table.Cell>
+                        <Table.Cell className="lost-work" textAlign="end" title={title}>{lost ? (lost.lostUnitSeconds / 3600).toFixed(2) : ""}</Table.Cell>
+                      </>
+                    );
+                  })()}
                 </Table.Row>
               )))}
             </DataTable>
@@ -418,7 +442,14 @@ export function QueuesPage() {
                   {/* Its run under it, unless its name already says it (jobs of two runs of its DAG shown). */}
                   {parts.length >= 5 && !jobName.includes(" (run ") ? <Text color="fg.muted" fontSize="xs">{`run ${parts.slice(1, -3).join("/")}`}</Text> : null}
                 </Table.Cell>
-                <Table.Cell>{named(event.message)}</Table.Cell>
+                <Table.Cell>
+                  {named(event.message)}
+                  {typeof event.details?.lostUnitSeconds === "number" ? (
+                    <Text className="lost-work" color="fg.error" fontSize="xs">
+                      {`Work ${lostText(event.details.lostUnitSeconds, event.details.lostSince as string | undefined)}`}
+                    </Text>
+                  ) : null}
+                </Table.Cell>
               </Table.Row>
             );
           })}
@@ -431,6 +462,18 @@ export function QueuesPage() {
       </Box>
     </Box>
   );
+}
+
+/** A share's lost work on a unit in the snapshot's window (a share owning or using the unit is always listed). */
+function shareLost(lostWork: LostWork | null | undefined, unit: string, share: string): ShareLostWork | undefined {
+  return lostWork?.units.find((entry) => entry.capacityUnit === unit)?.quotaShares.find((entry) => entry.quotaShareName === share);
+}
+
+/** The queue's heading: what its preemptions lost in the timeline's window, per capacity unit. */
+function queueLostText(lostWork: LostWork, picked: string): string {
+  const units = lostWork.units.map((unit) => `${gpuHours(unit.lostUnitSeconds)}` + (lostWork.units.length > 1 ? ` of ${unit.capacityUnit}` : "") +
+    ` in ${plural(unit.preemptions, "preemption")}`);
+  return `work lost to preemptions ${WINDOW_WORDS[apiWindow(picked)]}: ${units.join(", ") || "none"}`;
 }
 
 function shareFacts(share: QuotaShare): [string, string][] {

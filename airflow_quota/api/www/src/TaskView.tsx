@@ -5,13 +5,22 @@ import { Box, Link, Table, Text } from "@chakra-ui/react";
 import { useNavigate } from "react-router-dom";
 
 import { get, must, query } from "./api";
-import { dateClock, namer, palette, withNames } from "./format";
+import { dateClock, gpuHours, lostText, namer, palette, plural, withNames } from "./format";
 import { usePoll } from "./hooks";
 import { GpuTimeline } from "./Timeline";
 import type { ServiceJob, Timeline, TimelineBar, TimelineJob } from "./types";
 import { DataTable, ErrorBox, PageHeader, SectionHeading, StatusBadge, UtcNote } from "./ui";
 
 type Line = { at: string; kind: string; job: TimelineJob | undefined; text: string };
+
+/** Each preemption of the timeline's jobs once (its stop phase, whatever the units it held): its lost work. */
+function preemptionsOf(timeline: Timeline): TimelineBar[] {
+  const seen = new Map<string, TimelineBar>();
+  for (const bar of timeline.units.flatMap((unit) => unit.bars)) {
+    if (bar.phase === "STOPPING" && bar.preemptedBy) seen.set(`${bar.jobId} ${bar.startedAt}`, bar);
+  }
+  return [...seen.values()];
+}
 
 function storyOf(timeline: Timeline, name: (id: string) => string): Line[] {
   const lines: Line[] = [];
@@ -35,9 +44,10 @@ function storyOf(timeline: Timeline, name: (id: string) => string): Line[] {
       const resumed = (phase.attempt ?? 1) > 1 ? `, attempt ${phase.attempt}: resumed from its checkpoint` : "";
       lines.push({ at: phase.startedAt, kind: "GRANTED", job, text: `Granted ${held}${borrowed}${resumed}` });
     } else {
+      const lost = typeof phase.lostUnitSeconds === "number" ? `; it ${lostText(phase.lostUnitSeconds, phase.lostSince)}` : "";
       lines.push({ at: phase.startedAt, kind: phase.preemptedBy ? "PREEMPTED" : "TERMINATED", job,
         text: phase.preemptedBy
-          ? `Preempted by ${name(phase.preemptedBy)} (${phase.rule ?? "preemption"}): stopping its training job, still holding its ${held} until it has stopped`
+          ? `Preempted by ${name(phase.preemptedBy)} (${phase.rule ?? "preemption"}): stopping its training job, still holding its ${held} until it has stopped${lost}`
           : `Terminated: stopping its training job, still holding its ${held}` });
     }
     if (phase.endedAt && phase.endedBy === "REQUEUED") {
@@ -107,12 +117,21 @@ export function TaskView({ dagId, runId, taskId, mapIndex }: { dagId: string; ru
         const job = timeline.jobs[timeline.jobs.length - 1];
         const story = storyOf(timeline, name);
         const tries = timeline.jobs.length;
+        const preemptions = preemptionsOf(timeline);
+        const measured = preemptions.filter((bar) => typeof bar.lostUnitSeconds === "number");
+        const lost = measured.reduce((sum, bar) => sum + (bar.lostUnitSeconds ?? 0), 0);
         return (
           <Box as="section" key={timeline.jobQueueName} className="queue" data-queue={timeline.jobQueueName}>
             <SectionHeading>{`Job queue ${timeline.jobQueueName}`}</SectionHeading>
             {job ? (
               <Text mb={2}>{`Quota share ${job.quotaShareName} · schedulingPriority ${job.schedulingPriority} · ${job.instanceCount} × ${job.capacityUnit} · now ${job.status}` +
                 (job.statusReason ? `: ${named(job.statusReason)}` : "")}</Text>
+            ) : null}
+            {preemptions.length ? (
+              <Text className="task-lost" mb={2} color="fg.error">
+                {`Preempted ${plural(preemptions.length, "time")}: ${gpuHours(lost)} of work lost` +
+                  (measured.length < preemptions.length ? ` (${preemptions.length - measured.length} recorded before lost work was measured)` : "")}
+              </Text>
             ) : null}
             <GpuTimeline timeline={timeline} colorOf={palette(timeline.quotaShareNames)} name={(id) => name(id)} fit={false}
               openTask={(path) => navigate(`/${path}`)} />

@@ -11,7 +11,7 @@ import * as echarts from "echarts/core";
 import { SVGRenderer } from "echarts/renderers";
 import { useEffect, useMemo, useRef, useState } from "react";
 
-import { duration, timeTextFor, withNames } from "./format";
+import { duration, lostText, timeTextFor, withNames } from "./format";
 import { useDarkMode } from "./hooks";
 import type { Timeline, TimelineBar, TimelineJob, TimelineUnit, TimelineWait } from "./types";
 
@@ -93,7 +93,10 @@ function describe(item: Item, timeline: Timeline, name: (id: string) => string, 
   const named = (text: string) => withNames(text, ids, name);
   const facts: Fact[] = [["Job", item.jobId], ["Share", job?.quotaShareName ?? item.bar?.quotaShareName ?? ""],
     ["Priority", String(item.bar ? item.bar.schedulingPriority : job?.schedulingPriority ?? "")]];
-  let preemption: { by: string | null; rule: string | null; reason: string; stopping: boolean } | null = null;
+  let preemption: { by: string | null; rule: string | null; reason: string; stopping: boolean; lost: string | null } | null = null;
+  // A preemption's lost work (its PREEMPTED row's lostUnitSeconds, on its stop phase's bars).
+  const lostOf = (stop: TimelineBar) =>
+    stop.preemptedBy && stop.lostUnitSeconds !== null && stop.lostUnitSeconds !== undefined ? lostText(stop.lostUnitSeconds, stop.lostSince) : null;
   if (item.kind === "wait" && item.wait) {
     const [start, end] = period(item.wait.startedAt, item.wait.endedAt, item);
     facts.push(["Waiting", `${timeText(start)} – ${item.wait.endedAt ? timeText(end) : "now"} (${duration(end - start)})`]);
@@ -113,12 +116,13 @@ function describe(item: Item, timeline: Timeline, name: (id: string) => string, 
     facts.push(["When", `${timeText(start)} – ${bar.endedAt ? timeText(end) : "now"} (${duration(end - start)})${endedBy}`]);
     facts.push([bar.phase === "STOPPING" ? "Why stopped" : "Why granted", named(bar.reason)]);
     if (bar.phase === "STOPPING") {
-      preemption = { by: bar.preemptedBy, rule: bar.rule, reason: named(bar.reason), stopping: true };
+      preemption = { by: bar.preemptedBy, rule: bar.rule, reason: named(bar.reason), stopping: true, lost: lostOf(bar) };
     } else if (stop) {
-      preemption = { by: stop.preemptedBy, rule: stop.rule, reason: named(stop.reason), stopping: false };
+      preemption = { by: stop.preemptedBy, rule: stop.rule, reason: named(stop.reason), stopping: false, lost: lostOf(stop) };
       if (stop.preemptedBy) facts.push(["Preempted by", `${name(stop.preemptedBy)} (${stop.rule ?? "preemption"})`]);
       facts.push([stop.preemptedBy ? "Why preempted" : "Why stopped", named(stop.reason)]);
     }
+    if (preemption?.lost) facts.push(["Work lost", preemption.lost]);
   }
   return { title: item.label, facts, preemption };
 }
@@ -334,7 +338,9 @@ export function GpuTimeline({ timeline, colorOf, name, fit, focusShare, openTask
                 onClick={(event) => { event.preventDefault(); pinJob(details.preemption?.by as string); }}>
                 {name(details.preemption.by)}
               </Link>
-              {` (${details.preemption.rule ?? "preemption"}): ${details.preemption.reason}`}
+              {` (${details.preemption.rule ?? "preemption"})`}
+              {details.preemption.lost ? <Text as="span" className="lost-work">{`, ${details.preemption.lost}`}</Text> : null}
+              {`: ${details.preemption.reason}`}
               {details.preemption.stopping ? " — its capacity goes to that job once this one has stopped" : ""}
             </Text>
           ) : null}

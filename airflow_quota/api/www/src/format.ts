@@ -34,6 +34,15 @@ export function duration(ms: number): string {
   return minutes < 120 ? `${minutes} min` : `${(minutes / 60).toFixed(1)} h`;
 }
 
+/** Work lost to preemption (GPU-seconds, as the REST API gives it) in GPU-hours: "0.25 GPU-h". */
+export const gpuHours = (unitSeconds: number) => `${(unitSeconds / 3600).toFixed(2)} GPU-h`;
+
+/** A preemption's lost work: "lost 0.25 GPU-h (900 GPU-seconds) since its last checkpoint". */
+export function lostText(unitSeconds: number, since: string | null | undefined): string {
+  const from = since === "checkpoint" ? " since its last checkpoint" : since === "start" ? " since its start" : "";
+  return `lost ${gpuHours(unitSeconds)} (${Math.round(unitSeconds).toLocaleString("en-US")} GPU-seconds)${from}`;
+}
+
 export const plural = (count: number, noun: string) => `${count} ${noun}${count === 1 ? "" : "s"}`;
 
 /** A job id is dag_id/run_id/task_id/map_index/try_number (a run id may hold slashes: read from both ends). */

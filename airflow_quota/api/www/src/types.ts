@@ -21,6 +21,7 @@ export type PreemptionSummary = {
     startedAt?: string | null;
     statusReason?: string | null;
     serviceResourceId?: { value?: string | null } | null;
+    lostUnitSeconds?: number | null;
   }[];
 };
 
@@ -60,6 +61,7 @@ export type AuditEvent = {
   relatedJobId: string | null;
   rule: string | null;
   message: string;
+  details?: Record<string, unknown> | null;
 };
 
 export type JobQueue = {
@@ -123,8 +125,17 @@ export type SnapshotUnit = {
   free: number;
 };
 
+export type ShareLostWork = { quotaShareName: string; lostUnitSeconds: number; preemptions: number; unmeasured: number };
+
+export type LostWork = {
+  since: string | null;
+  until: string;
+  units: { capacityUnit: string; lostUnitSeconds: number; preemptions: number; unmeasured: number; quotaShares: ShareLostWork[] }[];
+};
+
 export type Snapshot = {
   capacity: SnapshotUnit[];
+  lostWork?: LostWork | null;
   error?: string | null;
   queueUtilization: {
     quotaShareUtilization: {
@@ -153,6 +164,8 @@ export type TimelineBar = {
   preemptedBy: string | null;
   rule: string | null;
   reason: string;
+  lostUnitSeconds?: number | null;
+  lostSince?: string | null;
 };
 
 export type TimelineWait = { startedAt: string; endedAt: string | null; reason: string };
