@@ -1,14 +1,16 @@
 """``airflow quota snapshot [--queue Q]``: like AWS Batch's GetJobQueueSnapshot, from the ledger (a job queue
 AWS Batch schedules: GetJobQueueSnapshot itself, ``cli/aws_queues.py``).
 
-Per job queue and share: usage per unit (own, borrowed, lent, idle, RUNNING and RUNNABLE counts) and the
+Per job queue and share: usage per unit (own, borrowed, lent, idle, RUNNING and RUNNABLE counts), the
 front of the share: its first RUNNABLE jobs in order (priority descending, then submission order) with
-their position and statusReason.
+their position and statusReason, and the work the queue's preemptions lost in the last hour (as the GPU
+Quotas page shows it by default), per share.
 """
 
 from __future__ import annotations
 
 import argparse
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rich.console import RenderableType
@@ -36,20 +38,30 @@ from airflow_quota.cli.common import (
 from airflow_quota.cli.shares import queue_states, share_reports, usage_tables
 from airflow_quota.engine.model import JobStatus, QueueState
 from airflow_quota.engine.planner import share_order_key
+from airflow_quota.ledger.views import LostWork, lost_work
 
 #: How many RUNNABLE jobs of each share the snapshot shows.
 FRONT_LENGTH = 10
+#: Over which window the snapshot sums the work preemptions lost (the GPU Quotas page's default window).
+LOST_WORK_WINDOW = timedelta(hours=1)
 
 
 def snapshot(args: argparse.Namespace) -> None:
+    until = datetime.now(UTC)
+    since = until - LOST_WORK_WINDOW
     with metadata_session() as session:
         states = queue_states(session, args.queue)
         aws_queues = set(aws_scheduled_queues(session, args.queue))
+        lost = {
+            state.queue.name: lost_work(session, state.queue.name, since, until)
+            for state in states
+            if state.queue.name not in aws_queues
+        }
     document = {  # a queue AWS Batch schedules has nothing in the ledger: its snapshot is AWS Batch's
         "jobQueues": [
             aws_queue_snapshot(state.queue.name, [share.name for share in state.queue.shares])
             if state.queue.name in aws_queues
-            else queue_snapshot(state)
+            else queue_snapshot(state) | {"lostWork": lost_work_report(lost[state.queue.name], since, until)}
             for state in states
         ]
     }
@@ -71,7 +83,9 @@ def snapshot_tables(queue: dict[str, Any], *, width: int, wide: bool = False) ->
     if is_aws_document(queue):
         return aws_snapshot_tables(queue, width=width, wide=wide)
     name = queue["jobQueueName"]
-    usage = usage_tables(name, queue["quotaShares"], wide=wide)
+    usage: list[RenderableType] = [*usage_tables(name, queue["quotaShares"], wide=wide)]
+    if "lostWork" in queue:
+        usage.append(lost_work_line(queue["lostWork"]))
     inline = reasons_inline(width, wide=wide)
     front = table(f"Job queue {name}: front of each share", caption=JOB_LABEL_NOTE)
     headers = (
@@ -137,3 +151,41 @@ def queue_snapshot(state: QueueState) -> dict[str, Any]:
             for position, job in enumerate(waiting[:FRONT_LENGTH], start=1)
         ]
     return {"jobQueueName": state.queue.name, "quotaShares": shares}
+
+
+def lost_work_report(
+    found: dict[tuple[str, str], LostWork], since: datetime, until: datetime
+) -> dict[str, Any]:
+    """The work the queue's preemptions decided in ``[since, until]`` lost (``ledger.views.lost_work``):
+    in all, and per share of the preempted jobs."""
+    by_share: dict[str, dict[str, float | int]] = {}
+    for (_, share_name), lost in sorted(found.items()):
+        entry = by_share.setdefault(share_name, {"lostUnitSeconds": 0.0, "preemptions": 0, "unmeasured": 0})
+        entry["lostUnitSeconds"] = round(entry["lostUnitSeconds"] + lost.lost_unit_seconds, 1)
+        entry["preemptions"] += lost.preemptions
+        entry["unmeasured"] += lost.unmeasured
+    return {
+        "since": since.isoformat(),
+        "until": until.isoformat(),
+        "lostUnitSeconds": round(sum(each["lostUnitSeconds"] for each in by_share.values()), 1),
+        "preemptions": sum(int(each["preemptions"]) for each in by_share.values()),
+        "unmeasured": sum(int(each["unmeasured"]) for each in by_share.values()),
+        "quotaShares": by_share,
+    }
+
+
+def lost_work_line(report: dict[str, Any]) -> str:
+    """One line: the GPU-seconds the queue's preemptions of the last hour lost, and per share."""
+    preemptions = report["preemptions"]
+    if not preemptions:
+        return "Work lost to preemption in the last hour: none (no preemption)."
+    shares = ", ".join(
+        f"{escape(name)} {each['lostUnitSeconds']:,.0f}" for name, each in report["quotaShares"].items()
+    )
+    unmeasured = report["unmeasured"]
+    note = f"; {unmeasured} recorded before lost work was measured, not counted" if unmeasured else ""
+    plural = "" if preemptions == 1 else "s"
+    return (
+        f"Work lost to preemption in the last hour: {report['lostUnitSeconds']:,.0f} GPU-seconds in "
+        f"{preemptions} preemption{plural} (by share of the preempted jobs: {shares}){note}."
+    )

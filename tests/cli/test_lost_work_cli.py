@@ -1,6 +1,7 @@
 """Lost work per preemption in the CLI (issue 37): ``airflow quota events`` (its message and details),
-``jobs describe -o json`` (each preempted attempt's ``lostUnitSeconds``) and ``history`` (the total on
-stderr), on a ledger where a borrower that checkpointed was preempted. SQLite and PostgreSQL."""
+``jobs describe -o json`` (each preempted attempt's ``lostUnitSeconds``), ``history`` (the total on
+stderr) and ``snapshot`` (the last hour's, per queue and share), on a ledger where a borrower that
+checkpointed was preempted. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -63,13 +64,15 @@ def test_events_jobs_and_history_show_the_gpu_seconds_a_preemption_lost(
     step(1210, cycle)  # l1 preempts b1: 4 gpu x 210 s since its checkpoint
     step(1250, lambda session, state, now: record_stop_completed(session, state, "b1", now))
 
-    events, events_json, describe, history = (
+    events, events_json, describe, history, snapshot, snapshot_json = (
         run_quota(command, migrated.engine)
         for command in (
             ["events", "--queue", QUEUE, "--wide"],
             ["events", "--queue", QUEUE, "--output", "json"],
             ["jobs", "describe", "b1", "--output", "json"],
             ["history", "--queue", QUEUE, "--since", start.isoformat(), "-o", str(tmp_path / "jobs.csv")],
+            ["snapshot", "--queue", QUEUE, "--wide"],
+            ["snapshot", "--queue", QUEUE, "--output", "json"],
         )
     )
 
@@ -86,3 +89,11 @@ def test_events_jobs_and_history_show_the_gpu_seconds_a_preemption_lost(
         "Work lost to preemption: 840 GPU-seconds in 1 preemption, since each victim's last checkpoint"
         in (" ".join(history.stderr.split()))
     )
+    assert (
+        "Work lost to preemption in the last hour: 840 GPU-seconds in 1 preemption (by share of the "
+        "preempted jobs: borrower 840)." in " ".join(ok(snapshot).split())
+    )
+    [queue] = json.loads(ok(snapshot_json))["jobQueues"]
+    lost = queue["lostWork"]
+    assert (lost["lostUnitSeconds"], lost["preemptions"], lost["unmeasured"]) == (840.0, 1, 0)
+    assert lost["quotaShares"] == {"borrower": {"lostUnitSeconds": 840.0, "preemptions": 1, "unmeasured": 0}}
