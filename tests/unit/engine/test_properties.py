@@ -677,8 +677,11 @@ def check_turns(before: QueueState, plan: CyclePlan, where: str) -> Holds:
             f"{plan.state.jobs[job.job_id].status_reason!r}"
         )
 
-    for job_id in ready_reservations(queue, jobs):
+    ready = ready_reservations(queue, jobs)
+    for job_id in ready:
         take_turn(jobs[job_id])
+    # A reservation granted in step 1 is never a victim in that cycle.
+    granted_reservations = [job_id for job_id in ready if jobs[job_id].status.holds_capacity]
     waiting = [
         job
         for job in jobs.values()
@@ -704,7 +707,7 @@ def check_turns(before: QueueState, plan: CyclePlan, where: str) -> Holds:
                 take_turn(job)
             else:
                 deferred.setdefault(share_name, []).append(job)
-                if job.unit not in behind and could_start_beyond_room(queue, jobs, job):
+                if job.unit not in behind and could_start_beyond_room(queue, jobs, job, granted_reservations):
                     behind.add(job.unit)
     while deferred:
         share_name = min(deferred, key=lambda name: (deferred[name][0].submitted, deferred[name][0].job_id))
@@ -716,17 +719,22 @@ def check_turns(before: QueueState, plan: CyclePlan, where: str) -> Holds:
     return holds
 
 
-def could_start_beyond_room(queue: JobQueue, jobs: Mapping[str, Job], job: Job) -> bool:
-    """A job beyond its share's room that could start now: by borrowing, or by in-share preemption."""
+def could_start_beyond_room(
+    queue: JobQueue, jobs: Mapping[str, Job], job: Job, not_victims: Iterable[str] = ()
+) -> bool:
+    """A job beyond its share's room that could start now: by borrowing, or by in-share preemption (of a
+    job that may be a victim: not one of ``not_victims``, the reservations the cycle granted in step 1)."""
     share = queue.share(job.share_name)
     if share.strategy is SharingStrategy.LEND_AND_BORROW and reference_fits(queue, jobs, job):
         return True
+    spared = set(not_victims)
     return share.in_share_preemption and any(
         other.share_name == share.name
         and other.unit == job.unit
         and other.status.holds_capacity
         and other.stop_cause is None
         and other.priority < job.priority
+        and other.job_id not in spared
         for other in jobs.values()
     )
 
