@@ -7,9 +7,9 @@ or PostgreSQL, in a temporary ``AIRFLOW_HOME``; ``tests/airflow/harness.py``) ru
 queue of 4 GPUs, shared by three quota shares (LEND with in-share preemption, LEND_AND_BORROW, RESERVE).
 No GPU is needed: the devices are indices in ``CUDA_VISIBLE_DEVICES``.
 
-For ``--duration`` seconds a driver, every 1 to 3 s, takes the next action of a shuffled deck (each deck
-holds every kind of action, so every kind happens in each round; a kill that finds nothing to kill is
-played again in the next deck):
+For ``--duration`` seconds, and until ``--decks`` whole decks have been played, a driver, every 1 to 3 s,
+takes the next action of a shuffled deck (each deck holds every kind of action, so every kind happens in
+each round; a kill that finds nothing to kill is played again in the next deck):
 
 * ``trigger``: a DAG run of a random share, priority (10 or 50) and size (1 or 2 devices; 1 in team-c,
   which RESERVEs 1), training 25 to 125 steps of 0.1 s, one in three ignoring SIGTERM (its 3 s grace
@@ -64,7 +64,7 @@ Usage::
 
     .venv/bin/python benchmarks/soak.py --backend sqlite --duration 300 --seed 1
     .venv/bin/python benchmarks/soak.py --backend postgresql --duration 300  # QUOTA_TEST_POSTGRES server
-    .venv/bin/python benchmarks/soak.py --duration 75 --summary out.json     # what the CI test runs
+    .venv/bin/python benchmarks/soak.py --duration 0 --decks 1 --summary out.json  # what the CI test runs
 """
 
 from __future__ import annotations
@@ -667,6 +667,8 @@ class Driver:
         self.http = requests.Session()
         self.variant = "start"
         self.deck: list[str] = []
+        #: Decks dealt so far (the one being played included).
+        self.dealt = 0
         self.carried: set[str] = set()
         self.applying: threading.Thread | None = None
 
@@ -689,7 +691,13 @@ class Driver:
             self.deck = list(DECK) + sorted(self.carried)
             self.carried.clear()
             self.rng.shuffle(self.deck)
+            self.dealt += 1
         return self.deck.pop()
+
+    @property
+    def decks_played(self) -> int:
+        """Decks played through: every kind of action was played that many times at least."""
+        return self.dealt - 1 if self.deck else self.dealt
 
     def step(self) -> None:
         action = self.next_action()
@@ -890,6 +898,8 @@ class Result:
     backend: str
     seed: int
     duration_s: float
+    #: Whole decks played in the chaos (every kind of action at least that many times, played or skipped).
+    decks_played: int
     drain_s: float
     kills: dict[str, int]
     actions: dict[str, int]
@@ -941,7 +951,7 @@ def database(backend: str, home: Path) -> Iterator[str]:
         admin.dispose()
 
 
-def soak(backend: str, duration: float, seed: int, drain: float, home: Path) -> Result:
+def soak(backend: str, duration: float, seed: int, drain: float, home: Path, decks: int = 0) -> Result:
     rng = random.Random(seed)
     with database(backend, home) as url:
         airflow = AirflowProcesses(
@@ -959,7 +969,7 @@ def soak(backend: str, duration: float, seed: int, drain: float, home: Path) -> 
             },
         )
         try:
-            return _soak(airflow, backend, duration, seed, drain, rng)
+            return _soak(airflow, backend, duration, seed, drain, rng, decks)
         finally:
             airflow.stop()
             _stop_leftover_trainings(home)
@@ -973,7 +983,13 @@ def _stop_leftover_trainings(home: Path) -> None:
 
 
 def _soak(
-    airflow: AirflowProcesses, backend: str, duration: float, seed: int, drain: float, rng: random.Random
+    airflow: AirflowProcesses,
+    backend: str,
+    duration: float,
+    seed: int,
+    drain: float,
+    rng: random.Random,
+    decks: int = 0,
 ) -> Result:
     print(
         f"{TITLE}\nbackend {backend}, seed {seed}, {duration:.0f} s of chaos, AIRFLOW_HOME {airflow.home}",
@@ -992,9 +1008,9 @@ def _soak(
     driver.log("Airflow is up: its DAGs parsed and the api-server answering")
     started = driver.started = time.monotonic()
     with Sampler(airflow.home, airflow.database_url, started) as sampler:
-        print(f"chaos for {duration:.0f} s", flush=True)
+        print(f"chaos for {duration:.0f} s" + (f", {decks} deck(s) at least" if decks else ""), flush=True)
         with VictimHunter(driver, seed + 1):
-            while time.monotonic() - started < duration:
+            while time.monotonic() - started < duration or driver.decks_played < decks:
                 try:
                     driver.step()
                 except (requests.RequestException, sa.exc.OperationalError) as error:
@@ -1063,6 +1079,7 @@ def _result(
         backend=backend,
         seed=seed,
         duration_s=round(chaos_s, 1),
+        decks_played=driver.decks_played,
         drain_s=round(drain_s, 1),
         kills=dict(figures.kills),
         actions=dict(figures.actions),
@@ -1126,6 +1143,7 @@ def print_result(result: Result, console: Console) -> None:
     table.add_column("value", justify="right")
     rows: list[tuple[str, object]] = [
         ("chaos duration s", result.duration_s),
+        ("decks played through", result.decks_played),
         ("drain s", result.drain_s),
         *(
             (f"kills survived: {kind}", result.kills.get(kind, 0))
@@ -1174,6 +1192,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--duration", type=float, default=300, help="seconds of chaos (default 300)")
+    parser.add_argument(
+        "--decks",
+        type=int,
+        default=0,
+        help="play on past --duration until this many whole decks were played (every kind of action in each)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--drain", type=float, default=240, help="seconds to wait for the runs to end")
     parser.add_argument("--summary", type=Path, help="also write the figures to this JSON file")
@@ -1183,7 +1207,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     home = Path(tempfile.mkdtemp(prefix=f"quota-soak-{args.backend}-"))
-    result = soak(args.backend, args.duration, args.seed, args.drain, home)
+    result = soak(args.backend, args.duration, args.seed, args.drain, home, args.decks)
     print_result(result, Console(width=120))
     if args.summary:
         args.summary.write_text(
