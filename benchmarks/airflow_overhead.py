@@ -51,7 +51,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -310,18 +310,20 @@ class Bench:
 
 @contextlib.contextmanager
 def bench(
-    dags_text: str,
+    dags_text: str | Mapping[str, str],
     quotas_text: str,
     *,
     parallelism: int,
     pools: Sequence[tuple[str, int]] = (),
     allocation_interval: float = DEFAULT_ALLOCATION_INTERVAL,
 ) -> Iterator[Bench]:
-    """Start the emulator and Airflow with these DAGs and quotas; stop everything and clean up after."""
+    """Start the emulator and Airflow with these DAGs (a DAG file's text, or ``{file name: text}``) and
+    quotas; stop everything and clean up after."""
     home = Path(tempfile.mkdtemp(prefix="quota-bench-airflow-"))
     dags = home / "dags"
     dags.mkdir()
-    (dags / "bench_dags.py").write_text(dags_text)
+    for name, text in ({"bench_dags.py": dags_text} if isinstance(dags_text, str) else dags_text).items():
+        (dags / name).write_text(text)
     quotas = home / "quotas.json"
     quotas.write_text(quotas_text)
     metrics = StatsdListener()
@@ -533,7 +535,7 @@ def what_if_dag_id(settle: float) -> str:
     return "overhead_quota_settle_" + f"{settle:g}".replace(".", "_")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="N=2, K=2, 1 round, no what-if")
     parser.add_argument("--tasks", type=int, default=20, help="training tasks per DAG run (N)")
@@ -563,11 +565,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.tasks, args.capacity, args.rounds, args.what_if_settle, args.warm_up = 2, 2, 1, [], False
-    console = Console(width=170)
+    return args
+
+
+def dag_file(args: argparse.Namespace) -> str:
+    """The benchmark's DAG file for these arguments."""
     what_if_dags = "".join(
         f"quota_dag({what_if_dag_id(settle)!r}, {settle!r})\n" for settle in args.what_if_settle
     )
-    dags_text = OVERHEAD_DAGS.format(
+    return OVERHEAD_DAGS.format(
         tasks=args.tasks,
         instance_type=INSTANCE_TYPE,
         job_seconds=args.job_seconds,
@@ -575,57 +581,57 @@ def main(argv: list[str] | None = None) -> int:
         pool=POOL,
         what_if_dags=what_if_dags,
     )
-    # Enough worker slots that the pool, not the executor, limits the pool run (its tasks hold a slot).
-    parallelism = 2 * args.capacity
-    timeout = 120 + 30 * args.tasks
-    runs: list[RunFigures] = []
+
+
+def parallelism(args: argparse.Namespace) -> int:
+    """Enough worker slots that the pool, not the executor, limits the pool run (its tasks hold a slot)."""
+    return 2 * int(args.capacity)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     with bench(
-        dags_text,
+        dag_file(args),
         quota_file(args.capacity),
-        parallelism=parallelism,
+        parallelism=parallelism(args),
         pools=[(POOL, args.capacity)],
         allocation_interval=args.allocation_interval,
     ) as b:
-        for dag_id in ("overhead_quota", "overhead_pool", *map(what_if_dag_id, args.what_if_settle)):
-            b.airflow.wait_for_dag(dag_id, timeout=180)
-        if args.warm_up:  # the first run on fresh processes pays imports and client builds: not measured
-            for kind, dag_id in (("quota", "overhead_quota"), ("pool", "overhead_pool")):
-                console.print(
-                    f"[dim]{time.strftime('%H:%M:%S')} warm-up run of {dag_id} (not measured)[/dim]"
-                )
-                run_once(b, f"warm-up {kind}", dag_id, f"overhead-warm-up-{kind}", args.tasks, timeout)
-        for round_number in range(1, args.rounds + 1):
-            order = [("quota", "overhead_quota"), ("pool", "overhead_pool")]
-            if round_number % 2 == 0:
-                order.reverse()
-            for kind, dag_id in order:
-                label = f"{kind} #{round_number}"
-                console.print(f"[dim]{time.strftime('%H:%M:%S')} running {label}[/dim]")
-                runs.append(
-                    run_once(b, label, dag_id, f"overhead-{kind}-{round_number}", args.tasks, timeout)
-                )
-        for settle in args.what_if_settle:
-            console.print(
-                f"[dim]{time.strftime('%H:%M:%S')} restarting the scheduler, settle_time {settle:g}[/dim]"
-            )
-            b.restart_scheduler(AIRFLOW__QUOTA__SETTLE_TIME=f"{settle:g}")
-            label = f"what-if settle {settle:g} s"
-            dag_id = what_if_dag_id(settle)
-            runs.append(
-                run_once(
-                    b,
-                    label,
-                    dag_id,
-                    "overhead-what-if-" + f"{settle:g}".replace(".", "-"),
-                    args.tasks,
-                    timeout,
-                )
-            )
+        return run(b, args, Console(width=170))
+
+
+def run(b: Bench, args: argparse.Namespace, console: Console) -> int:
+    """The warm-up, the rounds and the what-ifs on a bench with ``dag_file(args)``; print the tables; 1 when
+    a run did not succeed."""
+    timeout = 120 + 30 * args.tasks
+    runs: list[RunFigures] = []
+    for dag_id in ("overhead_quota", "overhead_pool", *map(what_if_dag_id, args.what_if_settle)):
+        b.airflow.wait_for_dag(dag_id, timeout=180)
+    if args.warm_up:  # the first run on fresh processes pays imports and client builds: not measured
+        for kind, dag_id in (("quota", "overhead_quota"), ("pool", "overhead_pool")):
+            console.print(f"[dim]{time.strftime('%H:%M:%S')} warm-up run of {dag_id} (not measured)[/dim]")
+            run_once(b, f"warm-up {kind}", dag_id, f"overhead-warm-up-{kind}", args.tasks, timeout)
+    for round_number in range(1, args.rounds + 1):
+        order = [("quota", "overhead_quota"), ("pool", "overhead_pool")]
+        if round_number % 2 == 0:
+            order.reverse()
+        for kind, dag_id in order:
+            label = f"{kind} #{round_number}"
+            console.print(f"[dim]{time.strftime('%H:%M:%S')} running {label}[/dim]")
+            runs.append(run_once(b, label, dag_id, f"overhead-{kind}-{round_number}", args.tasks, timeout))
+    for settle in args.what_if_settle:
+        now = time.strftime("%H:%M:%S")
+        console.print(f"[dim]{now} restarting the scheduler, settle_time {settle:g}[/dim]")
+        b.restart_scheduler(AIRFLOW__QUOTA__SETTLE_TIME=f"{settle:g}")
+        label = f"what-if settle {settle:g} s"
+        dag_id = what_if_dag_id(settle)
+        run_id = "overhead-what-if-" + f"{settle:g}".replace(".", "-")
+        runs.append(run_once(b, label, dag_id, run_id, args.tasks, timeout))
     print_table(console, runs, args.tasks, args.capacity, args.job_seconds)
     print_ratios(console, runs, goal=1.2)
     console.print(
         f"pool: SageMakerTrainingOperator, not deferrable (no aiobotocore), pool of {args.capacity} slots; "
-        f"parallelism {parallelism}. CPU: process trees, utime+stime+cutime+cstime. Wall: dag_run "
+        f"parallelism {parallelism(args)}. CPU: process trees, utime+stime+cutime+cstime. Wall: dag_run "
         "queued_at -> end_date. what-if: \\[quota] settle_time and settle_seconds both lowered, scheduler "
         "restarted."
     )

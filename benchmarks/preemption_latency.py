@@ -99,7 +99,7 @@ with DAG(dag_id="{lender}", schedule=None, start_date=datetime(2026, 1, 1)):
 '''
 
 
-def quota_file() -> str:
+def quota_file(queue: str = QUEUE) -> str:
     def share(name: str, sharing: dict[str, Any]) -> dict[str, Any]:
         return {
             "quotaShareName": name,
@@ -108,7 +108,7 @@ def quota_file() -> str:
         }
 
     queue = {
-        "jobQueueName": QUEUE,
+        "jobQueueName": queue,
         "capacityLimits": [{"capacityUnit": INSTANCE_TYPE, "maxCapacity": 2}],
         "quotaShares": [
             share("team-a", {"strategy": "LEND"}),
@@ -363,7 +363,7 @@ def print_phases(console: Console, reps: list[Repetition], stop_seconds: float) 
     console.print(f"goal {verdict}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 repetition")
     parser.add_argument("--repetitions", type=int, default=3)
@@ -385,32 +385,45 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.repetitions = 1
-    console = Console(width=160)
-    dags_text = LATENCY_DAGS.format(
+    return args
+
+
+def dag_file(args: argparse.Namespace, queue: str = QUEUE) -> str:
+    """The benchmark's DAG file for these arguments, its jobs on job queue ``queue``."""
+    return LATENCY_DAGS.format(
         instance_type=INSTANCE_TYPE,
         stop_seconds=args.stop_seconds,
         stop_poll_interval=args.stop_poll_interval,
-        queue=QUEUE,
+        queue=queue,
         borrower=BORROWER,
         lender=LENDER,
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with bench(dag_file(args), quota_file(), parallelism=4) as b:
+        return run(b, args, Console(width=160))
+
+
+def run(b: Bench, args: argparse.Namespace, console: Console) -> int:
+    """The repetitions on a bench with ``dag_file(args)``; print the phases; 1 when one went wrong."""
     reps: list[Repetition] = []
-    with bench(dags_text, quota_file(), parallelism=4) as b:
-        for dag_id in (BORROWER, LENDER):
-            b.airflow.wait_for_dag(dag_id, timeout=180)
-        for number in range(1, args.repetitions + 1):
-            console.print(f"[dim]{time.strftime('%H:%M:%S')} repetition {number}[/dim]")
-            # --quick does not wait for the last borrower to train again and finish (~25 s).
-            last = number == args.repetitions
-            reps.append(
-                repetition(
-                    b,
-                    number,
-                    timeout=240,
-                    borrower_age=args.borrower_age,
-                    await_borrower=not (args.quick and last),
-                )
+    for dag_id in (BORROWER, LENDER):
+        b.airflow.wait_for_dag(dag_id, timeout=180)
+    for number in range(1, args.repetitions + 1):
+        console.print(f"[dim]{time.strftime('%H:%M:%S')} repetition {number}[/dim]")
+        # --quick does not wait for the last borrower to train again and finish (~25 s).
+        last = number == args.repetitions
+        reps.append(
+            repetition(
+                b,
+                number,
+                timeout=240,
+                borrower_age=args.borrower_age,
+                await_borrower=not (args.quick and last),
             )
+        )
     print_phases(console, reps, args.stop_seconds)
     ok = all(
         rep.stop_before_create
