@@ -218,13 +218,14 @@ class AirflowProcesses:
                     f"airflow {name} did not exit within {timeout:.0f} s of SIGTERM\n{self.log_tails()}"
                 )
             if name == "scheduler" and not signalled_again:
-                idle_since = (idle_since or now) if not self._task_instances_running() else None
+                idle_since = (idle_since or now) if not self.task_instances_running() else None
                 if idle_since is not None and now - idle_since > _LOCAL_EXECUTOR_HANG:
                     process.send_signal(signal.SIGTERM)
                     signalled_again = True
             time.sleep(0.5)
 
-    def _task_instances_running(self) -> bool:
+    def task_instances_running(self) -> bool:
+        """Whether a task instance of any DAG is running."""
         with self.engine.connect() as connection:
             return bool(
                 connection.execute(
@@ -371,11 +372,15 @@ def run_state(engine: sa.Engine, dag_id: str, run_id: str) -> str | None:
         return None if row is None else str(row[0])
 
 
-def ledger_settled(engine: sa.Engine, *job_ids: str) -> bool:
-    """Whether the quota ledger has recorded the end of ``job_ids`` (default: every job)."""
+def ledger_settled(engine: sa.Engine, *job_ids: str, job_queue_name: str | None = None) -> bool:
+    """Whether the quota ledger has recorded the end of ``job_ids`` (default: every job, or every job of
+    ``job_queue_name``)."""
     query = "SELECT count(*) FROM quota_job WHERE status NOT IN ('SUCCEEDED', 'FAILED')"
-    statement = sa.text(query)
     parameters: dict[str, Any] = {}
+    if job_queue_name is not None:
+        query += " AND job_queue_name = :queue"
+        parameters["queue"] = job_queue_name
+    statement = sa.text(query)
     if job_ids:
         statement = sa.text(query + " AND job_id IN :job_ids").bindparams(
             sa.bindparam("job_ids", expanding=True)

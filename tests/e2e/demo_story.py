@@ -3,7 +3,8 @@
 Two tests run the demo (demo/dags/demo_teams.py under demo/quotas.yaml): ``test_demo_command.py`` through
 ``scripts/demo.sh`` (``airflow standalone`` on SQLite, as a new user runs it) and ``test_demo_flow.py`` on the
 test harness's processes on PostgreSQL (with a scheduler restart midway). Both check one DAG run's story
-here, reading only the metadata database, the REST API and the page:
+here, reading only the metadata database, the REST API and the page, and of them only the demo's job queue
+(``test_demo_flow.py``'s Airflow runs other stories' queues too):
 
 nlp borrows research's idle GPUs; research's job reclaims them; the two lowest-priority nlp trials stop, are
 requeued and resume from their checkpoints (their results equal an uninterrupted run); nobody uses an
@@ -100,9 +101,14 @@ class DemoRun:
         return response.json()
 
     def audit(self) -> list[dict[str, Any]]:
+        """The demo's job queue's audit log."""
         with self.engine.connect() as connection:
             rows = connection.execute(
-                sa.text("SELECT at, kind, job_id, related_job_id, rule FROM quota_audit_log ORDER BY id")
+                sa.text(
+                    "SELECT at, kind, job_id, related_job_id, rule FROM quota_audit_log"
+                    " WHERE job_queue_name = :queue ORDER BY id"
+                ),
+                {"queue": QUEUE},
             ).mappings()
             return [dict(row) for row in rows]
 
@@ -129,8 +135,9 @@ class DemoRun:
         return all(run_state(self.engine, dag_id, self.run_id) in ("success", "failed") for dag_id in DAGS)
 
     def ledger_settled(self) -> bool:
-        """Whether the ledger recorded the end of every job (the cycle after the tasks ended)."""
-        return ledger_settled(self.engine)
+        """Whether the ledger recorded the end of every job of the demo's queue (the cycle after the tasks
+        ended)."""
+        return ledger_settled(self.engine, job_queue_name=QUEUE)
 
 
 def wait_until(what: str, probe: Callable[[], bool], timeout: float, diagnosis: Callable[[], str]) -> None:
@@ -143,7 +150,8 @@ def wait_until(what: str, probe: Callable[[], bool], timeout: float, diagnosis: 
 
 @dataclass
 class LedgerSampler:
-    """Samples the ledger every half second: units held, and device indices held by more than one job."""
+    """Samples the demo's job queue in the ledger every half second: units held, and device indices held by
+    more than one job."""
 
     engine: sa.Engine
     held: list[int] = field(default_factory=list)
@@ -171,8 +179,9 @@ class LedgerSampler:
                 rows = connection.execute(
                     sa.text(
                         "SELECT held_instance_count, held_devices FROM quota_job"
-                        " WHERE held_instance_count > 0"
-                    )
+                        " WHERE held_instance_count > 0 AND job_queue_name = :queue"
+                    ),
+                    {"queue": QUEUE},
                 ).all()
             self.held.append(sum(count for count, _ in rows))
             devices: Counter[int] = Counter()
@@ -211,7 +220,9 @@ def the_finished_story_holds(run: DemoRun, sampler: LedgerSampler) -> None:
         assert kinds == ["SUBMITTED", "GRANTED", "PREEMPTED", "REQUEUED", "GRANTED", "SUCCEEDED"], kinds
 
     # The REST API tells the same story as the ledger.
-    jobs = {job["jobId"]: job for job in run.api("/jobs?finished=true&limit=100")["jobs"]}
+    jobs = {
+        job["jobId"]: job for job in run.api(f"/jobs?jobQueueName={QUEUE}&finished=true&limit=100")["jobs"]
+    }
     for victim in run.victims:
         assert jobs[victim]["status"] == "SUCCEEDED"
         assert jobs[victim]["preemptionSummary"]["preemptedAttemptCount"] == 1
