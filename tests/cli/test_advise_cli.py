@@ -1,5 +1,7 @@
 """``airflow quota advise`` inside Airflow's CLI (a subprocess against a migrated metadata DB): without
---history it reads the ledger's jobs as ``airflow quota history`` does, with the real stops' time."""
+--history it reads the ledger's jobs as ``airflow quota history`` does, with the real stops' time. Its
+refusal of a missing source is read from the command run through Airflow's CLI parser in this process
+(``tests/cli/in_process.py``: the same output and exit status without a second ``airflow`` start)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.cli.in_process import run_quota
 from tests.db.allocation import QUEUE, START
 from tests.db.conftest import Database, migrated
 from tests.db.test_allocator_cycle import db
@@ -38,7 +41,7 @@ def test_advise_reads_the_ledger_without_a_history_file(db: Database, tmp_path: 
         "1",
         "--json",
     )
-    refused = db.airflow("quota", "advise", "--config", str(quotas), "--queue", QUEUE)
+    refused = run_quota(["advise", "--config", str(quotas), "--queue", QUEUE], db.engine)
 
     assert advised.returncode == 0, advised.stderr
     advice = json.loads(advised.stdout)

@@ -1,6 +1,8 @@
 """``airflow quota history`` as a user runs it (a subprocess against a migrated metadata DB, SQLite and
 PostgreSQL): the ledger's real jobs come out as a trace that ``airflow quota simulate --trace`` replays,
-with the real preemption and the same jobs on the report's timeline."""
+with the real preemption and the same jobs on the report's timeline. Its refusal of a bad time range is
+read from the command run through Airflow's CLI parser in this process (``tests/cli/in_process.py``: the
+same output and exit status without a second ``airflow`` start)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 import yaml
 
 from airflow_quota.sim.__main__ import main as simulate
+from tests.cli.in_process import run_quota
 from tests.db.conftest import Database, migrated
 from tests.db.test_allocator_cycle import QUEUE, START, db
 from tests.db.test_history_replay import QUOTA_FILE, build_history, name
@@ -32,7 +35,7 @@ def test_history_exports_a_trace_that_simulate_replays_into_a_report(
     exported = db.airflow(
         "quota", "history", "--since", START.isoformat(), "--queue", QUEUE, "-o", str(trace)
     )
-    refused = db.airflow("quota", "history", "--since", "2026-03-02", "--until", "2026-03-01")
+    refused = run_quota(["history", "--since", "2026-03-02", "--until", "2026-03-01"], db.engine)
 
     assert exported.returncode == 0, exported.stderr
     assert f"Exported 5 jobs of job queue {QUEUE}" in exported.stderr
