@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.databases import benchmark_env
+
 pytestmark = [pytest.mark.db, pytest.mark.airflow]  # the slow tier: see tests/conftest.py
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +28,7 @@ def test_allocator_cycle_benchmark_small_sqlite_run_prints_its_table() -> None:
             "1",
         ],
         cwd=ROOT,
+        env=benchmark_env(),  # its databases copies of the migrated template
         capture_output=True,
         text=True,
         timeout=300,

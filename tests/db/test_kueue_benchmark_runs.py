@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.databases import postgres_server_or_skip
+from tests.databases import benchmark_env, postgres_server_or_skip
 
 pytestmark = [pytest.mark.db, pytest.mark.airflow]  # the slow tier: see tests/conftest.py
 
@@ -26,6 +26,7 @@ def run_benchmark(script: str, *arguments: str) -> subprocess.CompletedProcess[s
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / script), *arguments],
         cwd=ROOT,
+        env=benchmark_env(),  # its databases copies of the migrated template
         capture_output=True,
         text=True,
         timeout=300,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.databases import postgres_server_or_skip
+from tests.databases import benchmark_env, postgres_server_or_skip
 
 pytestmark = [pytest.mark.db, pytest.mark.airflow]  # the slow tier: see tests/conftest.py
 
@@ -32,6 +32,7 @@ def test_scale_allocator_benchmark_small_postgresql_run_prints_its_table() -> No
             "3",
         ],
         cwd=ROOT,
+        env=benchmark_env(),  # its databases copies of the migrated template
         capture_output=True,
         text=True,
         timeout=300,
