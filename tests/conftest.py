@@ -15,8 +15,9 @@ tests' Airflow installations run at once, whatever the number of workers (``test
 ``AIRFLOW_SLOTS``; as many as the default four workers), the soak's and the benchmark runs' too: their
 scripts inherit the worker's environment (``PYTEST_XDIST_WORKER``), so their ``AirflowProcesses`` wait for a
 slot like a test's.
-The ``STORY_FILES`` (the scheduler's grants, the local and the SageMaker reclaim) share one Airflow
-(``tests/airflow/stories.py``) and go to one worker together, as the ``ONE_WORKER_FILES`` (tests/ui) do.
+The ``STORY_FILES`` (the scheduler's grants, the local and the SageMaker reclaim, the demo's flow on
+PostgreSQL) share one Airflow (``tests/airflow/stories.py``) and go to one worker together, as the
+``ONE_WORKER_FILES`` (tests/ui) do.
 
 ``QUOTA_TEST_TIMELINE=FILE`` appends one JSON line per test (worker, test, start and end in seconds since
 the epoch, and the CPU seconds its worker and the worker's finished child processes used meanwhile: an
@@ -53,52 +54,57 @@ os.environ.setdefault("HYPOTHESIS_NO_PLUGINS", "1")
 #: Seconds a file's tests took in a whole-suite run on a 2-core machine (each test's, for SPREAD_FILES),
 #: from ``python -m tests.timeline``: the longest start first, so the suite does not end waiting for a long
 #: one that started last. Other files: 60 s if they start Airflow (``airflow``), 10 s with a database.
+#: Files changed since their last whole-suite figure carry what they took alone (``-n 0``) at load 6 to 9.
 LONGEST_FIRST = {
-    "tests/airflow/test_soak.py": 350,
+    # Each of the soak's two runs: one deck of its actions and the drain (2026-12-06, -n 0, load 6 to 7:
+    # 191 and 202 s; the 75 s of chaos before took 320 and 194 s).
+    "tests/airflow/test_soak.py": 200,
     "tests/distributed/test_celery_two_schedulers.py": 210,
     "tests/e2e/test_demo_command.py": 420,
     "tests/aws_batch/test_end_to_end.py": 250,
-    "tests/e2e/test_demo_flow.py": 250,
     # The stories sharing one Airflow (tests/airflow/stories.py), in the order they run on their worker (the
-    # grants first: a test of theirs acts while a job waits). Their sum, one apart so nothing sorts between.
-    "tests/airflow/test_scheduler_grants.py": 302,
-    "tests/sagemaker/test_end_to_end.py": 301,
-    "tests/local/test_end_to_end_local.py": 300,
+    # grants first: a test of theirs acts while a job waits; the demo's flow last: it restarts the
+    # scheduler). Their sum, one apart so nothing sorts between.
+    "tests/airflow/test_scheduler_grants.py": 500,
+    "tests/sagemaker/test_end_to_end.py": 499,
+    "tests/local/test_end_to_end_local.py": 498,
+    "tests/e2e/test_demo_flow.py": 497,
     # tests/ui's three files on their one worker (ONE_WORKER_FILES): their sum, so they start before the
     # shorter Airflow files instead of ending the suite (they did, 388 to 531 s of 536). test_react_page.py
     # took about 245 s alone at load 4 to 8 (2026-12-06, 35e2fc1), the other two about 140 s together.
     "tests/ui/test_api_limits.py": 385,
     "tests/aws_batch/test_rest_on_aws_queues.py": 85,
-    "tests/db/test_allocator_hosts.py": 90,
-    "tests/airflow/test_overhead_benchmarks_run.py": 65,
+    "tests/db/test_allocator_hosts.py": 60,  # 4 of its 8 `airflow` commands now in-process (2026-12-06; 90)
+    # Both benchmarks' quick runs on one Airflow (2026-12-06, -n 0, load 5 to 7: 144 s; 293 s for the two
+    # Airflows before).
+    "tests/airflow/test_overhead_benchmarks_run.py": 150,
     "tests/ui/test_react_page.py": 245,
     "tests/db/test_migrations.py": 60,
-    "tests/cli/test_quota_cli.py": 55,
+    "tests/cli/test_quota_cli.py": 10,  # one `airflow` process left (2026-12-06; 55 s with seven)
     # The fast tier's longest files (a file of it takes 10 s by default with a database, 0 without), from
-    # its own run (``-m "not airflow"``, 4 workers): the ones that mostly wait (moto's emulated jobs) first.
-    "tests/sagemaker/test_operator.py": 20,
-    "tests/unit/engine/test_properties.py": 20,
-    "tests/db/test_allocator_lifecycle.py": 19,
-    "tests/db/test_allocator_kept_state.py": 19,
+    # its own run (``-m "not airflow"``, 4 workers; f6a5e58, 2026-12-06, load 1 to 2): the ones that mostly
+    # wait (moto's emulated jobs) first. AWS Batch's backend file, left at 10 s, started at 63 s and ended
+    # the tier at 119 s while the other workers had been idle since 96 s.
+    "tests/aws_batch/test_batch_backend.py": 56,
+    "tests/unit/engine/test_properties.py": 51,
+    "tests/aws_batch/test_service_jobs_fight_back.py": 24,
+    "tests/db/test_allocator_kept_state.py": 21,
+    "tests/db/test_finished_and_lost_work.py": 19,
     "tests/db/test_allocator_local_stop.py": 17,
-    "tests/sagemaker/test_backend.py": 17,
     "tests/aws_batch/test_emulator.py": 16,
-    "tests/local/test_operator_local.py": 15,
-    "tests/db/test_history_replay.py": 14,
-    "tests/aws_batch/test_apply_to_aws.py": 13,
-    "tests/db/test_store.py": 13,
-    "tests/sagemaker/test_trigger.py": 12,
-    "tests/db/test_timeline.py": 8,
+    "tests/aws_batch/test_apply_to_aws.py": 16,
+    "tests/db/test_allocator_lifecycle.py": 14,
+    "tests/sagemaker/test_operator.py": 12,
+    "tests/aws_batch/test_queue_reports.py": 8,
+    "tests/cli/test_cli_widths.py": 7,
+    "tests/sagemaker/test_backend.py": 6,
+    "tests/local/test_operator_local.py": 5,
+    "tests/sagemaker/test_trigger.py": 5,
 }
 
 
 #: Files whose tests are independent and long: each test goes to whichever worker is free.
-SPREAD_FILES = frozenset(
-    {
-        "tests/airflow/test_soak.py",
-        "tests/airflow/test_overhead_benchmarks_run.py",
-    }
-)
+SPREAD_FILES = frozenset({"tests/airflow/test_soak.py"})
 
 
 #: Files that share a session fixture's Airflow (tests/ui/conftest.py: one api-server per backend for the
