@@ -114,7 +114,7 @@ class OrderedPolicy(VictimPolicy):
 
 
 def policy_at(now: float, **fields: object) -> OrderedPolicy:
-    return OrderedPolicy(now, {}, frozenset(), **fields)  # type: ignore[arg-type]
+    return OrderedPolicy(now, {}, frozenset(), {}, **fields)  # type: ignore[arg-type]
 
 
 # --- one decision -------------------------------------------------------------------------------------------
