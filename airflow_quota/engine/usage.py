@@ -337,12 +337,7 @@ class Usage:
 
     def rekeep(self, reservation: Job) -> None:
         """``reservation``, counted already, now keeps another split of the stops it awaits."""
-        unit = reservation.request.capacity_unit
-        reservations = self.reservations[unit]
-        for job in reservations.values():
-            self._count_reservation(job, -1)
-        reservations[reservation.job_id] = reservation
-        self._count_claims(unit)
+        self._allocate(reservation.request.capacity_unit, new=reservation)
 
     def stop(self, victim: Job) -> None:
         """``victim`` is being stopped (as it now is): it leaves its share's future usage."""
@@ -359,8 +354,9 @@ class Usage:
     # -- internals -----------------------------------------------------------------------------------
 
     def _allocate(self, unit: str, new: Job | None = None) -> None:
-        """Work out again who gets the units of the stops under way on ``unit``, with ``new``, a reservation
-        not counted yet, if given: each reservation's old counts are taken back first."""
+        """Work out again who gets the units of the stops under way on ``unit``, with ``new``, if given: a
+        reservation not counted yet, or one counted that now keeps another split (it replaces the old one).
+        Each reservation's old counts are taken back first."""
         reservations = self.reservations[unit]
         for job in reservations.values():
             self._count_reservation(job, -1)
