@@ -157,20 +157,24 @@ def lost_work_report(
     found: dict[tuple[str, str], LostWork], since: datetime, until: datetime
 ) -> dict[str, Any]:
     """The work the queue's preemptions decided in ``[since, until]`` lost (``ledger.views.lost_work``):
-    in all, and per share of the preempted jobs."""
-    by_share: dict[str, dict[str, float | int]] = {}
+    in all, and per share of the preempted jobs (every unit together)."""
+    by_share: dict[str, LostWork] = {}
     for (_, share_name), lost in sorted(found.items()):
-        entry = by_share.setdefault(share_name, {"lostUnitSeconds": 0.0, "preemptions": 0, "unmeasured": 0})
-        entry["lostUnitSeconds"] = round(entry["lostUnitSeconds"] + lost.lost_unit_seconds, 1)
-        entry["preemptions"] += lost.preemptions
-        entry["unmeasured"] += lost.unmeasured
+        by_share[share_name] = by_share.get(share_name, LostWork()) + lost
+    total = sum(by_share.values(), LostWork())
     return {
         "since": since.isoformat(),
         "until": until.isoformat(),
-        "lostUnitSeconds": round(sum(each["lostUnitSeconds"] for each in by_share.values()), 1),
-        "preemptions": sum(int(each["preemptions"]) for each in by_share.values()),
-        "unmeasured": sum(int(each["unmeasured"]) for each in by_share.values()),
-        "quotaShares": by_share,
+        **_lost_work_fields(total),
+        "quotaShares": {name: _lost_work_fields(lost) for name, lost in by_share.items()},
+    }
+
+
+def _lost_work_fields(lost: LostWork) -> dict[str, float | int]:
+    return {
+        "lostUnitSeconds": lost.lost_unit_seconds,
+        "preemptions": lost.preemptions,
+        "unmeasured": lost.unmeasured,
     }
 
 

@@ -224,6 +224,14 @@ class LostWork:
     #: Of ``preemptions``, those recorded before lost work was measured (no figure: not in the sum).
     unmeasured: int = 0
 
+    def __add__(self, other: LostWork) -> LostWork:
+        """Both together (of two units, or two shares)."""
+        return LostWork(
+            round(self.lost_unit_seconds + other.lost_unit_seconds, 1),
+            self.preemptions + other.preemptions,
+            self.unmeasured + other.unmeasured,
+        )
+
 
 def lost_work(
     session: Session, job_queue_name: str, since: datetime | None, until: datetime
