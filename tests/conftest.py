@@ -43,8 +43,9 @@ from xdist.scheduler import LoadFileScheduling
 pytest.register_assert_rewrite("tests.airflow.stories")
 from tests.airflow.stories import STORY_FILES  # noqa: E402  (after its assert rewriting is registered)
 
-#: The fixture of the stories that share one Airflow (``stories``), and its stop once a worker leaves them.
-pytest_plugins = ("tests.airflow.stories",)
+#: The fixture of the stories that share one Airflow (``stories``), and its stop once a worker leaves them;
+#: the one moto server with our SageMaker emulator (``moto_server``) of every test that asks for it.
+pytest_plugins = ("tests.airflow.stories", "tests.sagemaker.moto_fixture")
 
 # Trio (which Selenium brings) registers its random generator with Hypothesis as an entry-point plugin, and
 # registering runs a full garbage collection in every worker (about a CPU-second each with Airflow loaded).

@@ -38,7 +38,7 @@ import pytest
 
 if TYPE_CHECKING:
     from tests.airflow.harness import AirflowProcesses
-    from tests.sagemaker.conftest import MotoServer
+    from tests.sagemaker.moto_fixture import MotoServer
 
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
@@ -107,7 +107,7 @@ _started: list[Stories] = []
 def stories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stories]:
     from tests.airflow.harness import AirflowProcesses
     from tests.databases import postgres_admin, postgres_server_or_skip
-    from tests.sagemaker.conftest import MotoServer
+    from tests.sagemaker.moto_fixture import MotoServer
     from tests.sagemaker.moto_process import (
         OFFLINE_AWS_ENVIRONMENT,
         SAGEMAKER_ONLY,

@@ -31,12 +31,13 @@ from tests.db.allocation import defer
 from tests.db.conftest import Database
 from tests.db.test_allocator_cycle import db
 from tests.db.test_allocator_lifecycle import defer_on_monitor, store_set, teams
-from tests.sagemaker.conftest import MotoServer, _cheaper_aws_clients, moto_server, training_request, unique
+from tests.sagemaker.conftest import _cheaper_aws_clients, training_request, unique
+from tests.sagemaker.moto_fixture import MotoServer
 from tests.sagemaker.moto_process import REGION
 
 pytestmark = pytest.mark.db
 
-__all__ = ["_cheaper_aws_clients", "db", "moto_server", "teams", "unique"]  # the fixtures borrowed
+__all__ = ["_cheaper_aws_clients", "db", "teams", "unique"]  # the fixtures borrowed
 
 INTERVAL = timedelta(seconds=30)
 

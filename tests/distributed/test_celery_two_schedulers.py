@@ -25,10 +25,9 @@ import sqlalchemy as sa
 
 from tests.airflow.harness import AirflowProcesses
 from tests.databases import postgres_admin, postgres_server_or_skip
-from tests.sagemaker.conftest import MotoServer, moto_server
+from tests.sagemaker.moto_fixture import MotoServer
 
 pytestmark = pytest.mark.airflow
-__all__ = ["moto_server"]  # the fixture this module borrows
 
 HERE = Path(__file__).parent
 CAPACITY = 2  # ml.g5.xlarge instances in tests/distributed/quotas.yaml

@@ -1,4 +1,6 @@
-"""One moto server (with our SageMaker emulator) per test session, and the Airflow connection to it.
+"""The SageMaker tests' set-up: one moto server (with our SageMaker emulator) per test session, and the
+Airflow connection to it (the ``moto_server`` fixture, in tests/sagemaker/moto_fixture.py for the whole
+suite), training requests, and an offline AWS environment.
 
 The server runs in a subprocess (``python -m tests.sagemaker.moto_sagemaker``: no test here calls AWS
 Batch; tests/aws_batch starts its own, with both emulators) on 127.0.0.1 and a free port;
@@ -15,7 +17,6 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -23,11 +24,7 @@ import pytest
 from tests.sagemaker.moto_process import (
     FINISH_TAG,
     OFFLINE_AWS_ENVIRONMENT,
-    REGION,
-    SAGEMAKER_ONLY,
     cheaper_aws_clients,
-    emulator_connection,
-    moto_server_process,
 )
 
 ROLE_ARN = "arn:aws:iam::123456789012:role/training"
@@ -37,31 +34,11 @@ atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
 os.environ.update(OFFLINE_AWS_ENVIRONMENT)
 
 
-@dataclass(frozen=True)
-class MotoServer:
-    """moto's server with our SageMaker emulator, and a plain boto3 client to look at it."""
-
-    endpoint_url: str
-
-    def client(self, service: str = "sagemaker") -> Any:
-        import boto3
-
-        return boto3.client(service, endpoint_url=self.endpoint_url, region_name=REGION)
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _cheaper_aws_clients() -> Iterator[None]:
     """New AWS clients without reloading botocore's data or walking the stack (``cheaper_aws_clients``)."""
     with cheaper_aws_clients():
         yield
-
-
-@pytest.fixture(scope="session")
-def moto_server() -> Iterator[MotoServer]:
-    with moto_server_process(SAGEMAKER_ONLY) as endpoint_url, pytest.MonkeyPatch.context() as patch:
-        for name, value in emulator_connection(endpoint_url).items():
-            patch.setenv(name, value)
-        yield MotoServer(endpoint_url)
 
 
 def training_request(

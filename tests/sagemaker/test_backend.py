@@ -26,7 +26,8 @@ from airflow_quota.backends.sagemaker import (
     request_training_job_stop,
     training_job_name,
 )
-from tests.sagemaker.conftest import MotoServer, finish_training, training_request
+from tests.sagemaker.conftest import finish_training, training_request
+from tests.sagemaker.moto_fixture import MotoServer
 from tests.waiting import wait_for
 
 IDENTITY = TaskIdentity("team_a_pipeline", "manual__2026-11-30T05:00:00+00:00", "train", -1, 1)

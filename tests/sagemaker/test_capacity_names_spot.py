@@ -19,7 +19,8 @@ from airflow_quota.backends.sagemaker import TAG_PREFIX
 from airflow_quota.protocol import PREEMPT_KEY
 from airflow_quota.triggers.admission import QuotaAdmissionTrigger, request_document
 from airflow_quota.triggers.sagemaker import SageMakerTrainingJobTrigger
-from tests.sagemaker.conftest import MotoServer, finish_training, training_request
+from tests.sagemaker.conftest import finish_training, training_request
+from tests.sagemaker.moto_fixture import MotoServer
 from tests.sagemaker.task_runtime import TaskInstanceStandIn, TaskRun, monitor_event
 from tests.sagemaker.test_operator import job_names, operator, preempt, task_run
 

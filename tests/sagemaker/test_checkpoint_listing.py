@@ -30,7 +30,7 @@ from airflow_quota.backends.sagemaker_checkpoints import (
     newest_checkpoint_through_s3,
     split_s3_uri,
 )
-from tests.sagemaker.conftest import MotoServer
+from tests.sagemaker.moto_fixture import MotoServer
 from tests.sagemaker.moto_process import REGION
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from tests.airflow.harness import AirflowProcesses
 from tests.airflow.stories import Stories
-from tests.sagemaker.conftest import MotoServer
+from tests.sagemaker.moto_fixture import MotoServer
 
 pytestmark = pytest.mark.airflow
 

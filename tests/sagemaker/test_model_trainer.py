@@ -17,7 +17,8 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_quota.protocol import PREEMPT_KEY
 from airflow_quota.triggers.admission import QuotaAdmissionTrigger
-from tests.sagemaker.conftest import ROLE_ARN, MotoServer
+from tests.sagemaker.conftest import ROLE_ARN
+from tests.sagemaker.moto_fixture import MotoServer
 from tests.sagemaker.task_runtime import TaskInstanceStandIn, TaskRun, monitor_event
 
 pytestmark = pytest.mark.airflow  # the slow tier (tests/conftest.py): the SDK takes seconds to import

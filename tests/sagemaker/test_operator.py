@@ -22,7 +22,8 @@ from airflow_quota.operators.training import QuotaTrainingOperator
 from airflow_quota.protocol import PREEMPT_KEY, TRAINING_JOB_KEY
 from airflow_quota.triggers.admission import ADMISSION_CLASSPATH, QuotaAdmissionTrigger, request_document
 from airflow_quota.triggers.sagemaker import SageMakerTrainingJobTrigger
-from tests.sagemaker.conftest import MotoServer, finish_training, training_request
+from tests.sagemaker.conftest import finish_training, training_request
+from tests.sagemaker.moto_fixture import MotoServer
 from tests.sagemaker.moto_process import REGION
 from tests.sagemaker.task_runtime import TaskInstanceStandIn, TaskRun, monitor_event
 from tests.waiting import wait_for

@@ -10,7 +10,8 @@ from typing import Any
 
 from airflow_quota.backends.sagemaker import SageMakerTrainingJobs
 from airflow_quota.triggers.sagemaker import SageMakerTrainingJobTrigger
-from tests.sagemaker.conftest import MotoServer, training_request
+from tests.sagemaker.conftest import training_request
+from tests.sagemaker.moto_fixture import MotoServer
 
 
 def launch(name: str, **kwargs: Any) -> None:
