@@ -3,9 +3,11 @@
 One server per test session: a temporary ``AIRFLOW_HOME`` with a SQLite metadata DB made by ``airflow db
 migrate`` (which also creates the ledger's tables), Airflow's default configuration (SimpleAuthManager,
 lazy provider discovery: the plugin must load through its entry point), three users (``admin``, ``op``,
-``viewer``) with known passwords, on a free port of 127.0.0.1, with two uvicorn workers (spawned processes,
-as in production: the plugin builds its app only in the api-server's processes). Each test empties the
-ledger and seeds it with the store's own functions, as the allocator would write it.
+``viewer``) with known passwords, on a free port of 127.0.0.1. The SQLite server, which most tests use,
+runs two uvicorn workers (spawned processes: the plugin builds its app only in the api-server's processes,
+and a test's requests land on either); the PostgreSQL one and tests/aws_batch's run Airflow's default, one
+(each further worker costs about 10 CPU-seconds to start). Each test empties the ledger and seeds it with
+the store's own functions, as the allocator would write it.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ class ApiServer:
 @pytest.fixture(scope="session")
 def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     home = tmp_path_factory.mktemp("airflow-home-ui")
-    yield from _serve(home, f"sqlite:///{home / 'airflow.db'}")
+    yield from _serve(home, f"sqlite:///{home / 'airflow.db'}", workers=2)
 
 
 @pytest.fixture(scope="session")
@@ -119,7 +121,7 @@ def postgres_api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ap
         postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _serve(home: Path, database: str) -> Iterator[ApiServer]:
+def _serve(home: Path, database: str, workers: int = 1) -> Iterator[ApiServer]:
     port = _free_port()
     passwords = home / "simple_auth_manager_passwords.json"
     passwords.write_text(json.dumps(PASSWORDS))
@@ -137,7 +139,7 @@ def _serve(home: Path, database: str) -> Iterator[ApiServer]:
     migrate_fresh(database)
     log = (home / "api-server.log").open("w")
     server = subprocess.Popen(
-        [str(AIRFLOW), "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "2"],
+        [str(AIRFLOW), "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
