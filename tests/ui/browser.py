@@ -106,6 +106,26 @@ def log_in(driver: WebDriver, base_url: str, path: str, user: str, password: str
     )
 
 
+#: Each browser's last log-in (by its WebDriver session): the server, the user and the cookies it was given.
+_logged_in: dict[str, tuple[str, str, dict[str, str]]] = {}
+
+
+def hold_session(driver: WebDriver, base_url: str, user: str, password: str) -> None:
+    """Make sure this browser holds ``user``'s session on ``base_url``: ``log_in`` (landing on Airflow's home
+    page) unless it still holds the session its last ``log_in`` there gave that user (the same cookies, read
+    on the page it is on). Airflow's login and home page cost the browser and the api-server more than the
+    quota page itself: a module's tests log in once. The caller opens its page next."""
+    cookies = {cookie["name"]: cookie["value"] for cookie in driver.get_cookies()}
+    if cookies and _logged_in.get(driver.session_id) == (base_url, user, cookies):
+        return
+    log_in(driver, base_url, "/", user, password)
+    _logged_in[driver.session_id] = (
+        base_url,
+        user,
+        {cookie["name"]: cookie["value"] for cookie in driver.get_cookies()},
+    )
+
+
 def drawn_timeline(driver: WebDriver, queue: str) -> list[dict[str, Any]]:
     """What the job queue's GPU timeline draws (QuotaTimeline.drawn), one entry per bar or wait: its job,
     kind (bar or wait), phase (RUNNING, STOPPING, WAITING), lane, borrowed, preemptor, start and end (ms), and

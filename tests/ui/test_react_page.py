@@ -28,7 +28,7 @@ from tests.ui.browser import (
     click,
     console_errors,
     drawn_timeline,
-    log_in,
+    hold_session,
     pick_window,
     wait_for,
 )
@@ -186,7 +186,7 @@ def test_the_page_tells_the_story_as_the_rest_api_does_in_both_themes(
 ) -> None:
     ledger, jobs = seed_story(api_server)
     vision_a = jobs["vision_a"]
-    log_in(browser, api_server.url, "/", "viewer", PASSWORDS["viewer"])
+    hold_session(browser, api_server.url, "viewer", PASSWORDS["viewer"])
     browser.get(api_server.url + PAGE)
     page = showing(browser, "vision's usage", lambda page: "vision" in page["legends"])
     console_errors(browser)  # from here on: none (before: Airflow's own /ui/config 401 at its login)
@@ -354,7 +354,7 @@ def test_recently_finished_lists_a_long_training_that_finished_last_first(
     ledger = Ledger(api_server.engine)
     ledger.now = datetime.now(UTC) - timedelta(minutes=20)
     long, short = long_training_finishing_last(ledger)
-    log_in(browser, api_server.url, "/", "viewer", PASSWORDS["viewer"])
+    hold_session(browser, api_server.url, "viewer", PASSWORDS["viewer"])
     console_errors(browser)
     browser.get(api_server.url + PAGE)
     page = showing(browser, "the latest finished", lambda page: len(page["finished"]) == 10)
@@ -484,7 +484,7 @@ def seed_requeued_story(api_server: ApiServer) -> tuple[Ledger, dict[str, str]]:
 
 def test_the_share_page_focuses_on_one_share(api_server: ApiServer, browser: WebDriver) -> None:
     _, jobs = seed_requeued_story(api_server)
-    log_in(browser, api_server.url, "/", "viewer", PASSWORDS["viewer"])
+    hold_session(browser, api_server.url, "viewer", PASSWORDS["viewer"])
     console_errors(browser)
     browser.get(f"{api_server.url}{PAGE}/shares/{QUEUE}/vision")
     page = wait_for(browser, lambda d: d.execute_script(SHARE_PAGE), "the share's card")
@@ -560,7 +560,7 @@ def test_recent_decisions_name_the_job_and_filter_by_kind_job_share_and_dag_run(
     vision_a = jobs["vision_a"]
     # A job of another DAG run, in urgent: the DAG run and share filters tell it apart.
     eval_b = ledger.submit("eval-b", "urgent", 1, run_id="run-2")
-    log_in(browser, api_server.url, "/", "viewer", PASSWORDS["viewer"])
+    hold_session(browser, api_server.url, "viewer", PASSWORDS["viewer"])
     console_errors(browser)
     browser.get(api_server.url + PAGE)
     decisions(browser, "eval-b's submission", lambda rows: any("eval-b" in row[3] for row in rows))
@@ -629,7 +629,7 @@ def test_an_ended_session_says_so_with_a_link_to_log_in_again(
     api_server: ApiServer, browser: WebDriver
 ) -> None:
     seed_requeued_story(api_server)
-    log_in(browser, api_server.url, "/", "viewer", PASSWORDS["viewer"])
+    hold_session(browser, api_server.url, "viewer", PASSWORDS["viewer"])
     for path, ready in (
         (PAGE, "[data-quota-page=queues] table.jobs tr[data-job]"),
         ("/dags/train/runs/run-1/tasks/vision-a/plugin/quota", "[data-quota-page=task] table.story tr"),
@@ -657,7 +657,7 @@ def test_the_page_shows_a_page_of_jobs_with_a_long_history(api_server: ApiServer
         row |= {"status": "RUNNABLE", "status_reason": "Waiting for capacity"}
     with api_server.engine.begin() as connection:
         connection.execute(sa.insert(JobRow), rows)
-    log_in(browser, api_server.url, "/", "viewer", PASSWORDS["viewer"])
+    hold_session(browser, api_server.url, "viewer", PASSWORDS["viewer"])
     console_errors(browser)
     browser.get(api_server.url + PAGE)
     page = showing(browser, "the jobs", lambda page: (len(page["jobs"]), len(page["finished"])) == (1000, 10))
@@ -694,7 +694,7 @@ def test_a_job_running_for_days_says_on_which_day_it_started_in_its_tooltip(
     ledger.now = datetime.now(UTC) - timedelta(minutes=1)
     recent_job = ledger.submit("recent-run", "research", 1)
     ledger.cycle()
-    log_in(browser, api_server.url, "/", "viewer", PASSWORDS["viewer"])
+    hold_session(browser, api_server.url, "viewer", PASSWORDS["viewer"])
     console_errors(browser)
     browser.get(api_server.url + PAGE)
 
