@@ -109,7 +109,7 @@ SPREAD_FILES = frozenset({"tests/airflow/test_soak.py"})
 
 
 #: Files that share a session fixture's Airflow (tests/ui/conftest.py: one api-server per backend for the
-#: session) run on one worker, so it starts once: each costs about 25 CPU-seconds (two uvicorn workers).
+#: session) run on one worker, so each server starts once (20 to 35 CPU-seconds each).
 ONE_WORKER_FILES = frozenset(
     {"tests/ui/test_api.py", "tests/ui/test_api_limits.py", "tests/ui/test_react_page.py"}
 )

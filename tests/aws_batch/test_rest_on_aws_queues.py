@@ -6,8 +6,9 @@ answer for a queue, while a queue our allocator schedules is answered from the l
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,21 @@ def server(endpoint_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         started = next(serving)
     yield started
     next(serving, None)  # stops it
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Callable[[], WebDriver]]:
+    """One Chromium for the module's page checks, started by the first that asks for it (without Chromium,
+    the test that also checks the REST API runs without it)."""
+    with contextlib.ExitStack() as stack:
+        started: list[WebDriver] = []
+
+        def driver() -> WebDriver:
+            if not started:
+                started.append(stack.enter_context(page.chromium()))
+            return started[0]
+
+        yield driver
 
 
 @pytest.fixture
@@ -232,7 +248,7 @@ def test_an_arn_of_another_resource_type_is_refused_naming_what_to_give(
 
 
 def test_one_service_job_shows_its_preemption_as_aws_batch_reports_it(
-    batch: Any, server: ApiServer, unique: str
+    batch: Any, server: ApiServer, unique: str, browser: Callable[[], WebDriver]
 ) -> None:
     name = f"pre-{unique}"
     design = quota_file(
@@ -273,24 +289,22 @@ def test_one_service_job_shows_its_preemption_as_aws_batch_reports_it(
     assert get(server, "/taskInstances/serviceJobs", **(task | {"taskId": "other"}))["jobs"] == []
     if page.CHROMIUM is None:
         return
-    with page.chromium() as driver:
-        page.log_in(driver, server.url, "/", "viewer", PASSWORDS["viewer"])
-        page.console_errors(driver)  # from here on, the tab's errors (before: Airflow's 401s at its login)
-        # The old address leads to the React task view, in Airflow's page of the task instance.
-        driver.get(server.url + "/quota/task-instance?" + "&".join(f"{k}={v}" for k, v in task.items()))
-        section = page.wait_for(
-            driver,
-            lambda d: d.find_element(
-                By.CSS_SELECTOR, "[data-quota-page=task] section[data-scheduler='AWS_BATCH']"
-            ),
-            "the task's service job",
-        )
-        shown = section.text
-        assert (
-            driver.current_url == f"{server.url}/dags/nlp_pipeline/runs/run-{unique}/tasks/train/plugin/quota"
-        )
-        driver.save_screenshot(str(page.ARTIFACTS / "gpu-quotas-aws-batch-task.png"))
-        errors = page.console_errors(driver)
+    driver = browser()
+    page.hold_session(driver, server.url, "viewer", PASSWORDS["viewer"])
+    page.console_errors(driver)  # from here on, the tab's errors (before: Airflow's 401s at its login)
+    # The old address leads to the React task view, in Airflow's page of the task instance.
+    driver.get(server.url + "/quota/task-instance?" + "&".join(f"{k}={v}" for k, v in task.items()))
+    section = page.wait_for(
+        driver,
+        lambda d: d.find_element(
+            By.CSS_SELECTOR, "[data-quota-page=task] section[data-scheduler='AWS_BATCH']"
+        ),
+        "the task's service job",
+    )
+    shown = section.text
+    assert driver.current_url == f"{server.url}/dags/nlp_pipeline/runs/run-{unique}/tasks/train/plugin/quota"
+    driver.save_screenshot(str(page.ARTIFACTS / "gpu-quotas-aws-batch-task.png"))
+    errors = page.console_errors(driver)
     assert f"Job queue {name} scheduled by AWS Batch" in shown
     assert (
         f"Service job {task_key} ({borrower}) · quota share nlp · schedulingPriority 0 · now RUNNABLE"
@@ -371,22 +385,22 @@ return sections;
 
 @page.NEEDS_CHROMIUM
 def test_the_page_shows_a_queue_aws_batch_schedules_marked_and_read_from_aws(
-    server: ApiServer, queues: dict[str, Any]
+    server: ApiServer, queues: dict[str, Any], browser: Callable[[], WebDriver]
 ) -> None:
     aws, jobs = queues["aws"], queues["jobs"]
-    with page.chromium() as driver:
-        page.log_in(driver, server.url, "/", "viewer", PASSWORDS["viewer"])
-        page.console_errors(driver)  # from here on, the page's errors (before: Airflow's 401s at its login)
-        driver.get(server.url + "/quota/")  # the old address: the page in Airflow's UI
+    driver = browser()
+    page.hold_session(driver, server.url, "viewer", PASSWORDS["viewer"])
+    page.console_errors(driver)  # from here on, the page's errors (before: Airflow's 401s at its login)
+    driver.get(server.url + "/quota/")  # the old address: the page in Airflow's UI
 
-        def drawn(d: WebDriver) -> dict[str, Any] | None:
-            sections: dict[str, Any] = d.execute_script(SECTIONS)
-            ready = aws in sections and len(sections[aws]["jobs"]) == 3 and queues["missing"] in sections
-            return sections if ready else None
+    def drawn(d: WebDriver) -> dict[str, Any] | None:
+        sections: dict[str, Any] = d.execute_script(SECTIONS)
+        ready = aws in sections and len(sections[aws]["jobs"]) == 3 and queues["missing"] in sections
+        return sections if ready else None
 
-        sections = page.wait_for(driver, drawn, "the queue AWS Batch schedules, with its service jobs")
-        driver.save_screenshot(str(page.ARTIFACTS / "gpu-quotas-aws-batch-queue.png"))
-        errors = page.console_errors(driver)
+    sections = page.wait_for(driver, drawn, "the queue AWS Batch schedules, with its service jobs")
+    driver.save_screenshot(str(page.ARTIFACTS / "gpu-quotas-aws-batch-queue.png"))
+    errors = page.console_errors(driver)
 
     shown = sections[aws]
     assert shown["scheduler"] == "AWS_BATCH" and "scheduled by AWS Batch" in shown["title"]
