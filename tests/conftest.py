@@ -71,15 +71,15 @@ LONGEST_FIRST = {
     "tests/local/test_end_to_end_local.py": 498,
     "tests/e2e/test_demo_flow.py": 497,
     # tests/ui's three files on their one worker (ONE_WORKER_FILES): their sum, so they start before the
-    # shorter Airflow files instead of ending the suite (they did, 388 to 531 s of 536). test_react_page.py
-    # took about 245 s alone at load 4 to 8 (2026-12-06, 35e2fc1), the other two about 140 s together.
-    "tests/ui/test_api_limits.py": 385,
+    # shorter Airflow files instead of ending the suite (they did, 388 to 531 s of 536). In the suite at
+    # ec702be (2026-12-06): test_api_limits.py 190 s, test_react_page.py 119 (one login), test_api.py 11.
+    "tests/ui/test_api_limits.py": 320,
     "tests/aws_batch/test_rest_on_aws_queues.py": 85,
     "tests/db/test_allocator_hosts.py": 60,  # 4 of its 8 `airflow` commands now in-process (2026-12-06; 90)
     # Both benchmarks' quick runs on one Airflow (2026-12-06, -n 0, load 5 to 7: 144 s; 293 s for the two
     # Airflows before).
     "tests/airflow/test_overhead_benchmarks_run.py": 150,
-    "tests/ui/test_react_page.py": 245,
+    "tests/ui/test_react_page.py": 120,
     "tests/db/test_migrations.py": 60,
     "tests/cli/test_quota_cli.py": 10,  # one `airflow` process left (2026-12-06; 55 s with seven)
     # The fast tier's longest files (a file of it takes 10 s by default with a database, 0 without), from
