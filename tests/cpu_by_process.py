@@ -57,40 +57,52 @@ def kind_of(cmdline: str) -> str:
 
 def sample(out: Path, every: float) -> None:
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` ends it as Ctrl-C does
+    #: Every process seen, by pid and start time (a pid can be used again).
     seen: dict[tuple[int, int], Seen] = {}
-    #: Each live pid's process (a pid can be used again): its pid and start time.
+    #: Each live pid's key in ``seen``.
     current: dict[int, tuple[int, int]] = {}
     start_busy = machine_busy_seconds()
-    with out.open("w") as log:
-        try:
-            first_pass = True
-            while True:
-                now = time.time()
-                for proc in Path("/proc").iterdir():
-                    if not proc.name.isdigit():
-                        continue
-                    pid = int(proc.name)
-                    with contextlib.suppress(OSError, ValueError, IndexError):
-                        stat = (proc / "stat").read_text()
-                        fields = stat[stat.rindex(")") + 2 :].split()
-                        cpu = (int(fields[11]) + int(fields[12])) / TICKS
-                        key = (pid, int(fields[19]))
-                        if key not in seen:
-                            parent = seen.get(current.get(int(fields[1]), (0, 0)))
-                            worker = parent.worker if parent and parent.worker != "-" else _worker_of(proc)
-                            cmdline = _cmdline(proc) or stat
-                            seen[key] = Seen(kind_of(cmdline), cmdline[:300], worker, now, cpu)
-                            seen[key].cpu_before = cpu if first_pass else 0.0
-                            current[pid] = key
-                        seen[key].cpu = cpu - seen[key].cpu_before
-                first_pass = False
-                time.sleep(every)
-        except KeyboardInterrupt:
-            pass
-        finally:
+    first_pass = True
+    try:
+        while True:
+            now = time.time()
+            for proc in Path("/proc").iterdir():
+                if not proc.name.isdigit():
+                    continue
+                with contextlib.suppress(OSError, ValueError, IndexError):  # it ended meanwhile
+                    parent, started, cpu, stat = _stat(proc)
+                    key = (int(proc.name), started)
+                    if key not in seen:
+                        parent_seen = seen.get(current.get(parent, (0, 0)))
+                        inherited = parent_seen.worker if parent_seen else "-"
+                        worker = inherited if inherited != "-" else _worker_of(proc)
+                        cmdline = _cmdline(proc) or stat
+                        seen[key] = Seen(
+                            kind_of(cmdline),
+                            cmdline[:300],
+                            worker,
+                            now,
+                            cpu=0.0,
+                            cpu_before=cpu if first_pass else 0.0,
+                        )
+                        current[key[0]] = key
+                    seen[key].cpu = cpu - seen[key].cpu_before
+            first_pass = False
+            time.sleep(every)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        with out.open("w") as log:
             log.write(json.dumps({"busy": machine_busy_seconds() - start_busy}) + "\n")
             for (pid, _), process in seen.items():
                 log.write(json.dumps({"pid": pid, **process.__dict__}) + "\n")
+
+
+def _stat(proc: Path) -> tuple[int, int, float, str]:
+    """A process's parent pid, start time (clock ticks since boot), CPU seconds so far, and its stat line."""
+    stat = (proc / "stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (command) "
+    return int(fields[1]), int(fields[19]), (int(fields[11]) + int(fields[12])) / TICKS, stat
 
 
 def _cmdline(proc: Path) -> str:

@@ -6,9 +6,8 @@ answer for a queue, while a queue our allocator schedules is answered from the l
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,17 +42,10 @@ def server(endpoint_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Callable[[], WebDriver]]:
-    """One Chromium for the module's page checks, started by the first that asks for it (without Chromium,
-    the test that also checks the REST API runs without it)."""
-    with contextlib.ExitStack() as stack:
-        started: list[WebDriver] = []
-
-        def driver() -> WebDriver:
-            if not started:
-                started.append(stack.enter_context(page.chromium()))
-            return started[0]
-
+def browser() -> Iterator[WebDriver]:
+    """One Chromium for the module's page checks (a test that checks the REST API first asks for it only
+    where Chromium is installed: ``request.getfixturevalue``)."""
+    with page.chromium() as driver:
         yield driver
 
 
@@ -248,7 +240,7 @@ def test_an_arn_of_another_resource_type_is_refused_naming_what_to_give(
 
 
 def test_one_service_job_shows_its_preemption_as_aws_batch_reports_it(
-    batch: Any, server: ApiServer, unique: str, browser: Callable[[], WebDriver]
+    batch: Any, server: ApiServer, unique: str, request: pytest.FixtureRequest
 ) -> None:
     name = f"pre-{unique}"
     design = quota_file(
@@ -289,7 +281,7 @@ def test_one_service_job_shows_its_preemption_as_aws_batch_reports_it(
     assert get(server, "/taskInstances/serviceJobs", **(task | {"taskId": "other"}))["jobs"] == []
     if page.CHROMIUM is None:
         return
-    driver = browser()
+    driver: WebDriver = request.getfixturevalue("browser")
     page.hold_session(driver, server.url, "viewer", PASSWORDS["viewer"])
     page.console_errors(driver)  # from here on, the tab's errors (before: Airflow's 401s at its login)
     # The old address leads to the React task view, in Airflow's page of the task instance.
@@ -385,22 +377,21 @@ return sections;
 
 @page.NEEDS_CHROMIUM
 def test_the_page_shows_a_queue_aws_batch_schedules_marked_and_read_from_aws(
-    server: ApiServer, queues: dict[str, Any], browser: Callable[[], WebDriver]
+    server: ApiServer, queues: dict[str, Any], browser: WebDriver
 ) -> None:
     aws, jobs = queues["aws"], queues["jobs"]
-    driver = browser()
-    page.hold_session(driver, server.url, "viewer", PASSWORDS["viewer"])
-    page.console_errors(driver)  # from here on, the page's errors (before: Airflow's 401s at its login)
-    driver.get(server.url + "/quota/")  # the old address: the page in Airflow's UI
+    page.hold_session(browser, server.url, "viewer", PASSWORDS["viewer"])
+    page.console_errors(browser)  # from here on, the page's errors (before: Airflow's 401s at its login)
+    browser.get(server.url + "/quota/")  # the old address: the page in Airflow's UI
 
     def drawn(d: WebDriver) -> dict[str, Any] | None:
         sections: dict[str, Any] = d.execute_script(SECTIONS)
         ready = aws in sections and len(sections[aws]["jobs"]) == 3 and queues["missing"] in sections
         return sections if ready else None
 
-    sections = page.wait_for(driver, drawn, "the queue AWS Batch schedules, with its service jobs")
-    driver.save_screenshot(str(page.ARTIFACTS / "gpu-quotas-aws-batch-queue.png"))
-    errors = page.console_errors(driver)
+    sections = page.wait_for(browser, drawn, "the queue AWS Batch schedules, with its service jobs")
+    browser.save_screenshot(str(page.ARTIFACTS / "gpu-quotas-aws-batch-queue.png"))
+    errors = page.console_errors(browser)
 
     shown = sections[aws]
     assert shown["scheduler"] == "AWS_BATCH" and "scheduled by AWS Batch" in shown["title"]

@@ -115,15 +115,16 @@ def hold_session(driver: WebDriver, base_url: str, user: str, password: str) -> 
     page) unless it still holds the session its last ``log_in`` there gave that user (the same cookies, read
     on the page it is on). Airflow's login and home page cost the browser and the api-server more than the
     quota page itself: a module's tests log in once. The caller opens its page next."""
-    cookies = {cookie["name"]: cookie["value"] for cookie in driver.get_cookies()}
+    cookies = _cookies(driver)
     if cookies and _logged_in.get(driver.session_id) == (base_url, user, cookies):
         return
     log_in(driver, base_url, "/", user, password)
-    _logged_in[driver.session_id] = (
-        base_url,
-        user,
-        {cookie["name"]: cookie["value"] for cookie in driver.get_cookies()},
-    )
+    _logged_in[driver.session_id] = (base_url, user, _cookies(driver))
+
+
+def _cookies(driver: WebDriver) -> dict[str, str]:
+    """The cookies of the site the browser is on, by name."""
+    return {cookie["name"]: cookie["value"] for cookie in driver.get_cookies()}
 
 
 def drawn_timeline(driver: WebDriver, queue: str) -> list[dict[str, Any]]:
