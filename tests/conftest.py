@@ -41,6 +41,7 @@ from xdist.remote import Producer
 from xdist.scheduler import LoadFileScheduling
 
 pytest.register_assert_rewrite("tests.airflow.stories")
+from tests import python_startup  # noqa: E402  (imports nothing but pathlib)
 from tests.airflow.stories import STORY_FILES  # noqa: E402  (after its assert rewriting is registered)
 
 #: The fixture of the stories that share one Airflow (``stories``), and its stop once a worker leaves them;
@@ -51,6 +52,12 @@ pytest_plugins = ("tests.airflow.stories", "tests.sagemaker.moto_fixture")
 # registering runs a full garbage collection in every worker (about a CPU-second each with Airflow loaded).
 # No test runs Trio under Hypothesis. Set before any test module imports Hypothesis.
 os.environ.setdefault("HYPOTHESIS_NO_PLUGINS", "1")
+
+#: Every Python process the tests start (Airflow's included) collects its young generation less often: see
+#: tests/python_startup/sitecustomize.py. Set before pytest-xdist starts its workers, who inherit it.
+_python_path = os.environ.get("PYTHONPATH", "")
+if python_startup.FOLDER not in _python_path.split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [python_startup.FOLDER, _python_path]))
 
 #: Seconds a file's tests took in a whole-suite run on a 2-core machine (each test's, for SPREAD_FILES),
 #: from ``python -m tests.timeline``: the longest start first, so the suite does not end waiting for a long

@@ -29,6 +29,7 @@ import pytest
 import requests
 import sqlalchemy as sa
 
+from tests import python_startup
 from tests.airflow.harness import airflow_slot, free_port
 from tests.e2e.demo_story import (
     REPO,
@@ -54,8 +55,7 @@ class Demo:
     """``scripts/demo.sh`` in its own process group, its output collected line by line."""
 
     def __init__(self, home: Path, port: int, exit_after: float) -> None:
-        # A new user's shell: none of the test run's Airflow settings.
-        env = {name: value for name, value in os.environ.items() if not name.startswith("AIRFLOW")}
+        env = users_shell()
         env.update(AIRFLOW_HOME=str(home), DEMO_PORT=str(port), DEMO_RECLAIM_AFTER=str(RECLAIM_AFTER))
         self.env = dict(env)
         env.update(DEMO_EXIT_AFTER=f"{exit_after:g}")
@@ -132,6 +132,17 @@ class Demo:
             if session in sessions:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+
+
+def users_shell() -> dict[str, str]:
+    """A new user's shell: none of the test run's Airflow settings, nor its Python start-up hook
+    (tests/python_startup)."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("AIRFLOW")}
+    ours = python_startup.FOLDER
+    python_path = [path for path in env.pop("PYTHONPATH", "").split(os.pathsep) if path and path != ours]
+    if python_path:
+        env["PYTHONPATH"] = os.pathsep.join(python_path)
+    return env
 
 
 def processes() -> dict[int, tuple[int, int]]:
@@ -308,7 +319,7 @@ def test_the_demo_command_waits_for_its_viewer_then_borrows_reclaims_resumes_and
 
 
 def test_another_round_without_a_running_demo_says_how_to_start_one(tmp_path: Path) -> None:
-    env = {name: value for name, value in os.environ.items() if not name.startswith("AIRFLOW")}
+    env = users_shell()
     env.update(AIRFLOW_HOME=str(tmp_path), DEMO_PORT=str(free_port()))
     result = subprocess.run(
         ["bash", str(DEMO), "round"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
@@ -328,7 +339,7 @@ def test_another_round_without_a_running_demo_says_how_to_start_one(tmp_path: Pa
 def test_bad_input_is_refused_before_anything_starts(
     tmp_path: Path, argv: list[str], extra: dict[str, str], says: str
 ) -> None:
-    env = {name: value for name, value in os.environ.items() if not name.startswith("AIRFLOW")}
+    env = users_shell()
     env.update(AIRFLOW_HOME=str(tmp_path / "home"), DEMO_PORT=str(free_port()), **extra)
     result = subprocess.run(
         ["bash", str(DEMO), *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
