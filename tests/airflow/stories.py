@@ -69,6 +69,8 @@ DEMO_QUOTA_FILES = (
     TESTS / "sagemaker" / "quotas.yaml",
     REPO / "demo" / "quotas.yaml",
 )
+#: The local reclaim's job queue (tests/local/quotas.yaml), which the demo's takes the place of.
+LOCAL_RECLAIM_QUEUE = "local-training"
 #: research's data preparation in the demo's flow (``DEMO_RECLAIM_AFTER``; a user's demo waits a minute).
 DEMO_RECLAIM_AFTER = 10
 
@@ -90,11 +92,21 @@ class Stories:
         return self.airflow
 
     def swap_in_the_demo_queue(self) -> None:
-        """Apply the stories' quota file with the demo's job queue in place of the local reclaim's (refused
-        while a job of the local reclaim's has not ended)."""
+        """Apply the stories' quota file with the demo's job queue in place of the local reclaim's, once the
+        ledger has recorded the end of the local reclaim's jobs (the apply refuses to remove a job queue
+        with jobs that have not ended: the allocator records a job's end in the cycle after its task ended,
+        which can come after the local reclaim's test has checked what it checks)."""
+        from tests.airflow.harness import ledger_settled
+
         quotas = self.airflow.home / "quotas-demo.yaml"
         quotas.write_text(merged_quota_file(DEMO_QUOTA_FILES))
-        self.running().apply_quotas(quotas)
+        airflow = self.running()
+        airflow.wait_for(
+            "the ledger to record the end of the local reclaim's jobs",
+            lambda: ledger_settled(airflow.engine, job_queue_name=LOCAL_RECLAIM_QUEUE),
+            60,
+        )
+        airflow.apply_quotas(quotas)
 
     def close(self) -> None:
         self._closing.close()
