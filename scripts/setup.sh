@@ -31,7 +31,7 @@ esac
 find_python() {
     if [ -n "${QUOTA_PYTHON:-}" ]; then
         if ! python_gauge "$QUOTA_PYTHON" >/dev/null; then
-            echo "setup: QUOTA_PYTHON=$QUOTA_PYTHON is not a Python 3.11 or newer" >&2
+            echo "setup: QUOTA_PYTHON=$QUOTA_PYTHON is not a Python 3.11 or newer that can make a venv" >&2
             return 1
         fi
         echo "$QUOTA_PYTHON"
@@ -53,18 +53,21 @@ find_python() {
             return 0
         fi
     done
-    echo "airflow-quota needs Python 3.11 or newer; none was found on PATH" >&2
+    echo "airflow-quota needs Python 3.11 or newer, with its venv module (Debian: apt install python3-venv);" \
+        "none was found on PATH" >&2
     return 1
 }
 
-# "SECONDS EXECUTABLE" of a Python 3.11 or newer (fails for an older one): the least CPU time of three runs
-# of a short pure-Python workload (objects, dicts, strings: what Airflow's start spends its time on), and the
+# "SECONDS EXECUTABLE" of a Python 3.11 or newer that can make a venv (fails for any other: Debian ships
+# ensurepip, which `python -m venv` needs, apart, in python3-venv): the least CPU time of three runs of a
+# short pure-Python workload (objects, dicts, strings: what Airflow's start spends its time on), and the
 # interpreter's own file (a pyenv shim's or a symbolic link's, resolved).
 python_gauge() {
     "$1" -c '
 import os, sys, time
 if sys.version_info < (3, 11):
     sys.exit(1)
+import ensurepip, venv
 class Row:
     def __init__(self, key, value):
         self.key, self.value = key, value
