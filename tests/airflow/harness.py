@@ -284,12 +284,16 @@ class AirflowProcesses:
             time.sleep(0.5)
         raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{self.log_tails()}")
 
-    def wait_for_ledger_to_settle(self, *job_ids: str, timeout: float = 60) -> None:
-        """Wait until the quota ledger has recorded the end of ``job_ids`` (default: every job). The
-        allocator records it in the cycle after the job's task ended, so a test that just saw its DAG runs
-        finish waits for that cycle before it reads the ledger."""
+    def wait_for_ledger_to_settle(
+        self, *job_ids: str, job_queue_name: str | None = None, timeout: float = 60
+    ) -> None:
+        """Wait until the quota ledger has recorded the end of ``job_ids`` (default: every job, or every job
+        of ``job_queue_name``). The allocator records it in the cycle after the job's task ended, so a test
+        that just saw its DAG runs finish waits for that cycle before it reads the ledger."""
         self.wait_for(
-            "the quota ledger to record the jobs' end", lambda: ledger_settled(self.engine, *job_ids), timeout
+            "the quota ledger to record the jobs' end",
+            lambda: ledger_settled(self.engine, *job_ids, job_queue_name=job_queue_name),
+            timeout,
         )
 
     def wait_for_dag(self, dag_id: str, timeout: float = 120) -> None:

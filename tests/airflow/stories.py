@@ -96,16 +96,10 @@ class Stories:
         ledger has recorded the end of the local reclaim's jobs (the apply refuses to remove a job queue
         with jobs that have not ended: the allocator records a job's end in the cycle after its task ended,
         which can come after the local reclaim's test has checked what it checks)."""
-        from tests.airflow.harness import ledger_settled
-
         quotas = self.airflow.home / "quotas-demo.yaml"
         quotas.write_text(merged_quota_file(DEMO_QUOTA_FILES))
         airflow = self.running()
-        airflow.wait_for(
-            "the ledger to record the end of the local reclaim's jobs",
-            lambda: ledger_settled(airflow.engine, job_queue_name=LOCAL_RECLAIM_QUEUE),
-            60,
-        )
+        airflow.wait_for_ledger_to_settle(job_queue_name=LOCAL_RECLAIM_QUEUE)
         airflow.apply_quotas(quotas)
 
     def close(self) -> None:
