@@ -47,7 +47,7 @@ own channels, and this module names every message:
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Final, Literal, NotRequired, TypedDict
 
 #: Capacity units whose name starts with this are the worker's own GPUs: their grants name device
 #: indices (``Grant.devices``), and only the local backend trains on them (the rule: ``engine.devices``).
@@ -57,6 +57,11 @@ from airflow_quota.engine.devices import LOCAL_UNIT_PREFIX as LOCAL_UNIT_PREFIX
 PREEMPT_KEY = "quota.preempt"
 #: ``task_state_store`` key of the task's current training job (a JSON ``TrainingJobRecord``).
 TRAINING_JOB_KEY = "quota.training_job"
+#: The admission event that hands a task to AWS Batch (a ``SchedulerHandover``): ``{"scheduler":
+#: "AWS_BATCH", ...}``, sent (instead of a grant) to a task waiting on a job queue whose quota file entry
+#: says ``scheduler: AWS_BATCH``.
+SCHEDULER_EVENT_KEY: Final = "scheduler"
+AWS_BATCH: Final = "AWS_BATCH"
 
 Backend = Literal["sagemaker", "local"]
 

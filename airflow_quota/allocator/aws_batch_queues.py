@@ -22,8 +22,7 @@ from sqlalchemy import select
 from airflow_quota.allocator.queue_part import QueuePart, Waiting
 from airflow_quota.allocator.tasks import resume
 from airflow_quota.ledger.models import JobQueueRow, JobRow
-from airflow_quota.operators.batch_backend import AWS_BATCH, SCHEDULER_EVENT_KEY
-from airflow_quota.protocol import SchedulerHandover
+from airflow_quota.protocol import AWS_BATCH, SCHEDULER_EVENT_KEY, SchedulerHandover
 
 log = logging.getLogger(__name__)
 

@@ -5,6 +5,8 @@ In the amazon provider's style (``BatchClientHook``): an ``AwsBaseHook`` whose `
 ``config`` (a botocore ``Config`` or its dict: timeouts, retries). The operator's AWS Batch strategy
 (``operators/batch_backend.py``) and the monitoring trigger (``triggers/batch_service_job.py``) both go
 through it, so whatever the task was given reaches every call, in the worker and in the triggerer.
+Reading its answers needs no client: the final statuses, the client-token tag and a DescribeServiceJob
+answer's attempts are in ``aws_batch/service_jobs.py``, so that importing the operator imports no boto3.
 
 What AWS Batch's model and documentation say, and what the hook does about it:
 
@@ -31,11 +33,8 @@ from typing import Any, ClassVar, Final, TypeVar
 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 from botocore.exceptions import ClientError
 
-#: Service-job statuses after which nothing changes.
-FINAL_STATUSES: Final = frozenset({"SUCCEEDED", "FAILED"})
-#: The service job's tag holding its ``clientToken`` (DescribeServiceJob shows tags, not the token): how a
-#: retry finds the job a rejected repeat of its request submitted.
-CLIENT_TOKEN_TAG: Final = "airflow-quota:client-token"
+from airflow_quota.aws_batch.service_jobs import CLIENT_TOKEN_TAG
+
 #: Error codes botocore's retry handlers read as throttling (its ``_retry.json``), as AWS Batch may send them.
 THROTTLING_CODES: Final = frozenset(
     {
@@ -194,25 +193,3 @@ class BatchServiceJobHook(AwsBaseHook):
     ) -> list[dict[str, Any]]:
         """The queue's jobs named exactly ``job_name`` (of ``statuses``, or any), every page."""
         return service_jobs_named(self.conn, job_queue, job_name, statuses)
-
-
-def preemptions_of(description: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Each preempted attempt a DescribeServiceJob answer lists: its training job ARN, when it started and
-    stopped (epoch milliseconds) and why."""
-    summary = description.get("preemptionSummary") or {}
-    return [
-        {
-            "training_job_arn": (attempt.get("serviceResourceId") or {}).get("value"),
-            "started_at": attempt.get("startedAt"),
-            "stopped_at": attempt.get("stoppedAt"),
-            "status_reason": attempt.get("statusReason"),
-        }
-        for attempt in summary.get("recentPreemptedAttempts", [])
-    ]
-
-
-def latest_training_job_arn(description: Mapping[str, Any]) -> str | None:
-    """The latest attempt's training job ARN (whatever AWS Batch named that training job)."""
-    latest = (description.get("latestAttempt") or {}).get("serviceResourceId") or {}
-    value = latest.get("value")
-    return str(value) if value else None

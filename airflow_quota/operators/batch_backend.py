@@ -34,9 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from botocore.validate import ParamValidator
-
-from airflow_quota.aws_batch.botocore_model import batch_model
+from airflow_quota.aws_batch.service_jobs import CLIENT_TOKEN_TAG, FINAL_STATUSES
 from airflow_quota.backends.sagemaker import (
     TAG_PREFIX,
     TaskIdentity,
@@ -44,11 +42,6 @@ from airflow_quota.backends.sagemaker import (
     build_request,
     checkpoint_s3_uri,
     quota_tags,
-)
-from airflow_quota.hooks.batch_service_job import (
-    CLIENT_TOKEN_TAG,
-    FINAL_STATUSES,
-    BatchServiceJobHook,
 )
 from airflow_quota.operators.backend import task_identity
 from airflow_quota.operators.task_store import read_document
@@ -61,10 +54,6 @@ if TYPE_CHECKING:
     from airflow_quota.triggers.batch_service_job import BatchServiceJobTrigger
 
 SERVICE_JOB_TYPE: Final = "SAGEMAKER_TRAINING"
-#: The admission event that hands a task to AWS Batch: ``{"scheduler": "AWS_BATCH"}``, sent (instead of a
-#: grant) to a task waiting on a job queue whose quota file entry says ``scheduler: AWS_BATCH``.
-SCHEDULER_EVENT_KEY: Final = "scheduler"
-AWS_BATCH: Final = "AWS_BATCH"
 #: XCom key of the task's service job (its id and ARN), pushed once it is submitted.
 SERVICE_JOB_XCOM_KEY: Final = "quota_service_job"
 #: ``task_state_store`` key of the task's service job: ``{"job_id", "generation"}`` (kept across tries).
@@ -173,6 +162,11 @@ def service_job_tags(identity: TaskIdentity, spec: ServiceJobSpec) -> dict[str, 
 
 def request_problems(request: Mapping[str, Any]) -> list[str]:
     """What botocore's validator refuses in a SubmitServiceJob request, one line per problem."""
+    # Imported here: botocore's validator and Batch model (~0.2 CPU-s) would cost every DAG file's import.
+    from botocore.validate import ParamValidator
+
+    from airflow_quota.aws_batch.botocore_model import batch_model
+
     shape = batch_model().operation_model("SubmitServiceJob").input_shape
     report = ParamValidator().validate(dict(request), shape)
     problems = report.generate_report().splitlines() if report.has_errors() else []
@@ -205,6 +199,10 @@ class BatchBackend:
         self.poll_interval = poll_interval
         self.settle_seconds = settle_seconds
         self.log = log
+        # Imported here: the amazon provider's AwsBaseHook (boto3, botocore, requests: ~0.25 CPU-s) would
+        # cost every DAG file's import of the operator; only a task on a queue AWS Batch schedules needs it.
+        from airflow_quota.hooks.batch_service_job import BatchServiceJobHook
+
         self.jobs = BatchServiceJobHook(
             aws_conn_id=aws_conn_id, region_name=region_name, verify=verify, config=botocore_config
         )

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_quota.hooks.batch_service_job import latest_training_job_arn
+from airflow_quota.aws_batch.service_jobs import latest_training_job_arn
 from airflow_quota.operators.admission_steps import AdmissionSteps
 from airflow_quota.operators.arguments import attempt_seconds
 from airflow_quota.operators.batch_backend import SERVICE_JOB_XCOM_KEY, BatchBackend, ServiceJobSpec

@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_quota.operators.batch_backend import AWS_BATCH, SCHEDULER_EVENT_KEY
 from airflow_quota.operators.batch_steps import BatchSteps
 from airflow_quota.operators.lease_steps import LeaseSteps
 from airflow_quota.operators.links import BatchServiceJobLink, QuotaShareLink, SageMakerTrainingJobLink
+from airflow_quota.protocol import AWS_BATCH, SCHEDULER_EVENT_KEY
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -23,12 +23,8 @@ from typing import Any, Unpack
 
 from airflow.triggers.base import TriggerEvent
 
-from airflow_quota.hooks.batch_service_job import (
-    FINAL_STATUSES,
-    BatchServiceJobHook,
-    latest_training_job_arn,
-    preemptions_of,
-)
+from airflow_quota.aws_batch.service_jobs import FINAL_STATUSES, latest_training_job_arn, preemptions_of
+from airflow_quota.hooks.batch_service_job import BatchServiceJobHook
 from airflow_quota.triggers.aws_job import AwsJobSettings, AwsJobTrigger
 
 #: Consecutive failed DescribeServiceJob calls after which the trigger gives up with an ``Error`` event.
