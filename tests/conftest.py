@@ -77,11 +77,13 @@ LONGEST_FIRST = {
     "tests/sagemaker/test_end_to_end.py": 499,
     "tests/local/test_end_to_end_local.py": 498,
     "tests/e2e/test_demo_flow.py": 497,
-    # tests/ui's three files on their one worker (ONE_WORKER_FILES): their sum, so they start before the
-    # shorter Airflow files instead of ending the suite (they did, 388 to 531 s of 536). In the suite at
-    # ec702be (2026-12-06): test_api_limits.py 190 s, test_react_page.py 119 (one login), test_api.py 11.
-    "tests/ui/test_api_limits.py": 320,
-    "tests/aws_batch/test_rest_on_aws_queues.py": 85,
+    # tests/ui's three files and AWS Batch's REST file on their one worker (ONE_WORKER_FILES): their sum, so
+    # they start before the shorter Airflow files instead of ending the suite (they did, 388 to 531 s of
+    # 536). In the suite at ec702be (2026-12-06): test_api_limits.py 190 s, test_react_page.py 119 (one
+    # login), test_api.py 11; AWS Batch's REST file 85 s with its own api-server and chromium, about 35 on
+    # theirs (alone, -n 0, load 1 to 3: 32 to 43 s -> 14 to 19). The others' figures order them on the worker.
+    "tests/ui/test_api_limits.py": 355,
+    "tests/aws_batch/test_rest_on_aws_queues.py": 35,
     "tests/db/test_allocator_hosts.py": 60,  # 4 of its 8 `airflow` commands now in-process (2026-12-06; 90)
     # Both benchmarks' quick runs on one Airflow (2026-12-06, -n 0, load 5 to 7: 144 s; 293 s for the two
     # Airflows before).
@@ -116,9 +118,16 @@ SPREAD_FILES = frozenset({"tests/airflow/test_soak.py"})
 
 
 #: Files that share a session fixture's Airflow (tests/ui/conftest.py: one api-server per backend for the
-#: session) run on one worker, so each server starts once (20 to 35 CPU-seconds each).
+#: session; AWS Batch's REST file uses the SQLite one, started with aws_default on the worker's AWS Batch
+#: emulator) run on one worker, so each server starts once (20 to 35 CPU-seconds each), and so does the
+#: chromium of their pages (tests/ui/browser.worker_chromium).
 ONE_WORKER_FILES = frozenset(
-    {"tests/ui/test_api.py", "tests/ui/test_api_limits.py", "tests/ui/test_react_page.py"}
+    {
+        "tests/ui/test_api.py",
+        "tests/ui/test_api_limits.py",
+        "tests/ui/test_react_page.py",
+        "tests/aws_batch/test_rest_on_aws_queues.py",
+    }
 )
 
 

@@ -1,5 +1,6 @@
 """One moto server (with our AWS Batch and SageMaker emulators) per test session, and Batch clients whose
-every answer is checked against botocore's output shape for its operation.
+every answer is checked against botocore's output shape for its operation. tests/ui's SQLite api-server starts
+with ``aws_default`` on that same server (``batch_emulator``).
 
 The server runs in a subprocess (``tests.sagemaker.moto_process``) on 127.0.0.1 and a free port; dummy
 credentials and ``AWS_ENDPOINT_URL`` (set for each test) make sure nothing here can reach AWS. Each test
@@ -14,6 +15,7 @@ import os
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,10 +39,27 @@ os.environ.update(OFFLINE_AWS_ENVIRONMENT)
 __all__ = ["_cheaper_aws_clients"]  # the autouse fixture this area borrows from tests/sagemaker
 
 
+#: This worker's moto server with our AWS Batch emulator: its endpoint URL (``batch_emulator``).
+_BATCH_EMULATOR = pytest.StashKey[str]()
+
+
+def batch_emulator(session: pytest.Session) -> str:
+    """The endpoint URL of this worker's one moto server with our AWS Batch (and SageMaker) emulator,
+    started by the first that asks, stopped at the session's end. tests/aws_batch's tests ask
+    (``endpoint_url``), and so does tests/ui's SQLite api-server, which starts with ``aws_default`` on it
+    (``tests.ui.conftest``; tests/aws_batch/test_rest_on_aws_queues.py asks that server about the job queues
+    it makes here): a session fixture of this conftest cannot be asked for from tests/ui, and one of
+    tests/ui's own would have been a second server."""
+    if _BATCH_EMULATOR not in session.stash:
+        serving = ExitStack()
+        session.stash[_BATCH_EMULATOR] = serving.enter_context(moto_server_process())
+        session.addfinalizer(serving.close)
+    return session.stash[_BATCH_EMULATOR]
+
+
 @pytest.fixture(scope="session")
-def endpoint_url() -> Iterator[str]:
-    with moto_server_process() as url:
-        yield url
+def endpoint_url(request: pytest.FixtureRequest) -> str:
+    return batch_emulator(request.session)
 
 
 @pytest.fixture(autouse=True)

@@ -2,13 +2,17 @@
 ``aws_default`` points at the emulator shows the queue's shares, snapshot and service jobs read from AWS Batch
 (marked ``scheduler: AWS_BATCH``), sends a priority change to AWS Batch, and says why when AWS Batch cannot
 answer for a queue, while a queue our allocator schedules is answered from the ledger beside it.
+
+The api-server is tests/ui's SQLite one (``tests.ui.conftest.sqlite_api_server``), started with
+``aws_default`` on this worker's emulator, and the page checks use tests/ui's chromium
+(``tests.ui.browser.worker_chromium``): this file runs on one worker with tests/ui's (``ONE_WORKER_FILES``
+in tests/conftest.py). Each test empties the ledger before it applies its own job queues.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,9 +22,9 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from airflow_quota.backends.sagemaker import TaskIdentity
 from tests.aws_batch.conftest import UNIT, create_design, quota_file, share, submit
 from tests.aws_batch.test_emulator import status, wait_for
-from tests.sagemaker.moto_process import REGION, emulator_connection
+from tests.sagemaker.moto_process import REGION
 from tests.ui import browser as page
-from tests.ui.conftest import PASSWORDS, ApiServer, Ledger, _serve
+from tests.ui.conftest import PASSWORDS, ApiServer, Ledger, sqlite_api_server
 
 pytestmark = pytest.mark.airflow
 
@@ -29,24 +33,19 @@ TIMES = "\u00d7"  # the multiplication sign the page writes between a unit and i
 
 
 @pytest.fixture(scope="module")
-def server(endpoint_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    """An api-server (SQLite) started with ``aws_default`` on the emulator."""
-    home: Path = tmp_path_factory.mktemp("airflow-home-aws-rest")
-    serving = _serve(home, f"sqlite:///{home / 'airflow.db'}")
-    with pytest.MonkeyPatch.context() as patch:  # the server starts with these; the tests run without
-        for name, value in emulator_connection(endpoint_url).items():
-            patch.setenv(name, value)
-        started = next(serving)
-    yield started
-    next(serving, None)  # stops it
+def server(request: pytest.FixtureRequest) -> ApiServer:
+    """tests/ui's SQLite api-server, started with ``aws_default`` on this worker's emulator (the one
+    ``endpoint_url`` gives: ``batch_emulator``)."""
+    return sqlite_api_server(request)
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[WebDriver]:
-    """One Chromium for the module's page checks (a test that checks the REST API first asks for it only
-    where Chromium is installed: ``request.getfixturevalue``)."""
-    with page.chromium() as driver:
-        yield driver
+def browser(request: pytest.FixtureRequest) -> Iterator[WebDriver]:
+    """The worker's chromium for the module's page checks (``worker_chromium``: tests/ui's too; a test that
+    checks the REST API first asks for it only where Chromium is installed: ``request.getfixturevalue``)."""
+    driver = page.worker_chromium(request.session)
+    yield driver
+    page.park(driver)
 
 
 @pytest.fixture

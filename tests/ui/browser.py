@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import pytest
 from selenium import webdriver
@@ -45,6 +46,33 @@ def chromium() -> Iterator[WebDriver]:
         yield driver
     finally:
         driver.quit()
+
+
+#: This worker's chromium for the pages of tests/ui's SQLite api-server (``worker_chromium``).
+_WORKER_CHROMIUM = pytest.StashKey[WebDriver]()
+
+
+def worker_chromium(session: pytest.Session) -> WebDriver:
+    """This worker's one chromium for the pages of tests/ui's SQLite api-server, started by the first module
+    that asks, quit at the session's end: tests/ui/test_react_page.py's and
+    tests/aws_batch/test_rest_on_aws_queues.py's, which run on one worker (``ONE_WORKER_FILES``) and so start
+    one chromium and log in once (``hold_session``). Each module ``park``s it when it is done with it."""
+    if _WORKER_CHROMIUM not in session.stash:
+        running = ExitStack()
+        session.stash[_WORKER_CHROMIUM] = running.enter_context(chromium())
+        session.addfinalizer(running.close)
+    return session.stash[_WORKER_CHROMIUM]
+
+
+def park(driver: WebDriver) -> None:
+    """Leave the page for the api-server's health answer, on the same site: an Airflow page left open goes on
+    asking its API (about 2.6 CPU-s a minute), and there the browser still holds the session's cookies for
+    the next ``hold_session``."""
+    site = urlsplit(driver.current_url)
+    if site.scheme in ("http", "https"):
+        driver.get(f"{site.scheme}://{site.netloc}/api/v2/monitor/health")
+    else:
+        driver.get("about:blank")
 
 
 def text(driver: WebDriver) -> str:

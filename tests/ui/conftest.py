@@ -5,9 +5,13 @@ migrate`` (which also creates the ledger's tables), Airflow's default configurat
 lazy provider discovery: the plugin must load through its entry point), three users (``admin``, ``op``,
 ``viewer``) with known passwords, on a free port of 127.0.0.1. The SQLite server, which most tests use,
 runs two uvicorn workers (spawned processes: the plugin builds its app only in the api-server's processes,
-and a test's requests land on either); the PostgreSQL one and tests/aws_batch's run Airflow's default, one
-(each further worker costs about 10 CPU-seconds to start). Each test empties the ledger and seeds it with
-the store's own functions, as the allocator would write it.
+and a test's requests land on either); the PostgreSQL one runs Airflow's default, one (each further worker
+costs about 10 CPU-seconds to start). The SQLite server starts with Airflow's ``aws_default`` connection on
+this worker's AWS Batch emulator (``tests.aws_batch.conftest.batch_emulator``), and
+tests/aws_batch/test_rest_on_aws_queues.py uses it too (``sqlite_api_server``: that file runs on this
+worker with tests/ui's, ``ONE_WORKER_FILES``); the plugin asks AWS Batch only about the job queues it
+schedules (``scheduler: AWS_BATCH``), which no test here applies. Each test empties the ledger and seeds it
+with the store's own functions, as the allocator would write it.
 """
 
 from __future__ import annotations
@@ -103,9 +107,31 @@ class ApiServer:
 
 
 @pytest.fixture(scope="session")
-def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    home = tmp_path_factory.mktemp("airflow-home-ui")
-    yield from _serve(home, f"sqlite:///{home / 'airflow.db'}", workers=2)
+def api_server(request: pytest.FixtureRequest) -> ApiServer:
+    return sqlite_api_server(request)
+
+
+#: This worker's SQLite api-server (``sqlite_api_server``).
+_SQLITE_SERVER = pytest.StashKey[ApiServer]()
+
+
+def sqlite_api_server(request: pytest.FixtureRequest) -> ApiServer:
+    """This worker's SQLite api-server, with two uvicorn workers and ``aws_default`` on this worker's AWS
+    Batch emulator (the one ``tests.aws_batch.conftest.batch_emulator`` gives tests/aws_batch), started by the
+    first that asks, stopped at the session's end: tests/ui's ``api_server``, and
+    tests/aws_batch/test_rest_on_aws_queues.py's ``server``, which cannot ask for a fixture of this conftest
+    (a copy of the fixture there would have been a second server)."""
+    session = request.session
+    if _SQLITE_SERVER not in session.stash:
+        from tests.aws_batch.conftest import batch_emulator
+        from tests.sagemaker.moto_process import emulator_connection
+
+        aws = emulator_connection(batch_emulator(session))
+        home = request.getfixturevalue("tmp_path_factory").mktemp("airflow-home-ui")
+        serving = _serve(home, f"sqlite:///{home / 'airflow.db'}", workers=2, extra_env=aws)
+        session.stash[_SQLITE_SERVER] = next(serving)
+        session.addfinalizer(serving.close)  # stops it
+    return session.stash[_SQLITE_SERVER]
 
 
 @pytest.fixture(scope="session")
@@ -121,12 +147,15 @@ def postgres_api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ap
         postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _serve(home: Path, database: str, workers: int = 1) -> Iterator[ApiServer]:
+def _serve(
+    home: Path, database: str, workers: int = 1, extra_env: dict[str, str] | None = None
+) -> Iterator[ApiServer]:
     port = _free_port()
     passwords = home / "simple_auth_manager_passwords.json"
     passwords.write_text(json.dumps(PASSWORDS))
     env = {
         **os.environ,
+        **(extra_env or {}),
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database,
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",

@@ -24,13 +24,14 @@ from airflow_quota.ledger.models import JobRow
 from tests.ui.browser import (
     ARTIFACTS,
     NEEDS_CHROMIUM,
-    chromium,
     click,
     console_errors,
     drawn_timeline,
     hold_session,
+    park,
     pick_window,
     wait_for,
+    worker_chromium,
 )
 from tests.ui.conftest import PASSWORDS, QUEUE, UNIT, ApiServer, Ledger
 from tests.ui.test_api_limits import finished_jobs, long_training_finishing_last
@@ -40,9 +41,11 @@ PAGE = "/plugin/gpu-quotas"
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[WebDriver]:
-    with chromium() as driver:
-        yield driver
+def browser(request: pytest.FixtureRequest) -> Iterator[WebDriver]:
+    """The worker's chromium (``worker_chromium``: tests/aws_batch/test_rest_on_aws_queues.py's too)."""
+    driver = worker_chromium(request.session)
+    yield driver
+    park(driver)
 
 
 #: What the page shows, read in one script run (it redraws itself every few seconds).
