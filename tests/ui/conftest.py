@@ -1,17 +1,17 @@
 """A real ``airflow api-server`` for the UI and REST API tests, and a ledger seeded through the store.
 
 One server per test session: a temporary ``AIRFLOW_HOME`` with a SQLite metadata DB made by ``airflow db
-migrate`` (which also creates the ledger's tables), Airflow's default configuration (SimpleAuthManager,
-lazy provider discovery: the plugin must load through its entry point), three users (``admin``, ``op``,
-``viewer``) with known passwords, on a free port of 127.0.0.1. The SQLite server, which most tests use,
-runs two uvicorn workers (spawned processes: the plugin builds its app only in the api-server's processes,
-and a test's requests land on either); the PostgreSQL one runs Airflow's default, one (each further worker
-costs about 10 CPU-seconds to start). The SQLite server starts with Airflow's ``aws_default`` connection on
+migrate`` (which also creates the ledger's tables), Airflow's default configuration (SimpleAuthManager, lazy
+provider discovery: the plugin must load through its entry point), three users (``admin``, ``op``, ``viewer``)
+with known passwords, on a free port of 127.0.0.1. The SQLite server, which most tests use, and the PostgreSQL
+one run Airflow's default, one uvicorn worker (each further worker, a spawned process, costs about 12
+CPU-seconds to start: the plugin's API keeps no state of its own in a process, so two had only let a test's
+requests land on either, by chance). The SQLite server starts with Airflow's ``aws_default`` connection on
 this worker's AWS Batch emulator (``tests.aws_batch.conftest.batch_emulator``), and
-tests/aws_batch/test_rest_on_aws_queues.py uses it too (``sqlite_api_server``: that file runs on this
-worker with tests/ui's, ``ONE_WORKER_FILES``); the plugin asks AWS Batch only about the job queues it
-schedules (``scheduler: AWS_BATCH``), which no test here applies. Each test empties the ledger and seeds it
-with the store's own functions, as the allocator would write it.
+tests/aws_batch/test_rest_on_aws_queues.py uses it too (``sqlite_api_server``: that file runs on this worker
+with tests/ui's, ``ONE_WORKER_FILES``); the plugin asks AWS Batch only about the job queues it schedules
+(``scheduler: AWS_BATCH``), which no test here applies. Each test empties the ledger and seeds it with the
+store's own functions, as the allocator would write it.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ _SQLITE_SERVER = pytest.StashKey[ApiServer]()
 
 
 def sqlite_api_server(request: pytest.FixtureRequest) -> ApiServer:
-    """This worker's SQLite api-server, with two uvicorn workers and ``aws_default`` on this worker's AWS
+    """This worker's SQLite api-server, with ``aws_default`` on this worker's AWS
     Batch emulator (the one ``tests.aws_batch.conftest.batch_emulator`` gives tests/aws_batch), started by the
     first that asks, stopped at the session's end: tests/ui's ``api_server``, and
     tests/aws_batch/test_rest_on_aws_queues.py's ``server``, which cannot ask for a fixture of this conftest
@@ -128,7 +128,7 @@ def sqlite_api_server(request: pytest.FixtureRequest) -> ApiServer:
 
         aws = emulator_connection(batch_emulator(session))
         home = request.getfixturevalue("tmp_path_factory").mktemp("airflow-home-ui")
-        serving = _serve(home, f"sqlite:///{home / 'airflow.db'}", workers=2, extra_env=aws)
+        serving = _serve(home, f"sqlite:///{home / 'airflow.db'}", extra_env=aws)
         session.stash[_SQLITE_SERVER] = next(serving)
         session.addfinalizer(serving.close)  # stops it
     return session.stash[_SQLITE_SERVER]
