@@ -17,7 +17,7 @@ scripts inherit the worker's environment (``PYTEST_XDIST_WORKER``), so their ``A
 slot like a test's.
 The ``STORY_FILES`` (the scheduler's grants, the local and the SageMaker reclaim, the demo's flow on
 PostgreSQL) share one Airflow (``tests/airflow/stories.py``) and go to one worker together, as the
-``ONE_WORKER_FILES`` (tests/ui) do.
+``ONE_WORKER_FILES`` (tests/ui's, and AWS Batch's REST file on tests/ui's api-server) do.
 
 ``QUOTA_TEST_TIMELINE=FILE`` appends one JSON line per test (worker, test, start and end in seconds since
 the epoch, and the CPU seconds its worker and the worker's finished child processes used meanwhile: an
