@@ -22,11 +22,10 @@ from botocore.exceptions import ClientError
 from sqlalchemy.orm import Session
 
 from airflow_quota.aws_batch.queue_reports import SERVICE_JOB_STATUSES
+from airflow_quota.aws_batch.service_jobs import FINAL_STATUSES
 from airflow_quota.ledger.audit import add_audit_row
 from airflow_quota.ledger.models import AuditKind
 
-#: Service-job statuses after which a change means nothing.
-FINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED"})
 #: Statuses listed when a job is looked up by its name (an unfinished one is wanted).
 _OPEN_STATUSES = [status for status in SERVICE_JOB_STATUSES if status not in FINAL_STATUSES]
 

@@ -8,28 +8,16 @@ strategy imports its hook and botocore's validator when a task first uses them.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+from tests.fresh_imports import loaded_after_each
 
 #: Imported only by code that calls AWS (or validates a request against botocore's model).
 HEAVY = ("boto3", "botocore.session", "airflow.providers.amazon.aws.hooks.base_aws")
 
 
 def test_the_executor_and_the_operator_import_no_boto3_and_no_aws_hook() -> None:
-    # One clean interpreter imports the scheduler's module, then the DAG files', and says after each which
-    # of HEAVY are loaded (`python -X importtime -c "import <module>"` shows the chain that loads one).
-    probe = (
-        "import importlib, json, sys\n"
-        "for module in ('airflow_quota.allocator.executor', 'airflow_quota.operators.training'):\n"
-        "    importlib.import_module(module)\n"
-        f"    print(json.dumps([module, [name for name in {HEAVY!r} if name in sys.modules]]))\n"
-    )
+    # The scheduler's module, then the DAG files' (`python -X importtime -c "import <module>"` shows the
+    # chain that loads one of HEAVY).
+    modules = ("airflow_quota.allocator.executor", "airflow_quota.operators.training")
+    loaded = loaded_after_each(modules, HEAVY)
 
-    imported = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=False
-    )
-
-    assert imported.returncode == 0, imported.stderr
-    loaded = dict(json.loads(line) for line in imported.stdout.splitlines() if line.startswith("["))
-    assert loaded == {"airflow_quota.allocator.executor": [], "airflow_quota.operators.training": []}
+    assert loaded == {module: [] for module in modules}
