@@ -15,7 +15,6 @@ import os
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +23,7 @@ import pytest
 from airflow_quota.aws_batch.export import export_design
 from airflow_quota.engine.config import parse_quota_config
 from tests.aws_batch.output_shapes import answer_problems
+from tests.once_a_session import once_a_session
 from tests.sagemaker.conftest import _cheaper_aws_clients, training_request
 from tests.sagemaker.moto_process import (
     OFFLINE_AWS_ENVIRONMENT,
@@ -50,11 +50,7 @@ def batch_emulator(session: pytest.Session) -> str:
     (``tests.ui.conftest``; tests/aws_batch/test_rest_on_aws_queues.py asks that server about the job queues
     it makes here): a session fixture of this conftest cannot be asked for from tests/ui, and one of
     tests/ui's own would have been a second server."""
-    if _BATCH_EMULATOR not in session.stash:
-        serving = ExitStack()
-        session.stash[_BATCH_EMULATOR] = serving.enter_context(moto_server_process())
-        session.addfinalizer(serving.close)
-    return session.stash[_BATCH_EMULATOR]
+    return once_a_session(session, _BATCH_EMULATOR, moto_server_process)
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -18,6 +18,8 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.wait import WebDriverWait
+
+from tests.once_a_session import once_a_session
 
 T = TypeVar("T")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -57,11 +59,7 @@ def worker_chromium(session: pytest.Session) -> WebDriver:
     that asks, quit at the session's end: tests/ui/test_react_page.py's and
     tests/aws_batch/test_rest_on_aws_queues.py's, which run on one worker (``ONE_WORKER_FILES``) and so start
     one chromium and log in once (``hold_session``). Each module ``park``s it when it is done with it."""
-    if _WORKER_CHROMIUM not in session.stash:
-        running = ExitStack()
-        session.stash[_WORKER_CHROMIUM] = running.enter_context(chromium())
-        session.addfinalizer(running.close)
-    return session.stash[_WORKER_CHROMIUM]
+    return once_a_session(session, _WORKER_CHROMIUM, chromium)
 
 
 def park(driver: WebDriver) -> None:

@@ -27,6 +27,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -59,6 +60,7 @@ from airflow_quota.ledger.lifecycle import (
 from airflow_quota.ledger.models import JobRow, ledger_metadata
 from airflow_quota.ledger.queue_state import load_queue_state
 from tests.databases import migrate_fresh, postgres_admin, postgres_server_or_skip
+from tests.once_a_session import once_a_session
 
 AIRFLOW = Path(sys.executable).parent / "airflow"
 PASSWORDS = {"admin": "admin-password", "op": "op-password", "viewer": "viewer-password"}
@@ -121,17 +123,16 @@ def sqlite_api_server(request: pytest.FixtureRequest) -> ApiServer:
     first that asks, stopped at the session's end: tests/ui's ``api_server``, and
     tests/aws_batch/test_rest_on_aws_queues.py's ``server``, which cannot ask for a fixture of this conftest
     (a copy of the fixture there would have been a second server)."""
-    session = request.session
-    if _SQLITE_SERVER not in session.stash:
+
+    def start() -> AbstractContextManager[ApiServer]:
         from tests.aws_batch.conftest import batch_emulator
         from tests.sagemaker.moto_process import emulator_connection
 
-        aws = emulator_connection(batch_emulator(session))
+        aws = emulator_connection(batch_emulator(request.session))
         home = request.getfixturevalue("tmp_path_factory").mktemp("airflow-home-ui")
-        serving = _serve(home, f"sqlite:///{home / 'airflow.db'}", extra_env=aws)
-        session.stash[_SQLITE_SERVER] = next(serving)
-        session.addfinalizer(serving.close)  # stops it
-    return session.stash[_SQLITE_SERVER]
+        return contextmanager(_serve)(home, f"sqlite:///{home / 'airflow.db'}", extra_env=aws)
+
+    return once_a_session(request.session, _SQLITE_SERVER, start)
 
 
 @pytest.fixture(scope="session")
