@@ -1,6 +1,8 @@
 """The same DAGs on a job queue AWS Batch schedules, on real Airflow processes (scheduler with the allocator,
-triggerer, dag processor, api-server; LocalExecutor; SQLite), AWS Batch and SageMaker being moto's server
-with our emulators.
+triggerer, dag processor, api-server; LocalExecutor; PostgreSQL), AWS Batch and SageMaker being moto's
+server with our emulators. PostgreSQL, as the stories' Airflow (``tests/airflow/stories.py``): on SQLite,
+the tasks, the triggerer and the allocator writing at once under the suite's load locked the file past
+five seconds, and Airflow's scheduler exited (``database is locked`` on its own ``UPDATE dag_run``).
 
 The quota file is tests/sagemaker's with one line more, ``scheduler: AWS_BATCH``, and the demo's job queue
 twice (``demo_story.demo_queues``); the design of its AWS_BATCH queues is created in the emulator as
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +44,7 @@ from tests.airflow.harness import AirflowProcesses, free_port
 from tests.aws_batch import demo_story
 from tests.aws_batch.conftest import AnswerLog, checked, create_design
 from tests.cli.in_process import run_quota
+from tests.databases import postgres_admin, postgres_server_or_skip
 from tests.sagemaker.moto_process import REGION, emulator_connection
 
 pytestmark = pytest.mark.airflow
@@ -88,18 +92,21 @@ def airflow(
     quotas = home / "quotas.yaml"
     quotas.write_text(yaml.safe_dump(document))
     create_design(batch, {"jobQueues": [q for q in document["jobQueues"] if q["scheduler"] == "AWS_BATCH"]})
+    server = postgres_server_or_skip()
+    database = f"quota_aws_batch_{uuid.uuid4().hex[:12]}"
     processes = AirflowProcesses(
         home,
-        f"sqlite:///{home}/airflow.db",
+        server.set(database=database).render_as_string(hide_password=False),
         extra_env={**emulator_connection(endpoint_url), "AIRFLOW__CORE__DAGS_FOLDER": str(dags)},
     )
-    processes.migrate()
-    processes.apply_quotas(quotas)
-    processes.start()
     try:
+        processes.migrate()
+        processes.apply_quotas(quotas)
+        processes.start()
         yield processes
     finally:
         processes.stop()
+        postgres_admin(server, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
 def task_key(dag_id: str, run_id: str) -> str:
