@@ -15,8 +15,9 @@ installation logs in as the demo's does (``admin`` / ``admin``, not everyone an 
 log in to the page), and every story's REST calls send that login's token. The database is PostgreSQL, as
 in production: on SQLite, the stories' tasks, the triggerer and the allocator writing at once under the
 suite's load locked the file long enough for Airflow's triggerer to exit (``database is locked`` on its
-trigger assignment). SQLite's real-Airflow runs are the demo's (``tests/e2e/test_demo_command.py``), the
-soak's and AWS Batch's stories.
+trigger assignment); AWS Batch's end-to-end stories moved to PostgreSQL for the same reason (the scheduler
+exited on its own ``UPDATE dag_run``). SQLite's real-Airflow runs are the demo's
+(``tests/e2e/test_demo_command.py``, the README's first command) and the soak's.
 
 A pytest plugin (``tests/conftest.py`` loads it) so that the fixture is one per worker for the four
 directories; ``tests/conftest.py`` hands the four files to one worker together (``STORY_FILES``), and the
