@@ -131,12 +131,23 @@ ONE_WORKER_FILES = frozenset(
 )
 
 
-class FileScheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist ships no types
-    """pytest-xdist's ``loadfile``, except that the tests of ``SPREAD_FILES`` are scheduled one by one and
-    the ``ONE_WORKER_FILES`` together.
+#: A test of a file expected to take this long (``LONGEST_FIRST``) is a long one for ``FileScheduling``.
+LONG_FILE_SECONDS = 150
 
-    (``--dist loadgroup`` with a group per file would say the same, but pytest-xdist 3.8 marks the groups in
-    ``Item._nodeid``, which pytest 9.2's ``nodeid`` no longer reads: every test became its own group.)
+
+class FileScheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist ships no types
+    """pytest-xdist's ``loadfile``, except that the tests of ``SPREAD_FILES`` are scheduled one by one, the
+    ``ONE_WORKER_FILES`` together, and a worker with a long test still to run gets the shortest file waiting.
+
+    pytest-xdist hands a worker its next file when two of its tests are left, and the worker holds its last
+    test back until that file arrives, so the file waits behind whatever the worker still runs. Behind the
+    stories' last test (the demo's flow, three minutes) the next of the longest files, a soak run, waited
+    from 140 s to 355 s while other workers went free, and ended the suite alone (2026-12-07, a6201b2). A
+    file of the fast tier waits there instead, and the longest go to workers about to be free.
+
+    (``--dist loadgroup`` with a group per file would say the same as the scopes, but pytest-xdist 3.8 marks
+    the groups in ``Item._nodeid``, which pytest 9.2's ``nodeid`` no longer reads: every test became its own
+    group.)
     """
 
     def _split_scope(self, nodeid: str) -> str:
@@ -146,6 +157,20 @@ class FileScheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist ships n
         if path in STORY_FILES:
             return "tests/airflow/stories.py: one Airflow"
         return nodeid if path in SPREAD_FILES else path
+
+    def _assign_work_unit(self, node: object) -> None:
+        if self._has_a_long_test_to_run(node) and len(self.workqueue) > 1:
+            shortest = next(reversed(self.workqueue))  # the queue is sorted longest first
+            self.workqueue.move_to_end(shortest, last=False)
+        super()._assign_work_unit(node)
+
+    def _has_a_long_test_to_run(self, node: object) -> bool:
+        return any(
+            LONGEST_FIRST.get(nodeid.split("::", 1)[0], 0) >= LONG_FILE_SECONDS
+            for unit in self.assigned_work.get(node, {}).values()
+            for nodeid, done in unit.items()
+            if not done
+        )
 
 
 #: A test module all of whose tests are in the slow tier says so at its top (``pytestmark`` with ``airflow``).

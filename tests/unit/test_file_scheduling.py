@@ -1,0 +1,88 @@
+"""Which file the suite's scheduler (``tests.conftest.FileScheduling``) hands a worker that asks for more:
+the longest waiting, unless the worker still has a long test to run, behind which any file it gets waits.
+
+pytest-xdist's own ``_assign_work_unit`` runs; the worker is a stand-in that records what it was sent.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import pytest
+
+from tests.conftest import LONG_FILE_SECONDS, LONGEST_FIRST, FileScheduling
+
+DEMO_FLOW = "tests/e2e/test_demo_flow.py::test_the_demo_flow"
+SOAK = "tests/airflow/test_soak.py::test_a_short_soak[postgresql]"
+CELERY = "tests/distributed/test_celery_two_schedulers.py"
+ENGINE_RULES = "tests/unit/engine/test_rules.py"
+
+
+class Worker:
+    """What the scheduler calls on a worker: the indexes of the tests sent to it."""
+
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+
+    def send_runtest_some(self, indexes: list[int]) -> None:
+        self.sent.extend(indexes)
+
+
+def handed(still_to_run: dict[str, bool]) -> str:
+    """The file handed to a worker whose tests so far are ``still_to_run`` (test id -> done), with the soak
+    run, Celery's file and the engine's rules waiting, longest first."""
+    waiting = OrderedDict(
+        [
+            (SOAK, {SOAK: False}),
+            (CELERY, {f"{CELERY}::test_two_schedulers": False}),
+            (ENGINE_RULES, {f"{ENGINE_RULES}::test_a_rule": False}),
+        ]
+    )
+    scheduler = FileScheduling.__new__(FileScheduling)
+    worker = Worker()
+    scheduler.workqueue = waiting
+    scheduler.assigned_work = {worker: {"its file so far": dict(still_to_run)}}
+    scheduler.registered_collections = {
+        worker: [*still_to_run, *(test for unit in waiting.values() for test in unit)]
+    }
+    scheduler._assign_work_unit(worker)
+    (file,) = set(scheduler.assigned_work[worker]) - {"its file so far"}
+    return str(file)
+
+
+CASES = {
+    "a worker with nothing left to run gets the longest file waiting": ({}, SOAK),
+    "a worker whose tests have all run gets the longest file waiting": ({DEMO_FLOW: True}, SOAK),
+    "a worker with only short tests left gets the longest file waiting": (
+        {f"{ENGINE_RULES}::test_another_rule": False},
+        SOAK,
+    ),
+    "a worker with the demo's flow still to run gets the shortest file waiting": (
+        {DEMO_FLOW: False},
+        ENGINE_RULES,
+    ),
+    "a worker with a soak run still to run gets the shortest file waiting": ({SOAK: False}, ENGINE_RULES),
+}
+
+
+@pytest.mark.parametrize(("still_to_run", "expected"), CASES.values(), ids=CASES.keys())
+def test_the_file_handed_to_a_worker(still_to_run: dict[str, bool], expected: str) -> None:
+    assert handed(still_to_run) == expected
+
+
+def test_the_long_files_named_in_the_cases_are_long() -> None:
+    """The cases above hold only while the demo's flow and the soak's runs count as long."""
+    for path in ("tests/e2e/test_demo_flow.py", "tests/airflow/test_soak.py"):
+        assert LONGEST_FIRST[path] >= LONG_FILE_SECONDS
+    assert ENGINE_RULES not in LONGEST_FIRST
+
+
+def test_the_last_file_waiting_goes_to_whoever_asks() -> None:
+    scheduler = FileScheduling.__new__(FileScheduling)
+    worker = Worker()
+    scheduler.workqueue = OrderedDict([(CELERY, {f"{CELERY}::test_two_schedulers": False})])
+    scheduler.assigned_work = {worker: {SOAK: {SOAK: False}}}
+    scheduler.registered_collections = {worker: [SOAK, f"{CELERY}::test_two_schedulers"]}
+    scheduler._assign_work_unit(worker)
+    assert CELERY in scheduler.assigned_work[worker] and not scheduler.workqueue
+    assert worker.sent == [1]
