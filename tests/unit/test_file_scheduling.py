@@ -28,23 +28,28 @@ class Worker:
         self.sent.extend(indexes)
 
 
+def scheduler_for(worker: Worker, assigned: dict[str, dict[str, bool]], waiting: list[str]) -> FileScheduling:
+    """The suite's scheduler with ``assigned`` (file -> its test ids -> done) handed to ``worker`` so far and
+    the one-test files ``waiting`` in the queue, in that order."""
+    scheduler = FileScheduling.__new__(FileScheduling)
+    scheduler.workqueue = OrderedDict((file, {a_test_of(file): False}) for file in waiting)
+    scheduler.assigned_work = {worker: {file: dict(tests) for file, tests in assigned.items()}}
+    scheduler.registered_collections = {
+        worker: [*(test for tests in assigned.values() for test in tests), *map(a_test_of, waiting)]
+    }
+    return scheduler
+
+
+def a_test_of(file: str) -> str:
+    """A test of ``file`` (a soak run's id is its test's already)."""
+    return file if "::" in file else f"{file}::test_it"
+
+
 def handed(still_to_run: dict[str, bool]) -> str:
     """The file handed to a worker whose tests so far are ``still_to_run`` (test id -> done), with the soak
     run, Celery's file and the engine's rules waiting, longest first."""
-    waiting = OrderedDict(
-        [
-            (SOAK, {SOAK: False}),
-            (CELERY, {f"{CELERY}::test_two_schedulers": False}),
-            (ENGINE_RULES, {f"{ENGINE_RULES}::test_a_rule": False}),
-        ]
-    )
-    scheduler = FileScheduling.__new__(FileScheduling)
     worker = Worker()
-    scheduler.workqueue = waiting
-    scheduler.assigned_work = {worker: {"its file so far": dict(still_to_run)}}
-    scheduler.registered_collections = {
-        worker: [*still_to_run, *(test for unit in waiting.values() for test in unit)]
-    }
+    scheduler = scheduler_for(worker, {"its file so far": still_to_run}, [SOAK, CELERY, ENGINE_RULES])
     scheduler._assign_work_unit(worker)
     (file,) = set(scheduler.assigned_work[worker]) - {"its file so far"}
     return str(file)
@@ -78,11 +83,8 @@ def test_the_long_files_named_in_the_cases_are_long() -> None:
 
 
 def test_the_last_file_waiting_goes_to_whoever_asks() -> None:
-    scheduler = FileScheduling.__new__(FileScheduling)
     worker = Worker()
-    scheduler.workqueue = OrderedDict([(CELERY, {f"{CELERY}::test_two_schedulers": False})])
-    scheduler.assigned_work = {worker: {SOAK: {SOAK: False}}}
-    scheduler.registered_collections = {worker: [SOAK, f"{CELERY}::test_two_schedulers"]}
+    scheduler = scheduler_for(worker, {SOAK: {SOAK: False}}, [CELERY])
     scheduler._assign_work_unit(worker)
     assert CELERY in scheduler.assigned_work[worker] and not scheduler.workqueue
     assert worker.sent == [1]
