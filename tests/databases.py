@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
@@ -159,6 +160,19 @@ def postgres_admin(server: sa.URL, statement: str) -> None:
             connection.execute(sa.text(statement))
     finally:
         engine.dispose()
+
+
+@contextlib.contextmanager
+def scratch_postgres_url(prefix: str) -> Iterator[str]:
+    """The URL of a database named ``prefix`` and a random suffix on the tests' PostgreSQL server (skipped,
+    saying why, when none is reachable), dropped when the context exits. It does not exist yet:
+    ``migrate_fresh`` makes it, a copy of the migrated template."""
+    server = postgres_server_or_skip()
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    try:
+        yield server.set(database=name).render_as_string(hide_password=False)
+    finally:
+        postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _postgres_database_exists(server: sa.URL, name: str) -> bool:

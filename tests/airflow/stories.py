@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,7 +112,7 @@ _started: list[Stories] = []
 @pytest.fixture(scope="session")
 def stories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stories]:
     from tests.airflow.harness import AirflowProcesses
-    from tests.databases import postgres_admin, postgres_server_or_skip
+    from tests.databases import scratch_postgres_url
     from tests.sagemaker.moto_fixture import MotoServer
     from tests.sagemaker.moto_process import (
         OFFLINE_AWS_ENVIRONMENT,
@@ -122,7 +121,6 @@ def stories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stories]:
         moto_server_process,
     )
 
-    server = postgres_server_or_skip()
     home = tmp_path_factory.mktemp("airflow-home-stories")
     dags = home / "dags"
     dags.mkdir()
@@ -135,13 +133,12 @@ def stories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stories]:
     passwords = home / "passwords.json"
     passwords.write_text(json.dumps({"admin": "admin"}))
 
-    database = f"quota_stories_{uuid.uuid4().hex[:12]}"
     with contextlib.ExitStack() as closing:
-        closing.callback(postgres_admin, server, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        database_url = closing.enter_context(scratch_postgres_url("quota_stories"))
         endpoint_url = closing.enter_context(moto_server_process(SAGEMAKER_ONLY))
         processes = AirflowProcesses(
             home,
-            server.set(database=database).render_as_string(hide_password=False),
+            database_url,
             # The grants' stories hold up to 8 worker slots, the local one's trainings 3, the demo's 6.
             parallelism=12,
             extra_env={

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,7 +43,7 @@ from tests.airflow.harness import AirflowProcesses, free_port
 from tests.aws_batch import demo_story
 from tests.aws_batch.conftest import AnswerLog, checked, create_design
 from tests.cli.in_process import run_quota
-from tests.databases import postgres_admin, postgres_server_or_skip
+from tests.databases import scratch_postgres_url
 from tests.sagemaker.moto_process import REGION, emulator_connection
 
 pytestmark = pytest.mark.airflow
@@ -92,21 +91,19 @@ def airflow(
     quotas = home / "quotas.yaml"
     quotas.write_text(yaml.safe_dump(document))
     create_design(batch, {"jobQueues": [q for q in document["jobQueues"] if q["scheduler"] == "AWS_BATCH"]})
-    server = postgres_server_or_skip()
-    database = f"quota_aws_batch_{uuid.uuid4().hex[:12]}"
-    processes = AirflowProcesses(
-        home,
-        server.set(database=database).render_as_string(hide_password=False),
-        extra_env={**emulator_connection(endpoint_url), "AIRFLOW__CORE__DAGS_FOLDER": str(dags)},
-    )
-    try:
-        processes.migrate()
-        processes.apply_quotas(quotas)
-        processes.start()
-        yield processes
-    finally:
-        processes.stop()
-        postgres_admin(server, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    with scratch_postgres_url("quota_aws_batch") as database_url:
+        processes = AirflowProcesses(
+            home,
+            database_url,
+            extra_env={**emulator_connection(endpoint_url), "AIRFLOW__CORE__DAGS_FOLDER": str(dags)},
+        )
+        try:
+            processes.migrate()
+            processes.apply_quotas(quotas)
+            processes.start()
+            yield processes
+        finally:
+            processes.stop()
 
 
 def task_key(dag_id: str, run_id: str) -> str:

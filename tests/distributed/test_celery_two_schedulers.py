@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import random
 import threading
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ import redis
 import sqlalchemy as sa
 
 from tests.airflow.harness import AirflowProcesses
-from tests.databases import postgres_admin, postgres_server_or_skip
+from tests.databases import scratch_postgres_url
 from tests.sagemaker.moto_fixture import MotoServer
 
 pytestmark = pytest.mark.airflow
@@ -36,13 +35,8 @@ ALLOCATOR = "airflow_quota.allocator.executor.QuotaAllocatorExecutor"
 
 @pytest.fixture(scope="module")
 def postgres_url() -> Iterator[str]:
-    server = postgres_server_or_skip()
-    name = f"quota_celery_{uuid.uuid4().hex[:12]}"
-    postgres_admin(server, f'CREATE DATABASE "{name}"')
-    try:
-        yield server.set(database=name).render_as_string(hide_password=False)
-    finally:
-        postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_postgres_url("quota_celery") as database_url:
+        yield database_url
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -59,7 +58,7 @@ from airflow_quota.ledger.lifecycle import (
 )
 from airflow_quota.ledger.models import JobRow, ledger_metadata
 from airflow_quota.ledger.queue_state import load_queue_state
-from tests.databases import migrate_fresh, postgres_admin, postgres_server_or_skip
+from tests.databases import migrate_fresh, scratch_postgres_url
 from tests.once_a_session import once_a_session
 
 AIRFLOW = Path(sys.executable).parent / "airflow"
@@ -138,14 +137,8 @@ def sqlite_api_server(request: pytest.FixtureRequest) -> ApiServer:
 @pytest.fixture(scope="session")
 def postgres_api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     """The same api-server on a fresh PostgreSQL database (skipped, saying why, when none is reachable)."""
-    server = postgres_server_or_skip()
-    name = f"quota_ui_test_{uuid.uuid4().hex[:12]}"
-    postgres_admin(server, f'CREATE DATABASE "{name}"')
-    try:
-        database = server.set(database=name).render_as_string(hide_password=False)
+    with scratch_postgres_url("quota_ui_test") as database:
         yield from _serve(tmp_path_factory.mktemp("airflow-home-ui-postgres"), database)
-    finally:
-        postgres_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _serve(
