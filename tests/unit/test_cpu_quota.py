@@ -35,11 +35,12 @@ def test_a_command_gets_no_more_than_its_cores_and_keeps_its_exit_status() -> No
     )
     _, stderr = tool.communicate(timeout=60)
     assert tool.returncode == 3, stderr
-    report = re.search(r"exit status 3; (\d+) s; ([\d.]+) CPU-s .* held back ([\d.]+) s", stderr)
+    report = re.search(r"exit status 3; (\d+) s; ([\d.]+) CPU-s in the group", stderr)
     assert report, stderr
-    wall, used, held_back = (float(figure) for figure in report.groups())
-    # 0.6 CPU-s at 0.3 of a core take 2 s; alone, it would take 0.6 s.
-    assert wall >= 2 and used >= 0.6 and held_back > 0, stderr
+    wall, used = (float(figure) for figure in report.groups())
+    # 0.6 CPU-s at 0.3 of a core take 2 s; alone, it would take 0.6 s. (How long it was held back is the
+    # group's own figure: where an outer quota, such as a whole suite's, holds it back first, it is 0.)
+    assert wall >= 2 and used >= 0.6, stderr
     assert not list(cpu_quota.CPU.glob(f"**/quota-tests-{tool.pid}")), "the cgroup was left behind"
 
 
