@@ -1,14 +1,14 @@
-"""Run a command as if on a slower machine: in a CPU cgroup whose quota is a number of cores (1.26 of this
+"""Run a command as if on a slower machine: in a CPU cgroup whose quota is a number of cores (1.1 of this
 machine's two, say), with PostgreSQL's server in it too, and say how much CPU it used and how long it was
 held back::
 
-    sudo .venv/bin/python -m tests.cpu_quota --cores 1.26 -- .ci/run
+    sudo .venv/bin/python -m tests.cpu_quota --cores 1.1 -- .ci/run
 
 A suite that is CPU-bound takes as long on a machine with ``--cores`` of these cores as on a slower one
 whose cores do as much work in all; a commit whose time on a slow machine is known calibrates the quota
 (docs/testing.md). It needs root and the cgroup v1 ``cpu`` and ``cpuacct`` controllers
 (``/sys/fs/cgroup/cpu``); on a machine with only cgroup v2, systemd does the same:
-``systemd-run --scope -p CPUQuota=126% .ci/run``.
+``systemd-run --scope -p CPUQuota=110% .ci/run``.
 """
 
 from __future__ import annotations
