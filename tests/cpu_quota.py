@@ -30,6 +30,11 @@ PERIOD_US = 100_000
 POSTGRES_PIDS = Path("/var/run/postgresql")
 
 
+def has_cgroup_v1() -> bool:
+    """Whether this machine has the cgroup v1 cpu and cpuacct controllers this needs."""
+    return (CPU / "cpu.cfs_quota_us").exists() and (CPUACCT / "cpuacct.usage").exists()
+
+
 def postgres_servers() -> list[int]:
     """The pids of the local PostgreSQL servers (postmasters): their new backends start in their cgroup."""
     return [int(path.read_text().split()[0]) for path in sorted(POSTGRES_PIDS.glob("*.pid"))]
@@ -56,7 +61,7 @@ def move(pids: list[int], group: str) -> None:
 def quota_group(cores: float) -> Iterator[str]:
     """A new cgroup limited to ``cores`` cores, inside this process's own (a quota within a quota holds),
     removed on exit, what is left in it moved back to this process's."""
-    if not (CPU / "cpu.cfs_quota_us").exists() or not (CPUACCT / "cpuacct.usage").exists():
+    if not has_cgroup_v1():
         sys.exit(
             "cpu_quota: no cgroup v1 cpu and cpuacct controllers under /sys/fs/cgroup; with cgroup v2 use "
             f"systemd-run --scope -p CPUQuota={cores * 100:.0f}% COMMAND"
@@ -88,18 +93,20 @@ def run(command: list[str], cores: float, with_postgres: bool) -> int:
     with quota_group(cores) as group:
         servers = {pid: group_of(pid) for pid in postgres_servers()} if with_postgres else {}
         move(list(servers), group)
-        started = time.monotonic()
-        process = subprocess.Popen(command, preexec_fn=lambda: move([os.getpid()], group))
-        status = process.wait()
-        wall = time.monotonic() - started
+        try:
+            started = time.monotonic()
+            process = subprocess.Popen(command, preexec_fn=lambda: move([os.getpid()], group))
+            status = process.wait()
+            wall = time.monotonic() - started
+        finally:
+            for pid, before in servers.items():
+                move([pid], before)
         used = int((CPUACCT / group / "cpuacct.usage").read_text()) / 1e9
         throttled = next(
             int(line.split()[1]) / 1e9
             for line in (CPU / group / "cpu.stat").read_text().splitlines()
             if line.startswith("throttled_time")
         )
-        for pid, before in servers.items():
-            move([pid], before)
     print(
         f"cpu_quota: {cores:g} cores; exit status {status}; {wall:.0f} s; {used:.1f} CPU-s in the group "
         f"({used / wall / cores:.0%} of its quota); held back {throttled:.1f} s in all",
@@ -110,7 +117,7 @@ def run(command: list[str], cores: float, with_postgres: bool) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--cores", type=float, required=True, help="the quota, in cores (1.26)")
+    parser.add_argument("--cores", type=float, required=True, help="the quota, in cores (1.1)")
     parser.add_argument(
         "--without-postgres", action="store_true", help="leave the PostgreSQL server outside the quota"
     )

@@ -16,7 +16,7 @@ from tests import cpu_quota
 ROOT = Path(__file__).resolve().parents[2]
 
 needs_a_cgroup = pytest.mark.skipif(
-    os.geteuid() != 0 or not (cpu_quota.CPU / "cpu.cfs_quota_us").exists(),
+    os.geteuid() != 0 or not cpu_quota.has_cgroup_v1(),
     reason="needs root and the cgroup v1 cpu and cpuacct controllers",
 )
 
