@@ -17,7 +17,9 @@ scripts inherit the worker's environment (``PYTEST_XDIST_WORKER``), so their ``A
 slot like a test's.
 The ``STORY_FILES`` (the scheduler's grants, the local and the SageMaker reclaim, the demo's flow on
 PostgreSQL) share one Airflow (``tests/airflow/stories.py``) and go to one worker together, as the
-``ONE_WORKER_FILES`` (tests/ui's, and AWS Batch's REST file on tests/ui's api-server) do.
+``CELERY_FILES`` (Celery with two schedulers, and AWS Batch's end to end, on one Celery Airflow:
+``tests/distributed/celery_airflow.py``) and the ``ONE_WORKER_FILES`` (tests/ui's, and AWS Batch's REST file
+on tests/ui's api-server) do.
 
 ``QUOTA_TEST_TIMELINE=FILE`` appends one JSON line per test (worker, test, start and end in seconds since
 the epoch, and the CPU seconds its worker and the worker's finished child processes used meanwhile: an
@@ -40,13 +42,15 @@ import pytest
 from xdist.remote import Producer
 from xdist.scheduler import LoadFileScheduling
 
-pytest.register_assert_rewrite("tests.airflow.stories")
+pytest.register_assert_rewrite("tests.airflow.stories", "tests.distributed.celery_airflow")
 from tests import python_startup  # noqa: E402  (imports nothing but pathlib)
 from tests.airflow.stories import STORY_FILES  # noqa: E402  (after its assert rewriting is registered)
+from tests.distributed.celery_airflow import CELERY_FILES  # noqa: E402  (the same)
 
-#: The fixture of the stories that share one Airflow (``stories``), and its stop once a worker leaves them;
-#: the one moto server with our SageMaker emulator (``moto_server``) of every test that asks for it.
-pytest_plugins = ("tests.airflow.stories", "tests.sagemaker.moto_fixture")
+#: The fixtures of the files that share one Airflow (``stories``, ``celery_airflow``), and their stop once a
+#: worker leaves them; the one moto server with our SageMaker emulator (``moto_server``) of every test that
+#: asks for it.
+pytest_plugins = ("tests.airflow.stories", "tests.distributed.celery_airflow", "tests.sagemaker.moto_fixture")
 
 # Trio (which Selenium brings) registers its random generator with Hypothesis as an entry-point plugin, and
 # registering runs a full garbage collection in every worker (about a CPU-second each with Airflow loaded).
@@ -67,9 +71,12 @@ LONGEST_FIRST = {
     # Each of the soak's two runs: one deck of its actions and the drain (2026-12-06, -n 0, load 6 to 7:
     # 191 and 202 s; the 75 s of chaos before took 320 and 194 s).
     "tests/airflow/test_soak.py": 200,
-    "tests/distributed/test_celery_two_schedulers.py": 210,
     "tests/e2e/test_demo_command.py": 420,
-    "tests/aws_batch/test_end_to_end.py": 250,
+    # AWS Batch's end to end, then Celery's stories, on one Celery Airflow (tests/distributed/
+    # celery_airflow.py): their sum less one Airflow start, one apart so nothing sorts between (each with its
+    # own Airflow, in the suite at 60a2531 under a 1.1-core quota: 323 and 237 s; unquoted 250 and 210).
+    "tests/aws_batch/test_end_to_end.py": 430,
+    "tests/distributed/test_celery_two_schedulers.py": 429,
     # The stories sharing one Airflow (tests/airflow/stories.py), in the order they run on their worker (the
     # grants first: a test of theirs acts while a job waits; the demo's flow last: it restarts the
     # scheduler). Their sum, one apart so nothing sorts between.
@@ -156,6 +163,8 @@ class FileScheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist ships n
             return "tests/ui: one api-server"
         if path in STORY_FILES:
             return "tests/airflow/stories.py: one Airflow"
+        if path in CELERY_FILES:
+            return "tests/distributed/celery_airflow.py: one Celery Airflow"
         return nodeid if path in SPREAD_FILES else path
 
     def _assign_work_unit(self, node: object) -> None:

@@ -1,13 +1,16 @@
-"""The same DAGs on a job queue AWS Batch schedules, on real Airflow processes (scheduler with the allocator,
-triggerer, dag processor, api-server; LocalExecutor; PostgreSQL), AWS Batch and SageMaker being moto's
-server with our emulators. PostgreSQL, as the stories' Airflow (``tests/airflow/stories.py``): on SQLite,
-the tasks, the triggerer and the allocator writing at once under the suite's load locked the file past
-five seconds, and Airflow's scheduler exited (``database is locked`` on its own ``UPDATE dag_run``).
+"""The same DAGs on a job queue AWS Batch schedules, on real Airflow processes (CeleryExecutor with two
+Celery workers, two schedulers hosting the allocator, triggerer, dag processor, api-server; PostgreSQL), AWS
+Batch and SageMaker being moto's server with our emulators. The installation is the Celery stories'
+(``tests/distributed/celery_airflow.py``): these tests run first on it, on job queues of their own.
+PostgreSQL, as every shared installation: on SQLite, the tasks, the triggerer and the allocator writing at
+once under the suite's load locked the file past five seconds, and Airflow's scheduler exited (``database
+is locked`` on its own ``UPDATE dag_run``).
 
 The quota file is tests/sagemaker's with one line more, ``scheduler: AWS_BATCH``, and the demo's job queue
-twice (``demo_story.demo_queues``); the design of its AWS_BATCH queues is created in the emulator as
-``airflow quota export --format aws`` prints it. The allocator hands each waiting task to
-AWS Batch and holds nothing for it; each task submits a service job and follows it:
+twice (``demo_story.demo_queues``), beside the Celery stories' queue (``celery_airflow.job_queues``); the
+design of its AWS_BATCH queues is created in the emulator as ``airflow quota export --format aws`` prints
+it. The allocator hands each waiting task to AWS Batch and holds nothing for it; each task submits a service
+job and follows it:
 
 * the SageMaker end-to-end story, unchanged DAGs: team-b's job borrows team-a's idle instance, team-a's
   job reclaims it, AWS Batch (the emulator) preempts the borrower's service job and runs its second
@@ -25,17 +28,13 @@ AWS Batch and holds nothing for it; each task submits a service job and follows 
 from __future__ import annotations
 
 import json
-import shutil
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 import requests
 import sqlalchemy as sa
-import yaml
 
 from airflow_quota.backends.sagemaker import TaskIdentity
 from airflow_quota.triggers.batch_service_job import KILLED_REASON
@@ -43,21 +42,12 @@ from tests.airflow.harness import AirflowProcesses, free_port
 from tests.aws_batch import demo_story
 from tests.aws_batch.conftest import AnswerLog, checked, create_design
 from tests.cli.in_process import run_quota
-from tests.databases import scratch_postgres_url
-from tests.sagemaker.moto_process import REGION, emulator_connection
+from tests.distributed.celery_airflow import CeleryAirflow, job_queues
+from tests.sagemaker.moto_process import REGION
 
 pytestmark = pytest.mark.airflow
 
-HERE = Path(__file__).parent
-SAGEMAKER_TESTS = HERE.parent / "sagemaker"
 QUEUE = "gpu-training"
-
-
-def quota_file() -> dict[str, Any]:
-    """tests/sagemaker's quota file, its job queue scheduled by AWS Batch."""
-    document: dict[str, Any] = yaml.safe_load((SAGEMAKER_TESTS / "quotas.yaml").read_text())
-    document["jobQueues"][0]["scheduler"] = "AWS_BATCH"
-    return document
 
 
 @pytest.fixture(scope="module")
@@ -77,33 +67,11 @@ def sagemaker(endpoint_url: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def airflow(
-    endpoint_url: str, batch: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[AirflowProcesses]:
-    home = tmp_path_factory.mktemp("airflow-home-aws-batch")
-    dags = home / "dags"
-    dags.mkdir()
-    shutil.copy(SAGEMAKER_TESTS / "dags" / "quota_sagemaker_reclaim.py", dags)  # the same DAGs
-    shutil.copy(HERE / "dags" / "quota_batch_long.py", dags)
-    shutil.copy(HERE / "dags" / "quota_batch_demo.py", dags)
-    document = quota_file()
-    document["jobQueues"] += demo_story.demo_queues()
-    quotas = home / "quotas.yaml"
-    quotas.write_text(yaml.safe_dump(document))
-    create_design(batch, {"jobQueues": [q for q in document["jobQueues"] if q["scheduler"] == "AWS_BATCH"]})
-    with scratch_postgres_url("quota_aws_batch") as database_url:
-        processes = AirflowProcesses(
-            home,
-            database_url,
-            extra_env={**emulator_connection(endpoint_url), "AIRFLOW__CORE__DAGS_FOLDER": str(dags)},
-        )
-        try:
-            processes.migrate()
-            processes.apply_quotas(quotas)
-            processes.start()
-            yield processes
-        finally:
-            processes.stop()
+def airflow(celery_airflow: CeleryAirflow, batch: Any) -> AirflowProcesses:
+    """The installation shared with the Celery stories, its AWS_BATCH job queues' design created in the
+    emulator as ``airflow quota export --format aws`` prints it."""
+    create_design(batch, {"jobQueues": [q for q in job_queues() if q.get("scheduler") == "AWS_BATCH"]})
+    return celery_airflow.running()
 
 
 def task_key(dag_id: str, run_id: str) -> str:
@@ -203,7 +171,10 @@ def test_the_owner_reclaims_its_instance_from_a_borrower_aws_batch_preempted(
     assert result["training_job_arn"].endswith(f"training-job/{second}")
     # The allocator held nothing: AWS Batch scheduled both jobs.
     with airflow.engine.connect() as connection:
-        assert connection.execute(sa.text("SELECT count(*) FROM quota_job")).scalar_one() == 0
+        held = connection.execute(
+            sa.text("SELECT count(*) FROM quota_job WHERE job_queue_name = :queue"), {"queue": QUEUE}
+        )
+        assert held.scalar_one() == 0
     # The CLI shows them, read from AWS Batch (``airflow quota`` through Airflow's CLI parser in this process,
     # on this Airflow's database, ``aws_default`` on the emulator: tests/cli/in_process.py).
     listed = quota_cli(airflow, "jobs", "list", "--queue", QUEUE, "--output", "json")
@@ -402,10 +373,13 @@ def test_a_retried_try_follows_the_service_job_of_the_try_that_failed(
     }
     airflow.kill("triggerer")
     airflow.start_process("triggerer", ["triggerer"], AIRFLOW_CONN_AWS_DEFAULT=json.dumps(unreachable))
-    airflow.wait_for_dag("quota_batch_retry")
-    airflow.trigger("quota_batch_retry", "retry-1")
-
-    finished(airflow, "quota_batch_retry", "retry-1")
+    try:
+        airflow.wait_for_dag("quota_batch_retry")
+        airflow.trigger("quota_batch_retry", "retry-1")
+        finished(airflow, "quota_batch_retry", "retry-1")
+    finally:  # the Celery stories run next on this installation, their triggers on the emulator
+        airflow.kill("triggerer")
+        airflow.start_process("triggerer", ["triggerer"])
 
     states = airflow.task_states("quota_batch_retry", "retry-1")
     assert states == {"train": ("failed", 2)}, airflow.log_tails()

@@ -1,6 +1,7 @@
 """Beyond one machine: CeleryExecutor (Redis broker, PostgreSQL metadata DB and result backend), two
 Celery workers and two schedulers at once, each scheduler hosting the allocator; SageMaker is moto's
-server with our emulator. Nothing is mocked.
+server with our emulator. Nothing is mocked. The installation is shared with AWS Batch's end to end
+(``tests/distributed/celery_airflow.py``), on a job queue of its own (``celery-training``).
 
 - The borrow / reclaim / preempt / resume flow ends as on one machine, while a sampler checks the ledger
   and the training jobs every half second: capacity is never granted twice, and each grant launches
@@ -11,69 +12,33 @@ server with our emulator. Nothing is mocked.
 
 from __future__ import annotations
 
-import random
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 import sqlalchemy as sa
 
 from tests.airflow.harness import AirflowProcesses
-from tests.databases import scratch_postgres_url
+from tests.distributed.celery_airflow import CELERY_QUEUE, CeleryAirflow
 from tests.sagemaker.moto_fixture import MotoServer
 
 pytestmark = pytest.mark.airflow
 
-HERE = Path(__file__).parent
-CAPACITY = 2  # ml.g5.xlarge instances in tests/distributed/quotas.yaml
-ALLOCATOR = "airflow_quota.allocator.executor.QuotaAllocatorExecutor"
+CAPACITY = 2  # ml.g5.xlarge instances of CELERY_QUEUE in tests/distributed/quotas.yaml
 
 
 @pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
-    with scratch_postgres_url("quota_celery") as database_url:
-        yield database_url
+def airflow(celery_airflow: CeleryAirflow) -> AirflowProcesses:
+    return celery_airflow.running()
 
 
 @pytest.fixture(scope="module")
-def airflow(
-    moto_server: MotoServer, postgres_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[AirflowProcesses]:
-    broker_db = random.randint(1, 15)
-    redis.Redis(host="127.0.0.1", port=6379, db=broker_db).flushdb()
-    home = tmp_path_factory.mktemp("airflow-home-celery")
-    processes = AirflowProcesses(
-        home,
-        postgres_url,
-        extra_env={
-            "AIRFLOW__CORE__DAGS_FOLDER": str(HERE / "dags"),
-            "AIRFLOW__CORE__EXECUTOR": f"CeleryExecutor,{ALLOCATOR}",
-            "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:6379/{broker_db}",
-            "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{postgres_url}",
-            "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
-            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
-            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
-            "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "10",
-            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "5",
-        },
-    )
-    processes.migrate()
-    processes.apply_quotas(HERE / "quotas.yaml")
-    processes.start("api-server", "dag-processor", "triggerer")
-    processes.start_process("scheduler-1", ["scheduler"])
-    processes.start_process("scheduler-2", ["scheduler"])
-    for index in (1, 2):
-        processes.start_process(
-            f"worker-{index}", ["celery", "worker", "-H", f"worker{index}@%h", "--skip-serve-logs"]
-        )
-    try:
-        yield processes
-    finally:
-        processes.stop()
+def moto_server(celery_airflow: CeleryAirflow) -> MotoServer:
+    """The server the installation's ``aws_default`` points at (this worker's AWS Batch and SageMaker
+    emulators), not the suite's SageMaker-only one."""
+    return MotoServer(celery_airflow.endpoint_url)
 
 
 def training_jobs(moto_server: MotoServer, prefix: str) -> dict[str, dict[str, Any]]:
@@ -112,7 +77,11 @@ class CapacitySampler:
         while not self.stop.wait(0.5):
             with self.airflow.engine.connect() as connection:
                 held = connection.execute(
-                    sa.text("SELECT coalesce(sum(held_instance_count), 0) FROM quota_job")
+                    sa.text(
+                        "SELECT coalesce(sum(held_instance_count), 0) FROM quota_job"
+                        " WHERE job_queue_name = :queue"
+                    ),
+                    {"queue": CELERY_QUEUE},
                 )
                 self.held.append(int(held.scalar_one()))
             jobs = training_jobs(self.moto_server, "quota-celery")

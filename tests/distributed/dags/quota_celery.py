@@ -38,7 +38,7 @@ def request(instance_count: int, durations: str, **hyper_parameters: str) -> dic
     }
 
 
-COMMON: dict[str, Any] = {"job_queue": "gpu-training", "poll_interval": 1.0, "stop_poll_interval": 0.5}
+COMMON: dict[str, Any] = {"job_queue": "celery-training", "poll_interval": 1.0, "stop_poll_interval": 0.5}
 
 with DAG(dag_id="quota_celery_borrower", schedule=None, start_date=datetime(2026, 1, 1)):
     QuotaTrainingOperator(
