@@ -10,7 +10,9 @@ from collections import OrderedDict
 
 import pytest
 
-from tests.conftest import LONG_FILE_SECONDS, LONGEST_FIRST, FileScheduling
+from tests.airflow.stories import STORY_FILES
+from tests.conftest import LONG_FILE_SECONDS, LONGEST_FIRST, ONE_WORKER_FILES, FileScheduling
+from tests.distributed.celery_airflow import CELERY_FILES
 
 DEMO_FLOW = "tests/e2e/test_demo_flow.py::test_the_demo_flow"
 SOAK = "tests/airflow/test_soak.py::test_a_short_soak[postgresql]"
@@ -46,21 +48,21 @@ def a_test_of(file: str) -> str:
 
 
 def handed(still_to_run: dict[str, bool]) -> str:
-    """The file handed to a worker whose tests so far are ``still_to_run`` (test id -> done), with the soak
-    run, Celery's file and the engine's rules waiting, longest first."""
+    """The file handed to a worker whose tests so far are ``still_to_run`` (test id -> done), with Celery's
+    file, the soak run and the engine's rules waiting, longest first."""
     worker = Worker()
-    scheduler = scheduler_for(worker, {"its file so far": still_to_run}, [SOAK, CELERY, ENGINE_RULES])
+    scheduler = scheduler_for(worker, {"its file so far": still_to_run}, [CELERY, SOAK, ENGINE_RULES])
     scheduler._assign_work_unit(worker)
     (file,) = set(scheduler.assigned_work[worker]) - {"its file so far"}
     return str(file)
 
 
 CASES = {
-    "a worker with nothing left to run gets the longest file waiting": ({}, SOAK),
-    "a worker whose tests have all run gets the longest file waiting": ({DEMO_FLOW: True}, SOAK),
+    "a worker with nothing left to run gets the longest file waiting": ({}, CELERY),
+    "a worker whose tests have all run gets the longest file waiting": ({DEMO_FLOW: True}, CELERY),
     "a worker with only short tests left gets the longest file waiting": (
         {f"{ENGINE_RULES}::test_another_rule": False},
-        SOAK,
+        CELERY,
     ),
     "a worker with the demo's flow still to run gets the shortest file waiting": (
         {DEMO_FLOW: False},
@@ -76,9 +78,11 @@ def test_the_file_handed_to_a_worker(still_to_run: dict[str, bool], expected: st
 
 
 def test_the_long_files_named_in_the_cases_are_long() -> None:
-    """The cases above hold only while the demo's flow and the soak's runs count as long."""
+    """The cases above hold only while the demo's flow and the soak's runs count as long, and wait in the
+    order the suite sorts them."""
     for path in ("tests/e2e/test_demo_flow.py", "tests/airflow/test_soak.py"):
         assert LONGEST_FIRST[path] >= LONG_FILE_SECONDS
+    assert LONGEST_FIRST[CELERY] > LONGEST_FIRST["tests/airflow/test_soak.py"]
     assert ENGINE_RULES not in LONGEST_FIRST
 
 
@@ -88,3 +92,35 @@ def test_the_last_file_waiting_goes_to_whoever_asks() -> None:
     scheduler._assign_work_unit(worker)
     assert CELERY in scheduler.assigned_work[worker] and not scheduler.workqueue
     assert worker.sent == [1]
+
+
+#: The groups of files that share one installation (or api-server and Chromium) and so one worker.
+SHARING = {
+    "the stories on one Airflow": STORY_FILES,
+    "AWS Batch's end to end and Celery's stories on one Celery Airflow": CELERY_FILES,
+    "tests/ui's files and AWS Batch's REST file on one api-server": ONE_WORKER_FILES,
+}
+
+
+def scope_of(test: str) -> str:
+    return str(FileScheduling.__new__(FileScheduling)._split_scope(test))
+
+
+@pytest.mark.parametrize("files", SHARING.values(), ids=SHARING.keys())
+def test_files_sharing_an_installation_go_to_one_worker_together(files: frozenset[str]) -> None:
+    assert len({scope_of(a_test_of(file)) for file in files}) == 1
+
+
+def test_aws_batch_s_end_to_end_runs_first_on_the_celery_airflow() -> None:
+    """It restarts the triggerer and puts it back; Celery's stories then kill a scheduler and a worker
+    (tests/distributed/celery_airflow.py). A worker runs its files' tests in the suite's order."""
+    aws, celery = "tests/aws_batch/test_end_to_end.py", "tests/distributed/test_celery_two_schedulers.py"
+    assert LONGEST_FIRST[aws] > LONGEST_FIRST[celery]
+
+
+def test_each_group_and_each_other_file_has_a_scope_of_its_own_and_each_soak_run_one() -> None:
+    groups = {scope_of(a_test_of(next(iter(files)))) for files in SHARING.values()}
+    assert len(groups) == len(SHARING)
+    assert scope_of(a_test_of(ENGINE_RULES)) == ENGINE_RULES
+    assert scope_of(SOAK) == SOAK  # the soak's runs go to whichever workers are free
+    assert ENGINE_RULES not in groups and SOAK not in groups
