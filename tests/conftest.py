@@ -42,15 +42,22 @@ import pytest
 from xdist.remote import Producer
 from xdist.scheduler import LoadFileScheduling
 
-pytest.register_assert_rewrite("tests.airflow.stories", "tests.distributed.celery_airflow")
+pytest.register_assert_rewrite(
+    "tests.airflow.shared", "tests.airflow.stories", "tests.distributed.celery_airflow"
+)
 from tests import python_startup  # noqa: E402  (imports nothing but pathlib)
 from tests.airflow.stories import STORY_FILES  # noqa: E402  (after its assert rewriting is registered)
 from tests.distributed.celery_airflow import CELERY_FILES  # noqa: E402  (the same)
 
-#: The fixtures of the files that share one Airflow (``stories``, ``celery_airflow``), and their stop once a
-#: worker leaves them; the one moto server with our SageMaker emulator (``moto_server``) of every test that
-#: asks for it.
-pytest_plugins = ("tests.airflow.stories", "tests.distributed.celery_airflow", "tests.sagemaker.moto_fixture")
+#: The fixtures of the files that share one Airflow (``stories``, ``celery_airflow``), and its stop once a
+#: worker leaves them (``tests.airflow.shared``); the one moto server with our SageMaker emulator
+#: (``moto_server``) of every test that asks for it.
+pytest_plugins = (
+    "tests.airflow.shared",
+    "tests.airflow.stories",
+    "tests.distributed.celery_airflow",
+    "tests.sagemaker.moto_fixture",
+)
 
 # Trio (which Selenium brings) registers its random generator with Hypothesis as an entry-point plugin, and
 # registering runs a full garbage collection in every worker (about a CPU-second each with Airflow loaded).

@@ -21,8 +21,8 @@ exited on its own ``UPDATE dag_run``). SQLite's real-Airflow runs are the demo's
 
 A pytest plugin (``tests/conftest.py`` loads it) so that the fixture is one per worker for the four
 directories; ``tests/conftest.py`` hands the four files to one worker together (``STORY_FILES``), and the
-installation is stopped as soon as that worker leaves them. Airflow and the harness are imported only when
-the fixture starts: the fast tier's workers never pay for them.
+installation is stopped as soon as that worker leaves them (``tests/airflow/shared.py``). Airflow and
+the harness are imported only when the fixture starts: the fast tier's workers never pay for them.
 """
 
 from __future__ import annotations
@@ -30,14 +30,15 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.airflow.shared import SharedAirflow, stop_when_the_worker_leaves
+
 if TYPE_CHECKING:
-    from tests.airflow.harness import AirflowProcesses
     from tests.sagemaker.moto_fixture import MotoServer
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -76,20 +77,10 @@ DEMO_RECLAIM_AFTER = 10
 
 
 @dataclass
-class Stories:
+class Stories(SharedAirflow):
     """The shared installation, and SageMaker's emulator that its SageMaker story trains on."""
 
-    airflow: AirflowProcesses
     moto: MotoServer
-    _closing: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
-
-    def running(self) -> AirflowProcesses:
-        """The installation, which must not have been stopped: a story file's test that ran after the worker
-        left the stories would otherwise fail on a dead Airflow, far from the cause."""
-        assert self.airflow.processes, (
-            "the stories' Airflow was stopped: tests/conftest.py must keep STORY_FILES together"
-        )
-        return self.airflow
 
     def swap_in_the_demo_queue(self) -> None:
         """Apply the stories' quota file with the demo's job queue in place of the local reclaim's, once the
@@ -101,12 +92,6 @@ class Stories:
         airflow = self.running()
         airflow.wait_for_ledger_to_settle(job_queue_name=LOCAL_RECLAIM_QUEUE)
         airflow.apply_quotas(quotas)
-
-    def close(self) -> None:
-        self._closing.close()
-
-
-_started: list[Stories] = []
 
 
 @pytest.fixture(scope="session")
@@ -159,8 +144,8 @@ def stories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stories]:
         processes.apply_quotas(quotas)
         closing.callback(processes.stop)
         processes.start()
-        shared = Stories(processes, MotoServer(endpoint_url), closing.pop_all())
-    _started.append(shared)
+        shared = Stories(processes, STORY_FILES, closing.pop_all(), MotoServer(endpoint_url))
+    stop_when_the_worker_leaves(shared)
     try:
         yield shared
     finally:
@@ -173,14 +158,3 @@ def merged_quota_file(paths: tuple[Path, ...]) -> str:
 
     queues = [queue for path in paths for queue in yaml.safe_load(path.read_text())["jobQueues"]]
     return yaml.safe_dump({"jobQueues": queues}, sort_keys=False)
-
-
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """Stop the installation once this worker's next test is not a story's: it would idle to the session's
-    end (about 6 CPU-seconds a minute) and hold one of the suite's Airflow slots."""
-    if _started and story_file(item) and (nextitem is None or not story_file(nextitem)):
-        _started.pop().close()
-
-
-def story_file(item: pytest.Item) -> bool:
-    return item.nodeid.split("::", 1)[0] in STORY_FILES

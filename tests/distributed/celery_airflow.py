@@ -12,9 +12,9 @@ stories' training jobs run there. AWS Batch's end to end runs first: it restarts
 unreachable AWS Batch, and puts it back; Celery's story then SIGKILLs one scheduler and one Celery worker.
 
 A pytest plugin (``tests/conftest.py`` loads it) so that the fixture is one per worker for the two
-directories; ``tests/conftest.py`` hands both files to one worker together (``CELERY_FILES``), and the
-installation is stopped as soon as that worker leaves them. Airflow and the harness are imported only when
-the fixture starts: the fast tier's workers never pay for them.
+directories; ``tests/conftest.py`` hands the two files to one worker together (``CELERY_FILES``), and the
+installation is stopped as soon as that worker leaves them (``tests/airflow/shared.py``). Airflow and
+the harness are imported only when the fixture starts: the fast tier's workers never pay for them.
 """
 
 from __future__ import annotations
@@ -23,14 +23,13 @@ import contextlib
 import random
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
-if TYPE_CHECKING:
-    from tests.airflow.harness import AirflowProcesses
+from tests.airflow.shared import SharedAirflow, stop_when_the_worker_leaves
 
 TESTS = Path(__file__).resolve().parents[1]
 #: The files that share the installation (paths as pytest's node ids start), AWS Batch's first.
@@ -53,26 +52,10 @@ ALLOCATOR = "airflow_quota.allocator.executor.QuotaAllocatorExecutor"
 
 
 @dataclass
-class CeleryAirflow:
+class CeleryAirflow(SharedAirflow):
     """The shared installation, and the moto server its ``aws_default`` points at."""
 
-    airflow: AirflowProcesses
     endpoint_url: str
-    _closing: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
-
-    def running(self) -> AirflowProcesses:
-        """The installation, which must not have been stopped: a test of these files that ran after the worker
-        left them would otherwise fail on a dead Airflow, far from the cause."""
-        assert self.airflow.processes, (
-            "the Celery Airflow was stopped: tests/conftest.py must keep CELERY_FILES together"
-        )
-        return self.airflow
-
-    def close(self) -> None:
-        self._closing.close()
-
-
-_started: list[CeleryAirflow] = []
 
 
 @pytest.fixture(scope="session")
@@ -126,8 +109,8 @@ def celery_airflow(
             processes.start_process(
                 f"worker-{index}", ["celery", "worker", "-H", f"worker{index}@%h", "--skip-serve-logs"]
             )
-        shared = CeleryAirflow(processes, endpoint_url, closing.pop_all())
-    _started.append(shared)
+        shared = CeleryAirflow(processes, CELERY_FILES, closing.pop_all(), endpoint_url)
+    stop_when_the_worker_leaves(shared)
     try:
         yield shared
     finally:
@@ -144,14 +127,3 @@ def job_queues() -> list[dict[str, Any]]:
     [sagemaker] = yaml.safe_load((TESTS / "sagemaker" / "quotas.yaml").read_text())["jobQueues"]
     celery = yaml.safe_load((TESTS / "distributed" / "quotas.yaml").read_text())["jobQueues"]
     return [{**sagemaker, "scheduler": "AWS_BATCH"}, *demo_story.demo_queues(), *celery]
-
-
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """Stop the installation once this worker's next test is not one of these files': it would idle to the
-    session's end and hold one of the suite's Airflow slots."""
-    if _started and celery_file(item) and (nextitem is None or not celery_file(nextitem)):
-        _started.pop().close()
-
-
-def celery_file(item: pytest.Item) -> bool:
-    return item.nodeid.split("::", 1)[0] in CELERY_FILES
