@@ -156,7 +156,12 @@ def test_a_try_that_crashed_before_keeping_its_job_id_reattaches(
     backend.request_stop(job["jobId"], "ended for the test")
 
 
-def test_a_client_exception_that_is_no_repeat_stands(queue: str, unique: str, answers: AnswerLog) -> None:
+def test_a_client_exception_that_is_no_repeat_stands(
+    queue: str, unique: str, answers: AnswerLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It looks for a job of the request's clientToken first (AWS's rejection of a repeat gives no reason to
+    # tell it from this one), for FIND_SUBMITTED_TIMEOUT: a minute, which here would only be waited out.
+    monkeypatch.setattr(BatchServiceJobHook, "FIND_SUBMITTED_TIMEOUT", 3.0)
     jobs = service_jobs(answers)
     with pytest.raises(ClientError, match="'marketing' is not a quota share"):
         jobs.submit(request_for(unique, ServiceJobSpec(queue, "marketing")))
