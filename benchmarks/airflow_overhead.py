@@ -265,12 +265,11 @@ def scheduler_loops(metrics: StatsdListener, start: float, end: float) -> LoopFi
 
 @dataclass
 class Bench:
-    """A running Airflow with the emulator and a StatsD listener; ``home`` is removed at the end."""
+    """A running Airflow with the emulator and a StatsD listener."""
 
     airflow: AirflowProcesses
     endpoint_url: str
     metrics: StatsdListener
-    home: Path
 
     def sagemaker(self) -> object:
         import boto3
@@ -308,6 +307,65 @@ class Bench:
         return str(state)
 
 
+@dataclass
+class BenchServices:
+    """What a bench's Airflow talks to: a moto server with the SageMaker emulator and a StatsD listener."""
+
+    endpoint_url: str
+    metrics: StatsdListener
+    allocation_interval: float
+
+    def airflow_env(self) -> dict[str, str]:
+        """The settings that point Airflow's components at them (for every component, from its start)."""
+        return {
+            **OFFLINE_AWS_ENVIRONMENT,
+            **emulator_connection(self.endpoint_url),
+            # Airflow's and the allocator's defaults (the test harness runs them faster), unless
+            # --allocation-interval says otherwise.
+            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "1",
+            "AIRFLOW__QUOTA__ALLOCATION_INTERVAL": f"{self.allocation_interval:g}",
+            "AIRFLOW__METRICS__STATSD_ON": "True",
+            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+            "AIRFLOW__METRICS__STATSD_PORT": str(self.metrics.port),
+            "AIRFLOW__METRICS__STATSD_PREFIX": self.metrics.prefix,
+        }
+
+    def bench(self, airflow: AirflowProcesses) -> Bench:
+        return Bench(airflow, self.endpoint_url, self.metrics)
+
+
+@contextlib.contextmanager
+def bench_services(allocation_interval: float = DEFAULT_ALLOCATION_INTERVAL) -> Iterator[BenchServices]:
+    """Start the emulator and the StatsD listener; stop both after."""
+    metrics = StatsdListener()
+    try:
+        with moto_server_process() as endpoint_url:
+            yield BenchServices(endpoint_url, metrics, allocation_interval)
+    finally:
+        metrics.close()
+
+
+def write_dag_files(folder: Path, dags_text: str | Mapping[str, str]) -> Path:
+    """Write the DAGs (a DAG file's text, or ``{file name: text}``) into ``folder``; return it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in ({"bench_dags.py": dags_text} if isinstance(dags_text, str) else dags_text).items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def ready_for_runs(airflow: AirflowProcesses, quotas_text: str, pools: Sequence[tuple[str, int]]) -> None:
+    """Apply the quota file and set the pools on the installation's database."""
+    quotas = airflow.home / "bench-quotas.json"
+    quotas.write_text(quotas_text)
+    # As `airflow quota apply -f` does, in this process (the command would cost an Airflow start).
+    airflow.apply_quotas(quotas)
+    for name, slots in pools:
+        command = ["pools", "set", name, str(slots), "benchmark pool"]
+        result = airflow.airflow(*command)
+        if result.returncode != 0:
+            raise RuntimeError(f"airflow {' '.join(command)} failed:\n{result.stdout}{result.stderr}")
+
+
 @contextlib.contextmanager
 def bench(
     dags_text: str | Mapping[str, str],
@@ -320,53 +378,28 @@ def bench(
     """Start the emulator and Airflow with these DAGs (a DAG file's text, or ``{file name: text}``) and
     quotas; stop everything and clean up after."""
     home = Path(tempfile.mkdtemp(prefix="quota-bench-airflow-"))
-    dags = home / "dags"
-    dags.mkdir()
-    for name, text in ({"bench_dags.py": dags_text} if isinstance(dags_text, str) else dags_text).items():
-        (dags / name).write_text(text)
-    quotas = home / "quotas.json"
-    quotas.write_text(quotas_text)
-    metrics = StatsdListener()
     try:
-        with moto_server_process() as endpoint_url:
+        with bench_services(allocation_interval) as services:
             airflow = AirflowProcesses(
                 home / "airflow",
                 f"sqlite:///{home}/airflow/airflow.db",
                 parallelism=parallelism,
                 extra_env={
-                    **OFFLINE_AWS_ENVIRONMENT,
-                    **emulator_connection(endpoint_url),
-                    "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-                    # Airflow's and the allocator's defaults (the test harness runs them faster),
-                    # unless --allocation-interval says otherwise.
-                    "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "1",
-                    "AIRFLOW__QUOTA__ALLOCATION_INTERVAL": f"{allocation_interval:g}",
-                    "AIRFLOW__METRICS__STATSD_ON": "True",
-                    "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-                    "AIRFLOW__METRICS__STATSD_PORT": str(metrics.port),
-                    "AIRFLOW__METRICS__STATSD_PREFIX": metrics.prefix,
+                    **services.airflow_env(),
+                    "AIRFLOW__CORE__DAGS_FOLDER": str(write_dag_files(home / "dags", dags_text)),
                 },
             )
             try:
                 airflow.migrate()
-                # As `airflow quota apply -f` does, in this process (the command would cost an Airflow start).
-                airflow.apply_quotas(quotas)
-                for name, slots in pools:
-                    command = ["pools", "set", name, str(slots), "benchmark pool"]
-                    result = airflow.airflow(*command)
-                    if result.returncode != 0:
-                        raise RuntimeError(
-                            f"airflow {' '.join(command)} failed:\n{result.stdout}{result.stderr}"
-                        )
+                ready_for_runs(airflow, quotas_text, pools)
                 airflow.start()
-                yield Bench(airflow, endpoint_url, metrics, home)
+                yield services.bench(airflow)
             except BaseException:
                 print(airflow.log_tails(60), file=sys.stderr)
                 raise
             finally:
                 airflow.stop()
     finally:
-        metrics.close()
         shutil.rmtree(home, ignore_errors=True)
 
 

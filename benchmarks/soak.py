@@ -64,7 +64,7 @@ Usage::
 
     .venv/bin/python benchmarks/soak.py --backend sqlite --duration 300 --seed 1
     .venv/bin/python benchmarks/soak.py --backend postgresql --duration 300  # QUOTA_TEST_POSTGRES server
-    .venv/bin/python benchmarks/soak.py --duration 0 --decks 1 --summary out.json  # what the CI test runs
+    .venv/bin/python benchmarks/soak.py --duration 0 --decks 1 --summary out.json  # the CI test's run
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -951,8 +951,13 @@ def database(backend: str, home: Path) -> Iterator[str]:
         admin.dispose()
 
 
-def soak(backend: str, duration: float, seed: int, drain: float, home: Path, decks: int = 0) -> Result:
-    rng = random.Random(seed)
+@contextlib.contextmanager
+def soak_airflow(
+    backend: str, home: Path, extra_env: Mapping[str, str] | None = None
+) -> Iterator[AirflowProcesses]:
+    """The soak's Airflow on a fresh database, not started yet (``play`` starts it), in ``home``; stopped
+    after, and its trainings with it. ``extra_env`` adds settings (a DAG folder holding the soak's DAG
+    file and more, say)."""
     with database(backend, home) as url:
         airflow = AirflowProcesses(
             home,
@@ -966,13 +971,19 @@ def soak(backend: str, duration: float, seed: int, drain: float, home: Path, dec
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
                 "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "10",
                 "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "5",
+                **(extra_env or {}),
             },
         )
         try:
-            return _soak(airflow, backend, duration, seed, drain, rng, decks)
+            yield airflow
         finally:
             airflow.stop()
             _stop_leftover_trainings(home)
+
+
+def soak(backend: str, duration: float, seed: int, drain: float, home: Path, decks: int = 0) -> Result:
+    with soak_airflow(backend, home) as airflow:
+        return play(airflow, backend, duration, seed, drain, decks)
 
 
 def _stop_leftover_trainings(home: Path) -> None:
@@ -982,15 +993,12 @@ def _stop_leftover_trainings(home: Path) -> None:
             os.kill(training.pid, signal.SIGKILL)
 
 
-def _soak(
-    airflow: AirflowProcesses,
-    backend: str,
-    duration: float,
-    seed: int,
-    drain: float,
-    rng: random.Random,
-    decks: int = 0,
+def play(
+    airflow: AirflowProcesses, backend: str, duration: float, seed: int, drain: float, decks: int = 0
 ) -> Result:
+    """Migrate the soak's database, apply its starting quotas, start Airflow, play the chaos for
+    ``duration`` seconds and ``decks`` whole decks at least, then drain; the figures."""
+    rng = random.Random(seed)
     print(
         f"{TITLE}\nbackend {backend}, seed {seed}, {duration:.0f} s of chaos, AIRFLOW_HOME {airflow.home}",
         flush=True,
@@ -1188,6 +1196,11 @@ def print_result(result: Result, console: Console) -> None:
         console.print(f"driver error: {error}", markup=False)
 
 
+def write_summary(result: Result, path: Path) -> None:
+    """The figures as JSON (``--summary``), with the violations' count."""
+    path.write_text(json.dumps({**asdict(result), "violation_count": result.violation_count}, indent=2))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
@@ -1210,9 +1223,7 @@ def main(argv: list[str] | None = None) -> int:
     result = soak(args.backend, args.duration, args.seed, args.drain, home, args.decks)
     print_result(result, Console(width=120))
     if args.summary:
-        args.summary.write_text(
-            json.dumps({**asdict(result), "violation_count": result.violation_count}, indent=2)
-        )
+        write_summary(result, args.summary)
     if result.violation_count or args.keep:
         print(f"logs kept in {home}")
     else:

@@ -7,14 +7,12 @@ starts real Airflow components or ``airflow`` commands, several processes at onc
 SIGKILL mid-cycle), the SageMaker SDK or a benchmark run.
 
 ``scripts/test.sh`` runs the tests on pytest-xdist workers with ``--dist loadfile``: a worker runs a file's
-tests together, so its module fixtures (a migrated database, a running Airflow) are made once. The files in
-``SPREAD_FILES`` are the exception: their tests are independent (each starts its own Airflow, like the
-soak's two runs) and run on whichever workers are free. Files are handed out longest first
-(``LONGEST_FIRST``): a long one started last would leave the other workers idle while it runs. At most four
-tests' Airflow installations run at once, whatever the number of workers (``tests/airflow/harness.py``,
-``AIRFLOW_SLOTS``; as many as the default four workers), the soak's and the benchmark runs' too: their
-scripts inherit the worker's environment (``PYTEST_XDIST_WORKER``), so their ``AirflowProcesses`` wait for a
-slot like a test's.
+tests together, so its module fixtures (a migrated database, a running Airflow) are made once. Files are
+handed out longest first (``LONGEST_FIRST``): a long one started last would leave the other workers idle
+while it runs. At most four tests' Airflow installations run at once, whatever the number of workers
+(``tests/airflow/harness.py``, ``AIRFLOW_SLOTS``; as many as the default four workers), the soak's and the
+benchmark runs' too: their scripts inherit the worker's environment (``PYTEST_XDIST_WORKER``), so their
+``AirflowProcesses`` wait for a slot like a test's.
 The ``STORY_FILES`` (the scheduler's grants, the local and the SageMaker reclaim, the demo's flow on
 PostgreSQL) share one Airflow (``tests/airflow/stories.py``) and go to one worker together, as the
 ``CELERY_FILES`` (Celery with two schedulers, and AWS Batch's end to end, on one Celery Airflow:
@@ -70,14 +68,16 @@ _python_path = os.environ.get("PYTHONPATH", "")
 if python_startup.FOLDER not in _python_path.split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [python_startup.FOLDER, _python_path]))
 
-#: Seconds a file's tests took in a whole-suite run on a 2-core machine (each test's, for SPREAD_FILES),
+#: Seconds a file's tests took in a whole-suite run on a 2-core machine,
 #: from ``python -m tests.timeline``: the longest start first, so the suite does not end waiting for a long
 #: one that started last. Other files: 60 s if they start Airflow (``airflow``), 10 s with a database.
 #: Files changed since their last whole-suite figure carry what they took alone (``-n 0``) at load 6 to 9.
 LONGEST_FIRST = {
-    # Each of the soak's two runs: one deck of its actions and the drain (2026-12-06, -n 0, load 6 to 7:
-    # 191 and 202 s; the 75 s of chaos before took 320 and 194 s).
+    # The soak's run on PostgreSQL: one deck of its actions and the drain (2026-12-06, -n 0, load 6 to 7:
+    # 202 s; the 75 s of chaos before took 194 s). Its run on SQLite, then both benchmarks' quick runs on
+    # that Airflow: their sum less an Airflow start (each with its own: 191 and 144 s, load 5 to 7).
     "tests/airflow/test_soak.py": 200,
+    "tests/airflow/test_soak_then_quick_runs.py": 310,
     "tests/e2e/test_demo_command.py": 420,
     # AWS Batch's end to end, then Celery's stories, on one Celery Airflow (tests/distributed/
     # celery_airflow.py): their sum less one Airflow start, one apart so nothing sorts between (each with its
@@ -99,9 +99,6 @@ LONGEST_FIRST = {
     "tests/ui/test_api_limits.py": 355,
     "tests/aws_batch/test_rest_on_aws_queues.py": 35,
     "tests/db/test_allocator_hosts.py": 60,  # 4 of its 8 `airflow` commands now in-process (2026-12-06; 90)
-    # Both benchmarks' quick runs on one Airflow (2026-12-06, -n 0, load 5 to 7: 144 s; 293 s for the two
-    # Airflows before).
-    "tests/airflow/test_overhead_benchmarks_run.py": 150,
     "tests/ui/test_react_page.py": 120,
     "tests/db/test_migrations.py": 60,
     "tests/cli/test_quota_cli.py": 10,  # one `airflow` process left (2026-12-06; 55 s with seven)
@@ -127,10 +124,6 @@ LONGEST_FIRST = {
 }
 
 
-#: Files whose tests are independent and long: each test goes to whichever worker is free.
-SPREAD_FILES = frozenset({"tests/airflow/test_soak.py"})
-
-
 #: Files that share a session fixture's Airflow (tests/ui/conftest.py: one api-server per backend for the
 #: session; AWS Batch's REST file uses the SQLite one, started with aws_default on the worker's AWS Batch
 #: emulator) run on one worker, so each server starts once (20 to 35 CPU-seconds each), and so does the
@@ -150,8 +143,8 @@ LONG_FILE_SECONDS = 150
 
 
 class FileScheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist ships no types
-    """pytest-xdist's ``loadfile``, except that the tests of ``SPREAD_FILES`` are scheduled one by one, the
-    ``ONE_WORKER_FILES`` together, and a worker with a long test still to run gets the shortest file waiting.
+    """pytest-xdist's ``loadfile``, except that the files sharing an installation are scheduled together,
+    and a worker with a long test still to run gets the shortest file waiting.
 
     pytest-xdist hands a worker its next file when two of its tests are left, and the worker holds its last
     test back until that file arrives, so the file waits behind whatever the worker still runs. Behind the
@@ -172,7 +165,7 @@ class FileScheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist ships n
             return "tests/airflow/stories.py: one Airflow"
         if path in CELERY_FILES:
             return "tests/distributed/celery_airflow.py: one Celery Airflow"
-        return nodeid if path in SPREAD_FILES else path
+        return path
 
     def _assign_work_unit(self, node: object) -> None:
         if self._has_a_long_test_to_run(node) and len(self.workqueue) > 1:

@@ -1,6 +1,7 @@
-"""The soak's short run (benchmarks/soak.py) on SQLite and PostgreSQL: one whole deck of its actions
-(triggers, a clear, a quota change, SIGKILLs of a training, a task runner, a task supervisor and the
-scheduler: about 25 s), its drain, and never two trainings on one device.
+"""The soak's short run (benchmarks/soak.py) on PostgreSQL: one whole deck of its actions (triggers, a clear,
+a quota change, SIGKILLs of a training, a task runner, a task supervisor and the scheduler: about 25 s), its
+drain, and never two trainings on one device. The same run on SQLite plays on the Airflow that then runs the
+benchmarks' quick runs (``test_soak_then_quick_runs.py``), checked by ``assert_the_soak_held`` too.
 
 It asserts what a user would notice: no device held twice in the ledger, no two live trainings on one
 device, no training on a device the ledger gave to another job; and that the soak did something (every kind
@@ -16,6 +17,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,19 +30,17 @@ ROOT = Path(__file__).resolve().parents[2]
 DECKS = 1
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_a_short_soak_kills_and_finishes_jobs_and_never_puts_two_trainings_on_one_device(
-    backend: str, tmp_path: Path
+def test_a_short_soak_on_postgresql_kills_and_finishes_jobs_and_never_puts_two_trainings_on_one_device(
+    tmp_path: Path,
 ) -> None:
-    if backend == "postgresql":
-        postgres_server_or_skip()
+    postgres_server_or_skip()
     summary_path = tmp_path / "summary.json"
     result = subprocess.run(
         [
             sys.executable,
             str(ROOT / "benchmarks" / "soak.py"),
             "--backend",
-            backend,
+            "postgresql",
             "--duration",
             "0",
             "--decks",
@@ -58,11 +58,21 @@ def test_a_short_soak_kills_and_finishes_jobs_and_never_puts_two_trainings_on_on
         timeout=900,
         check=False,
     )
-    output = result.stdout[-8000:] + result.stderr[-4000:]
-    if timeline := os.environ.get("QUOTA_TEST_TIMELINE"):  # where a whole suite's soak spent its time
+    keep_for_the_timeline(result, "postgresql")
+    assert_the_soak_held(result, summary_path)
+
+
+def keep_for_the_timeline(result: subprocess.CompletedProcess[str], backend: str) -> None:
+    """Where a whole suite's soak spent its time: its output beside the timeline (tests/timeline.py)."""
+    if timeline := os.environ.get("QUOTA_TEST_TIMELINE"):
         Path(f"{timeline}.soak-{backend}.txt").write_text(result.stdout + result.stderr)
+
+
+def assert_the_soak_held(result: subprocess.CompletedProcess[str], summary_path: Path) -> None:
+    """No violation, and the soak did what it is for (its ``--summary`` file says)."""
+    output = result.stdout[-8000:] + result.stderr[-4000:]
     assert summary_path.exists(), output
-    summary = json.loads(summary_path.read_text())
+    summary: dict[str, Any] = json.loads(summary_path.read_text())
 
     assert summary["violations"] == [], output
     assert (summary["ledger_violations"], summary["process_violations"]) == (0, 0), output

@@ -15,7 +15,7 @@ from tests.conftest import LONG_FILE_SECONDS, LONGEST_FIRST, ONE_WORKER_FILES, F
 from tests.distributed.celery_airflow import CELERY_FILES
 
 DEMO_FLOW = "tests/e2e/test_demo_flow.py::test_the_demo_flow"
-SOAK = "tests/airflow/test_soak.py::test_a_short_soak[postgresql]"
+SOAK = "tests/airflow/test_soak.py"
 CELERY = "tests/distributed/test_celery_two_schedulers.py"
 ENGINE_RULES = "tests/unit/engine/test_rules.py"
 
@@ -43,13 +43,13 @@ def scheduler_for(worker: Worker, assigned: dict[str, dict[str, bool]], waiting:
 
 
 def a_test_of(file: str) -> str:
-    """A test of ``file`` (a soak run's id is its test's already)."""
+    """A test of ``file`` (a test's id already is one)."""
     return file if "::" in file else f"{file}::test_it"
 
 
 def handed(still_to_run: dict[str, bool]) -> str:
     """The file handed to a worker whose tests so far are ``still_to_run`` (test id -> done), with Celery's
-    file, the soak run and the engine's rules waiting, longest first."""
+    file, the soak's and the engine's rules waiting, longest first."""
     worker = Worker()
     scheduler = scheduler_for(worker, {"its file so far": still_to_run}, [CELERY, SOAK, ENGINE_RULES])
     scheduler._assign_work_unit(worker)
@@ -68,7 +68,10 @@ CASES = {
         {DEMO_FLOW: False},
         ENGINE_RULES,
     ),
-    "a worker with a soak run still to run gets the shortest file waiting": ({SOAK: False}, ENGINE_RULES),
+    "a worker with the soak still to run gets the shortest file waiting": (
+        {a_test_of(SOAK): False},
+        ENGINE_RULES,
+    ),
 }
 
 
@@ -78,17 +81,17 @@ def test_the_file_handed_to_a_worker(still_to_run: dict[str, bool], expected: st
 
 
 def test_the_long_files_named_in_the_cases_are_long() -> None:
-    """The cases above hold only while the demo's flow and the soak's runs count as long, and wait in the
-    order the suite sorts them."""
-    for path in ("tests/e2e/test_demo_flow.py", "tests/airflow/test_soak.py"):
+    """The cases above hold only while the demo's flow and the soak count as long, and wait in the order
+    the suite sorts them."""
+    for path in ("tests/e2e/test_demo_flow.py", SOAK):
         assert LONGEST_FIRST[path] >= LONG_FILE_SECONDS
-    assert LONGEST_FIRST[CELERY] > LONGEST_FIRST["tests/airflow/test_soak.py"]
+    assert LONGEST_FIRST[CELERY] > LONGEST_FIRST[SOAK]
     assert ENGINE_RULES not in LONGEST_FIRST
 
 
 def test_the_last_file_waiting_goes_to_whoever_asks() -> None:
     worker = Worker()
-    scheduler = scheduler_for(worker, {SOAK: {SOAK: False}}, [CELERY])
+    scheduler = scheduler_for(worker, {SOAK: {a_test_of(SOAK): False}}, [CELERY])
     scheduler._assign_work_unit(worker)
     assert CELERY in scheduler.assigned_work[worker] and not scheduler.workqueue
     assert worker.sent == [1]
@@ -118,9 +121,9 @@ def test_aws_batch_s_end_to_end_runs_first_on_the_celery_airflow() -> None:
     assert LONGEST_FIRST[aws] > LONGEST_FIRST[celery]
 
 
-def test_each_group_and_each_other_file_has_a_scope_of_its_own_and_each_soak_run_one() -> None:
+def test_each_group_and_each_other_file_has_a_scope_of_its_own() -> None:
     groups = {scope_of(a_test_of(next(iter(files)))) for files in SHARING.values()}
     assert len(groups) == len(SHARING)
-    assert scope_of(a_test_of(ENGINE_RULES)) == ENGINE_RULES
-    assert scope_of(SOAK) == SOAK  # the soak's runs go to whichever workers are free
-    assert ENGINE_RULES not in groups and SOAK not in groups
+    for file in (ENGINE_RULES, SOAK, "tests/airflow/test_soak_then_quick_runs.py"):
+        assert scope_of(a_test_of(file)) == file
+        assert file not in groups
