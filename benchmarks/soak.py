@@ -64,7 +64,7 @@ Usage::
 
     .venv/bin/python benchmarks/soak.py --backend sqlite --duration 300 --seed 1
     .venv/bin/python benchmarks/soak.py --backend postgresql --duration 300  # QUOTA_TEST_POSTGRES server
-    .venv/bin/python benchmarks/soak.py --duration 0 --decks 1 --summary out.json  # the CI test's run
+    .venv/bin/python benchmarks/soak.py --duration 0 --decks 1 --summary out.json  # one deck, as tests play
 """
 
 from __future__ import annotations
