@@ -217,9 +217,11 @@ def test_the_demo_story_on_aws_batch_matches_our_allocator(
         for dag in ("demo_nlp_sweep", "demo_vision_eval"):
             airflow.trigger(demo_story.dag_id(dag, scheduler), run)
     first = ("trial_a", "trial_b", "trial_c", "evaluate")
-    airflow.wait_for(  # nlp borrows research's two idle instances on both queues
-        "nlp's trials and vision's job to start on both queues",
-        lambda: all(all(granted(s)[task] for task in first) for s in SCHEDULERS),
+    airflow.wait_for(  # nlp borrows research's two idle instances on both queues, and they train
+        "nlp's trials and vision's job to start training on both queues",
+        lambda: all(
+            demo_story.training_started(airflow.engine, batch, sagemaker, s) >= set(first) for s in SCHEDULERS
+        ),
         180,
     )
     for scheduler in SCHEDULERS:
