@@ -30,7 +30,9 @@ import json
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 # Runnable as a plain script from a checkout: the package, the test harness and the benchmarks importable.
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,16 +88,31 @@ def main(argv: list[str] | None = None) -> int:
         ) as bench:
             return quick_runs(bench)
 
+    return soak_then_quick_runs(
+        args.soak_first, dags, queues, pools, overhead.allocation_interval, quick_runs
+    )
+
+
+def soak_then_quick_runs(
+    summary: Path,
+    dags: dict[str, str],
+    queues: list[dict[str, Any]],
+    pools: list[tuple[str, int]],
+    allocation_interval: float,
+    quick_runs: Callable[[airflow_overhead.Bench], int],
+) -> int:
+    """The soak's short run on SQLite (its figures printed and written to ``summary``), then ``quick_runs``
+    on the same Airflow, which has the runs' DAGs, emulator and StatsD settings from its start."""
     home = Path(tempfile.mkdtemp(prefix="quota-soak-sqlite-"))
     dag_folder = airflow_overhead.write_dag_files(home / "dags", dags)
     # A link, not a copy: the soak's DAG file finds its training script from where it lies.
     (dag_folder / "soak_dags.py").symlink_to(soak.DAGS / "soak_dags.py")
-    with airflow_overhead.bench_services(overhead.allocation_interval) as services:
+    with airflow_overhead.bench_services(allocation_interval) as services:
         settings = {**services.airflow_env(), "AIRFLOW__CORE__DAGS_FOLDER": str(dag_folder)}
         with soak.soak_airflow("sqlite", home, settings) as airflow:
             result = soak.play(airflow, "sqlite", 0, SOAK_SEED, SOAK_DRAIN_S, SOAK_DECKS)
             soak.print_result(result, Console(width=120))
-            soak.write_summary(result, args.soak_first)
+            soak.write_summary(result, summary)
             # The soak's job queue stays (its last jobs may not be recorded as ended yet), the runs' beside.
             both = {"jobQueues": soak.quota_document("start")["jobQueues"] + queues}
             try:
