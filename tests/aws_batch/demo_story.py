@@ -94,9 +94,8 @@ def training_started(engine: sa.Engine, batch: Any, sagemaker: Any, scheduler: s
         return {task for task, job in service_jobs(batch).items() if job.get("attempts")}
     started = set()
     for task in granted_so_far(engine, batch, scheduler):
-        ours = dataclasses.replace(identity("ours", task), ti_id=_ti_id(engine, identity("ours", task)))
         try:
-            sagemaker.describe_training_job(TrainingJobName=training_job_name(ours, 1))
+            sagemaker.describe_training_job(TrainingJobName=training_job_name(_our_task(engine, task), 1))
         except ClientError:
             continue
         started.add(task)
@@ -110,10 +109,16 @@ def our_story(engine: sa.Engine) -> Story:
     for victim, preemptor, rule, _ in _audit(engine, "PREEMPTED"):
         story.preemptions.add((job_ids[victim], job_ids[preemptor], rule))
     for task, count in story.attempts.items():
-        # Names carry a digest of the task instance's id (``TaskIdentity.deployment_component``).
-        ours = dataclasses.replace(identity("ours", task), ti_id=_ti_id(engine, identity("ours", task)))
+        ours = _our_task(engine, task)
         story.training_jobs[task] = [training_job_name(ours, n) for n in range(1, count + 1)]
     return story
+
+
+def _our_task(engine: sa.Engine, task: str) -> TaskIdentity:
+    """The identity of ``task`` on our allocator's queue, with its task instance's id: the SageMaker backend's
+    training job names carry a digest of it (``TaskIdentity.deployment_component``)."""
+    who = identity("ours", task)
+    return dataclasses.replace(who, ti_id=_ti_id(engine, who))
 
 
 def _ti_id(engine: sa.Engine, who: TaskIdentity) -> str:
