@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -75,7 +76,7 @@ def against_the_first(runs: list[SuiteRun]) -> list[float | None]:
 
 def run_one(number: int, commit: str, cores: float, into: Path) -> SuiteRun:
     clone = into / f"{number}-{commit}"
-    subprocess.run(["rm", "-rf", str(clone)], check=True)
+    shutil.rmtree(clone, ignore_errors=True)
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     subprocess.run(["git", "-C", str(clone), "checkout", "-q", commit], check=True)
     python = ROOT / ".venv" / "bin" / "python"
